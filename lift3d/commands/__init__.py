@@ -1,0 +1,1 @@
+"""CLI sub-commands; modules stay light at import so ``lift3d --help`` is fast."""

@@ -1,0 +1,26 @@
+"""``lift3d train|validate|test CONFIG [overrides...]``."""
+
+from __future__ import annotations
+
+import argparse
+
+from lift3d.commands.common import add_config_arguments, load_experiment
+
+HELP = {
+    "train": "train a config (resume with --resume CKPT)",
+    "validate": "render the validation views of a checkpoint and score them",
+    "test": "render the test views (orbit video) of a checkpoint",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    add_config_arguments(parser, resume_required=name != "train")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lift3d.runner import run_experiment
+
+    cfg, paths, overrides = load_experiment(args)
+    trial = run_experiment(args.command, cfg, paths, overrides)
+    print(f"lift3d: results in {trial}")
+    return 0

@@ -1,0 +1,299 @@
+"""Structured configs: YAML files + dotlist overrides, validated against dataclasses with clear errors.
+
+Every configurable part declares a ``Config`` dataclass. A field ``foo: dict`` next to a field
+``foo_type: str`` holds the config of the part registered as ``foo_type`` and is validated against
+that part's ``Config``, so one walk checks a whole experiment, however deeply its parts nest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lift3d.schedule import validate_schedule
+
+T = TypeVar("T")
+
+COMMAND_LINE = "the command-line overrides"
+
+
+class ConfigError(ValueError):
+    """A config that does not match its schema; the message names the key, its source and a fix."""
+
+
+def scheduled(default: Any, **kwargs: Any) -> Any:
+    """A dataclass field that accepts a number or a schedule (see ``lift3d.schedule``)."""
+    metadata = {"scheduled": True, **kwargs.pop("metadata", {})}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata, **kwargs)
+    return field(default=default, metadata=metadata, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# validation
+
+
+@dataclass
+class _Sources:
+    """Where each config layer came from, to say where an offending key was written."""
+
+    layers: list[tuple[str, DictConfig]] = field(default_factory=list)
+
+    def where(self, full_key: str) -> str:
+        missing = object()
+        for label, layer in reversed(self.layers):
+            if OmegaConf.select(layer, full_key, default=missing, throw_on_missing=False) is not missing:
+                return label
+        return "the defaults"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _is_dataclass_type(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _field_types(schema: type) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(schema)}
+
+
+def _unknown_key_error(key: str, valid: Sequence[str], path: str, sources: _Sources, owner: str) -> ConfigError:
+    full = _join(path, key)
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    hint = f" Did you mean '{_join(path, close[0])}'?" if close else ""
+    return ConfigError(
+        f"unknown config key '{full}' (in {sources.where(full)}) for {owner}.{hint} "
+        f"Valid keys here: {', '.join(sorted(valid)) or '(none)'}."
+    )
+
+
+def check_config(schema: type, node: Any, path: str = "", sources: _Sources | None = None) -> None:
+    """Check ``node`` against dataclass ``schema``: unknown keys, types, schedules, typed sub-parts."""
+    sources = sources or _Sources()
+    owner = schema.__qualname__
+    if node is None:
+        return
+    if not isinstance(node, (dict, DictConfig)):
+        raise ConfigError(f"'{path or '<root>'}' (in {sources.where(path)}) must be a mapping for {owner}, got {node!r}")
+    types = _field_types(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node:
+        if key not in fields:
+            raise _unknown_key_error(str(key), list(fields), path, sources, owner)
+    for name, f in fields.items():
+        if name not in node:
+            continue
+        full = _join(path, name)
+        value = node[name]
+        if f.metadata.get("scheduled"):
+            try:
+                validate_schedule(OmegaConf.to_container(value) if isinstance(value, ListConfig) else value)
+            except ValueError as error:
+                raise ConfigError(f"'{full}' (in {sources.where(full)}): {error}") from None
+        elif _is_dataclass_type(types[name]):
+            check_config(types[name], value, full, sources)
+        elif name.endswith("_type") is False and f"{name}_type" in fields:
+            type_name = node.get(f"{name}_type", fields[f"{name}_type"].default)
+            if type_name:
+                check_config(_part_config(str(type_name), _join(path, f"{name}_type"), sources), value, full, sources)
+    # types of plain fields (OmegaConf knows how to check and convert them)
+    try:
+        OmegaConf.merge(OmegaConf.structured(schema), _shallow(node, types))
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", "") or ""
+        full = _join(path, key) if key else path
+        reason = str(error).splitlines()[0]
+        raise ConfigError(f"'{full}' (in {sources.where(full)}) is invalid for {owner}: {reason}") from None
+
+
+def _shallow(node: Any, types: dict[str, Any]) -> dict:
+    """The node without nested dataclass values (already checked) so OmegaConf checks plain fields."""
+    container = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else dict(node)
+    return {k: v for k, v in container.items() if not _is_dataclass_type(types.get(k))}
+
+
+def _part_config(type_name: str, path: str, sources: _Sources) -> type:
+    from lift3d.registry import RegistryError, find
+
+    try:
+        cls = find(type_name)
+    except RegistryError as error:
+        raise ConfigError(f"'{path}' (in {sources.where(path)}): {error}") from None
+    schema = getattr(cls, "Config", None)
+    if schema is None or not dataclasses.is_dataclass(schema):
+        raise ConfigError(f"'{type_name}' ({cls.__qualname__}) has no Config dataclass")
+    return schema
+
+
+def parse_structured(schema: type[T], cfg: Any = None, path: str = "") -> T:
+    """Validate ``cfg`` (dict, DictConfig, instance or None) against ``schema``; return an instance."""
+    if isinstance(cfg, schema):
+        return cfg
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        cfg = dataclasses.asdict(cfg)
+    node = OmegaConf.create(cfg or {})
+    check_config(schema, node, path)
+    merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------------
+# the experiment config
+
+
+@dataclass
+class TrainerConfig:
+    """Options handed to ``lightning.Trainer``."""
+
+    max_steps: int = 1000  # optimisation steps in the run
+    val_check_interval: int = 500  # run validation every N training steps (0: never during training)
+    log_every_n_steps: int = 10  # how often logged scalars are written
+    precision: str = "32-true"  # Lightning precision: 32-true, 16-mixed, bf16-mixed
+    accelerator: str = "auto"  # auto, cpu, gpu
+    devices: Any = 1  # number of devices or a list of GPU ids (the CLI's --gpus sets this)
+    strategy: str = "auto"  # Lightning strategy; multi-GPU runs use ddp
+    num_sanity_val_steps: int = 0  # validation batches run before training starts
+    limit_val_batches: int | float = 1.0  # fraction or number of validation views per check
+    gradient_clip_val: float | None = None  # clip gradient norm (None: off)
+    enable_progress_bar: bool = True  # rich progress bar with loss, rate and ETA
+    deterministic: bool = False  # ask torch for deterministic kernels (slower)
+    run_test_after_fit: bool = True  # render the test views (orbit video) when training ends
+
+
+@dataclass
+class CheckpointConfig:
+    """When checkpoints are written into the trial's ``ckpts/``."""
+
+    every_n_train_steps: int = 1000  # periodic checkpoint interval in steps (0: only last.ckpt)
+    save_last: bool = True  # keep ckpts/last.ckpt up to date at every checkpoint
+    keep_periodic: int = -1  # how many periodic checkpoints to keep (-1: all)
+
+
+@dataclass
+class ExperimentConfig:
+    """One run: which data, which system, how to train, where outputs go."""
+
+    name: str = "default"  # experiment name: outputs/<name>/...
+    tag: str = ""  # trial tag: outputs/<name>/<tag>@<timestamp>/ ("run" when empty)
+    seed: int = 0  # base seed; each rank uses seed + rank
+    output_root: str = "outputs"  # where trials are written
+    use_timestamp: bool = True  # append @YYYYmmdd-HHMMSS to the trial folder
+    resume: str | None = None  # checkpoint to resume from or to evaluate
+    imports: list = field(default_factory=list)  # plugin modules (dotted names or .py paths) to import first
+    data_type: str = ""  # registered data module name
+    data: dict = field(default_factory=dict)  # the data module's config
+    system_type: str = ""  # registered system name
+    system: dict = field(default_factory=dict)  # the system's config
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # Lightning trainer options
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # checkpoint options
+
+
+# ---------------------------------------------------------------------------------------------------
+# loading
+
+
+def _register_resolvers() -> None:
+    for name, fn in {
+        "add": lambda a, b: a + b,
+        "sub": lambda a, b: a - b,
+        "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / b,
+    }.items():
+        if not OmegaConf.has_resolver(name):
+            register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
+            register(name, fn)
+
+
+def _load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, DictConfig]]:
+    """Layers of one YAML file: its ``base:`` chain first (relative paths), then the file itself."""
+    path = path.expanduser()
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path} (give a path to a YAML file, e.g. configs/<recipe>.yaml)")
+    if path.resolve() in seen:
+        raise ConfigError(f"config 'base:' chain loops back to {path}")
+    try:
+        node = OmegaConf.load(path)
+    except Exception as error:
+        raise ConfigError(f"could not parse {path} as YAML: {error}") from None
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"{path} must hold a mapping at the top level")
+    layers: list[tuple[str, DictConfig]] = []
+    bases = node.pop("base", None)
+    for base in [bases] if isinstance(bases, str) else list(bases or []):
+        layers += _load_yaml_layers((path.parent / str(base)), seen + (path.resolve(),))
+    imports = node.get("imports")
+    if imports:  # plugin .py paths are relative to the file that lists them
+        node["imports"] = [
+            str((path.parent / entry).resolve()) if str(entry).endswith(".py") and not Path(str(entry)).is_absolute() else entry
+            for entry in imports
+        ]
+    layers.append((str(path), node))
+    return layers
+
+
+def import_plugins(modules: Sequence[str]) -> None:
+    """Import plugin modules by dotted name or by ``.py`` path so their parts register."""
+    for entry in modules:
+        entry = str(entry)
+        if entry.endswith(".py"):
+            file = Path(entry)
+            if not file.is_file():
+                raise ConfigError(f"plugin file listed in 'imports' not found: {entry}")
+            module_name = f"lift3d_plugin_{file.stem}"
+            if module_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(entry)
+            except ImportError as error:
+                raise ConfigError(f"could not import plugin module '{entry}' listed in 'imports': {error}") from None
+
+
+def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Merge YAML files (later wins) and dotlist overrides, resolve interpolations, validate."""
+    _register_resolvers()
+    sources = _Sources()
+    for path in yaml_paths:
+        sources.layers += _load_yaml_layers(Path(path))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not of the form key=value (e.g. system.optimizer.args.lr=0.01)")
+    try:
+        sources.layers.append((COMMAND_LINE, OmegaConf.from_dotlist(list(overrides))))
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"could not parse the overrides {list(overrides)}: {error}") from None
+    merged = OmegaConf.merge(*[layer for _, layer in sources.layers]) if sources.layers else OmegaConf.create()
+    try:
+        OmegaConf.resolve(merged)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"could not resolve an interpolation: {str(error).splitlines()[0]}") from None
+    import_plugins(list(merged.get("imports", []) or []))
+    check_config(ExperimentConfig, merged, "", sources)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), merged))  # type: ignore[return-value]
+
+
+def to_yaml(cfg: Any) -> str:
+    """YAML text of a config dataclass or mapping (for configs/parsed.yaml)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        cfg = OmegaConf.structured(cfg)
+    return OmegaConf.to_yaml(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg)

@@ -1,0 +1,89 @@
+"""Shared data-module pieces: a configurable LightningDataModule, per-step sampling, view collation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from lift3d.base import Configurable
+from lift3d.cameras import Cameras
+from lift3d.rng import step_generator
+
+
+class BaseDataModule(L.LightningDataModule, Configurable):
+    """A LightningDataModule built from a ``Config`` dataclass."""
+
+    def __init__(self, cfg: Any = None) -> None:
+        L.LightningDataModule.__init__(self)
+        Configurable.__init__(self, cfg)
+
+    @property
+    def base_seed(self) -> int:
+        """The run's seed for this rank (set by the runner through seed_everything)."""
+        return torch.initial_seed() % (2**31)
+
+    def start_step(self) -> int:
+        """The global step training (re)starts from: sampling continues from there on resume."""
+        trainer = self.trainer
+        return int(trainer.global_step) if trainer is not None else 0
+
+    def max_steps(self) -> int:
+        trainer = self.trainer
+        return int(trainer.max_steps) if trainer is not None and trainer.max_steps > 0 else 10**9
+
+
+class StepSampler(IterableDataset):
+    """Yields ``sample(step, generator)`` for steps start..end-1; each batch depends only on its step.
+
+    That makes sampling resumable (a resumed run sees the same batches) without saving sampler state.
+    """
+
+    def __init__(self, sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int) -> None:
+        self.sample, self.seed, self.start, self.end = sample, seed, start, end
+
+    def __len__(self) -> int:
+        return max(self.end - self.start, 0)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for step in range(self.start, self.end):
+            yield self.sample(step, step_generator(self.seed, step))
+
+
+def step_loader(sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int) -> DataLoader:
+    """A loader over ``StepSampler`` that passes each (already batched) sample through unchanged."""
+    return DataLoader(StepSampler(sample, seed, start, end), batch_size=None, num_workers=0)
+
+
+def collate_views(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Batch single-view dicts: tensors stacked (their leading dim of 1 joined), Cameras concatenated."""
+    batch: dict[str, Any] = {}
+    for key in items[0]:
+        values = [item[key] for item in items]
+        if isinstance(values[0], Cameras):
+            batch[key] = Cameras.cat(values)
+        elif torch.is_tensor(values[0]):
+            batch[key] = torch.cat([v if v.ndim and v.shape[0] == 1 else v[None] for v in values])
+        else:
+            batch[key] = values[0] if all(v == values[0] for v in values) else values
+    return batch
+
+
+class ViewList(Dataset):
+    """A map-style dataset of precomputed single-view dicts (evaluation views)."""
+
+    def __init__(self, views: list[dict[str, Any]]) -> None:
+        self.views = views
+
+    def __len__(self) -> int:
+        return len(self.views)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.views[index]
+
+
+def view_loader(views: list[dict[str, Any]], batch_size: int = 1) -> DataLoader:
+    return DataLoader(ViewList(views), batch_size=batch_size, shuffle=False, num_workers=0, collate_fn=collate_views)

@@ -1,0 +1,204 @@
+"""Runs an experiment: trial folder, Lightning trainer, loggers, checkpoints, resume, RNG state."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+
+from lift3d.checkpoints import AtomicCheckpointIO, load_checkpoint
+from lift3d.config import ExperimentConfig, to_yaml
+from lift3d.registry import find
+from lift3d.rng import capture_rng_state, restore_rng_state
+from lift3d.saving import OutputSaver
+
+log = logging.getLogger("lift3d")
+
+
+class RNGStateCallback(Callback):
+    """Checkpoints every random generator and restores it before the first step after a resume."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return capture_rng_state()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._pending is not None:
+            restore_rng_state(self._pending)
+            self._pending = None
+
+
+class AnnounceCallback(Callback):
+    """Says once where the trial writes, so users can find their results."""
+
+    def __init__(self, trial_dir: Path) -> None:
+        self.trial_dir = trial_dir
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            print(f"lift3d: writing to {self.trial_dir}", flush=True)
+
+
+def make_trial_dir(cfg: ExperimentConfig) -> Path:
+    """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off)."""
+    tag = (cfg.tag or "run").replace("/", "_").replace(" ", "_")[:80]
+    if cfg.use_timestamp:
+        tag = f"{tag}@{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.output_root) / cfg.name / tag
+
+
+def trial_dir_of_checkpoint(path: str | Path) -> Path | None:
+    """The trial folder a checkpoint lives in (``<trial>/ckpts/x.ckpt``), if it does."""
+    path = Path(path).resolve()
+    if path.parent.name == "ckpts" and (path.parent.parent / "configs").is_dir():
+        return path.parent.parent
+    return None
+
+
+def _write_configs(trial_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str]) -> None:
+    configs = trial_dir / "configs"
+    configs.mkdir(parents=True, exist_ok=True)
+    OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
+    for path in config_paths:
+        shutil.copyfile(path, configs / Path(path).name)
+    if overrides:
+        OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
+
+
+def _rank() -> int:
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
+def _progress_bar() -> Callback:
+    return RichProgressBar(leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
+
+
+def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None) -> L.Trainer:
+    """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus)."""
+    tcfg = cfg.trainer
+    devices = tcfg.devices if devices is None else devices
+    callbacks: list[Callback] = []
+    if tcfg.enable_progress_bar:
+        callbacks.append(_progress_bar())
+    kwargs: dict[str, Any] = {}
+    if train:
+        every = cfg.checkpoint.every_n_train_steps
+        callbacks += [
+            ModelCheckpoint(
+                dirpath=trial_dir / "ckpts",
+                filename="step{step:07d}",
+                auto_insert_metric_name=False,
+                every_n_train_steps=every if every > 0 else None,
+                save_top_k=cfg.checkpoint.keep_periodic if every > 0 else 0,
+                monitor="step" if every > 0 and cfg.checkpoint.keep_periodic > 0 else None,
+                mode="max",
+                save_last=cfg.checkpoint.save_last,
+                save_on_train_epoch_end=True,
+            ),
+            RNGStateCallback(),
+            AnnounceCallback(trial_dir),
+        ]
+        from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+        kwargs["logger"] = [
+            TensorBoardLogger(save_dir=str(trial_dir), name="tb_logs", version="", default_hp_metric=False),
+            CSVLogger(save_dir=str(trial_dir), name="csv_logs", version=""),
+        ]
+        if tcfg.val_check_interval > 0:
+            kwargs["val_check_interval"] = tcfg.val_check_interval
+            kwargs["limit_val_batches"] = tcfg.limit_val_batches
+        else:
+            kwargs["limit_val_batches"] = 0
+    else:
+        kwargs["logger"] = False
+        kwargs["limit_val_batches"] = tcfg.limit_val_batches
+    strategy = tcfg.strategy
+    if strategy == "auto" and isinstance(devices, (list, tuple)) and len(devices) > 1:
+        strategy = "ddp"
+    return L.Trainer(
+        max_steps=tcfg.max_steps,
+        max_epochs=-1,
+        check_val_every_n_epoch=None,
+        log_every_n_steps=tcfg.log_every_n_steps,
+        precision=tcfg.precision,
+        accelerator=tcfg.accelerator,
+        devices=devices,
+        strategy=strategy,
+        num_sanity_val_steps=tcfg.num_sanity_val_steps,
+        gradient_clip_val=tcfg.gradient_clip_val,
+        enable_progress_bar=tcfg.enable_progress_bar,
+        enable_model_summary=False,
+        deterministic=tcfg.deterministic,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        default_root_dir=str(trial_dir),
+        enable_checkpointing=train,
+        **kwargs,
+    )
+
+
+def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:
+    """The data module and system named by the config."""
+    datamodule = find(cfg.data_type)(cfg.data)
+    system = find(cfg.system_type)(cfg.system)
+    return datamodule, system
+
+
+def run_experiment(
+    mode: str,
+    cfg: ExperimentConfig,
+    config_paths: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    devices: Any = None,
+) -> Path:
+    """Run ``mode`` (train, validate, test, export) and return the trial folder."""
+    if mode not in ("train", "validate", "test", "export"):
+        raise ValueError(f"unknown mode {mode!r}")
+    if mode != "train" and not cfg.resume:
+        raise ValueError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
+    existing = trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None
+    trial_dir = existing or make_trial_dir(cfg)
+    if _rank() == 0:
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        if mode == "train":
+            _write_configs(trial_dir, cfg, config_paths, overrides)
+    train = mode == "train"
+    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1))
+    L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
+    datamodule, system = build_parts(cfg)
+    system.set_save_dir(trial_dir / "save")
+    if mode == "train":
+        trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
+        if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
+            tester = build_trainer(cfg, trial_dir, train=False, devices=1)
+            tester.test(system, datamodule=datamodule)
+    elif mode == "validate":
+        trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
+    elif mode == "test":
+        trainer.test(system, datamodule=datamodule, ckpt_path=cfg.resume)
+    return trial_dir
+
+
+def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path) -> Any:
+    """The system of ``cfg`` with the weights of a checkpoint (for export and chained stages)."""
+    system = find(cfg.system_type)(cfg.system)
+    checkpoint = load_checkpoint(checkpoint_path)
+    system.on_load_checkpoint(checkpoint)
+    system.load_state_dict(checkpoint["state_dict"])
+    return system

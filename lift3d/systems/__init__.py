@@ -1,0 +1,1 @@
+"""Systems: training recipes, each a LightningModule built from config."""

@@ -1,0 +1,317 @@
+"""The system base: one training recipe as a LightningModule that builds its parts from config.
+
+A system wires parts (data -> representation -> renderer -> objective) and owns nothing else. The base
+gives every recipe the same optimizer set-up, weighted and logged loss terms, per-step updates,
+non-finite-loss policy, validation grids with metrics, test videos and checkpointed RNG state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from lift3d.base import Configurable, Updateable
+from lift3d.metrics import psnr, ssim
+from lift3d.registry import find
+from lift3d.rng import capture_rng_state, restore_rng_state
+from lift3d.saving import OutputSaver
+from lift3d.schedule import scheduled_value
+from lift3d.systems.optim import (
+    OptimizerConfig,
+    SchedulerConfig,
+    apply_lr_schedules,
+    build_optimizer,
+    build_scheduler,
+)
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced NaN or Inf; the run stops and its last good checkpoint stays."""
+
+
+@dataclass
+class LossConfig:
+    """Loss weights: each recipe subclasses this with ``lambda_<term>`` fields (numbers or schedules)."""
+
+
+@dataclass
+class SystemConfig:
+    """Options every system has."""
+
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # optimizer and per-group options
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # optional torch LR scheduler
+    loss: LossConfig = field(default_factory=LossConfig)  # weights lambda_<term> of the loss terms
+    nonfinite_loss: str = "stop"  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
+    nonfinite_check_every: int = 1  # check the loss every N steps (each check is one host sync; 0: never)
+    video_fps: int = 30  # frame rate of the test orbit video
+
+
+# the order panels appear in validation grids, with how each is drawn
+GRID_PANELS: tuple[tuple[str, str], ...] = (
+    ("gt_rgb", "rgb"),
+    ("rgb", "rgb"),
+    ("normal", "normal"),
+    ("depth", "depth"),
+    ("alpha", "grayscale"),
+)
+
+
+class BaseSystem(L.LightningModule, Configurable, Updateable):
+    """Base for recipes: subclasses build parts in ``__init__`` and implement ``training_step`` and
+    ``render_views`` (cameras batch -> dict of [B, H, W, C] images: rgb, alpha, depth, normal, ...)."""
+
+    Config = SystemConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        L.LightningModule.__init__(self)
+        Configurable.__init__(self, cfg)
+        self._save_dir: Path | None = None
+        self._loaded_step = 0
+        self._eval_rng: dict[str, Any] | None = None
+        self._val_scores: list[Tensor] = []
+        self._test_frames: dict[int, Any] = {}
+        self._unsaved: dict[str, Any] = {}
+        self.skipped_steps = 0
+
+    # ----------------------------------------------------------------------------------- building parts
+    @staticmethod
+    def build_part(type_name: str, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        """The part registered as ``type_name``, built from ``cfg``."""
+        return find(type_name)(cfg, *args, **kwargs)
+
+    def add_unsaved_part(self, name: str, part: Any) -> None:
+        """A part kept out of the state dict (e.g. frozen diffusion weights); moved to the system's device.
+
+        If it has ``checkpoint_state()`` / ``load_checkpoint_state(state)``, that state is checkpointed."""
+        self._unsaved[name] = part
+
+    def unsaved_part(self, name: str) -> Any:
+        return self._unsaved[name]
+
+    def _move_unsaved_parts(self) -> None:
+        for part in self._unsaved.values():
+            if hasattr(part, "to"):
+                part.to(self.device)
+
+    # ----------------------------------------------------------------------------------- outputs
+    def set_save_dir(self, path: str | Path) -> None:
+        """Where validation grids, test videos and exports go (the trial's ``save/``)."""
+        self._save_dir = Path(path)
+
+    @property
+    def saver(self) -> OutputSaver:
+        if self._save_dir is None:
+            raise RuntimeError("the system has no save folder; the runner sets it with set_save_dir()")
+        return OutputSaver(self._save_dir)
+
+    @property
+    def true_global_step(self) -> int:
+        """The training step, also when only evaluating a loaded checkpoint."""
+        step = self.trainer.global_step if self._trainer is not None else 0
+        return max(step, self._loaded_step)
+
+    # ----------------------------------------------------------------------------------- optimisation
+    def configure_optimizers(self) -> Any:
+        optimizer = build_optimizer(self, self.cfg.optimizer, self.true_global_step)
+        scheduler = build_scheduler(optimizer, self.cfg.scheduler)
+        if scheduler is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+    def updateables(self) -> list[Updateable]:
+        """Parts that get ``update_step`` each training step: sub-modules and unsaved parts."""
+        found = [m for m in self.modules() if isinstance(m, Updateable) and m is not self]
+        return found + [p for p in self._unsaved.values() if isinstance(p, Updateable)]
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        step = self.true_global_step
+        for optimizer in self._all_optimizers():
+            apply_lr_schedules(optimizer, step)
+        self.update_step(self.current_epoch, step)
+        for part in self.updateables():
+            part.update_step(self.current_epoch, step)
+
+    def _all_optimizers(self) -> list[torch.optim.Optimizer]:
+        if self._trainer is None:
+            return []
+        return [getattr(o, "optimizer", o) for o in self.trainer.optimizers]
+
+    def loss_weight(self, term: str) -> float:
+        """The current weight ``lambda_<term>`` (scheduled values evaluated at this step)."""
+        name = f"lambda_{term}"
+        if not hasattr(self.cfg.loss, name):
+            raise KeyError(f"loss term '{term}' has no weight: add '{name}' to {type(self.cfg.loss).__name__}")
+        return float(scheduled_value(getattr(self.cfg.loss, name), self.true_global_step))
+
+    def total_loss(self, terms: dict[str, Tensor]) -> Tensor | None:
+        """Weighted sum of loss terms; logs each term and the total; applies the non-finite policy.
+
+        Returns None when the step is to be skipped (Lightning then skips the optimizer step)."""
+        total: Tensor | None = None
+        for name, value in terms.items():
+            weight = self.loss_weight(name)
+            self.log(f"train/loss_{name}", value.detach(), on_step=True, logger=True)
+            if weight != 0.0:
+                total = weight * value if total is None else total + weight * value
+        if total is None:
+            raise ValueError(f"every loss term has weight 0 at step {self.true_global_step}: {list(terms)}")
+        self.log("train/loss", total.detach(), prog_bar=True, on_step=True, logger=True)
+        every = self.cfg.nonfinite_check_every
+        if every and self.true_global_step % every == 0 and not bool(torch.isfinite(total)):
+            bad = [name for name, value in terms.items() if not bool(torch.isfinite(value).all())]
+            message = (
+                f"the loss is not finite at step {self.true_global_step} (non-finite terms: {', '.join(bad) or 'the sum'})"
+            )
+            if self.cfg.nonfinite_loss == "skip":
+                self.skipped_steps += 1
+                log.warning("%s; skipping this step (system.nonfinite_loss=skip)", message)
+                return None
+            raise NonFiniteLossError(
+                f"{message}. The run stops; the last good checkpoint in ckpts/ is kept. Lower the learning "
+                "rate or a loss weight, or set system.nonfinite_loss=skip to skip such steps."
+            )
+        return total
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.cfg.nonfinite_loss != "skip":
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
+            self.skipped_steps += 1
+            log.warning("non-finite gradients at step %d; skipping this update", self.true_global_step)
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        for name, part in self._unsaved.items():
+            if hasattr(part, "checkpoint_state"):
+                checkpoint[f"part:{name}"] = part.checkpoint_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._loaded_step = int(checkpoint.get("global_step", 0))
+        for name, part in self._unsaved.items():
+            if hasattr(part, "load_checkpoint_state") and f"part:{name}" in checkpoint:
+                part.load_checkpoint_state(checkpoint[f"part:{name}"])
+
+    # ----------------------------------------------------------------------------------- evaluation
+    def render_views(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """Render the batch's cameras: {"rgb": [B,H,W,3], "alpha": [B,H,W,1], "depth", "normal", ...}."""
+        raise NotImplementedError(f"{type(self).__name__} must implement render_views")
+
+    def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor]]:
+        """Panels of view ``i`` for the validation grid (override to add e.g. the guidance's estimate)."""
+        images = {**({"gt_rgb": batch["rgb"]} if torch.is_tensor(batch.get("rgb")) and batch["rgb"].ndim == 4 else {}), **out}
+        return [(kind, images[key][i]) for key, kind in GRID_PANELS if key in images]
+
+    def _fork_rng(self) -> None:
+        # evaluation must not change the training random stream, so resumed runs match exactly
+        self._eval_rng = capture_rng_state()
+
+    def _join_rng(self) -> None:
+        if self._eval_rng is not None:
+            restore_rng_state(self._eval_rng)
+            self._eval_rng = None
+
+    def on_fit_start(self) -> None:
+        self._move_unsaved_parts()
+
+    def on_fit_end(self) -> None:
+        self._loaded_step = self.trainer.global_step  # later test/export runs name files by this step
+
+    def on_validation_start(self) -> None:
+        self._move_unsaved_parts()
+        self._fork_rng()
+        self._val_scores = []
+
+    def on_validation_end(self) -> None:
+        self._join_rng()
+
+    def on_test_start(self) -> None:
+        self._move_unsaved_parts()
+        self._fork_rng()
+        self._test_frames = {}
+        self._val_scores = []
+
+    def on_test_end(self) -> None:
+        self._join_rng()
+
+    def _view_indices(self, batch: dict[str, Any], batch_idx: int, n: int) -> list[int]:
+        index = batch.get("index")
+        if torch.is_tensor(index):
+            return [int(v) for v in index.reshape(-1).tolist()]
+        return [batch_idx * n + i for i in range(n)]
+
+    def _score(self, out: dict[str, Tensor], batch: dict[str, Any]) -> None:
+        gt = batch.get("rgb")
+        if torch.is_tensor(gt) and gt.ndim == 4 and "rgb" in out:
+            prediction = out["rgb"].clamp(0, 1).float()
+            scores = torch.stack([psnr(prediction, gt.float()), ssim(prediction, gt.float())], dim=-1)
+            self._val_scores.append(scores.detach())
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        out = self.render_views(batch)
+        self._score(out, batch)
+        step = self.true_global_step
+        n = next(iter(out.values())).shape[0]
+        for i, index in enumerate(self._view_indices(batch, batch_idx, n)):
+            self.saver.grid(f"it{step}-val/{index:04d}.png", self.grid_panels(out, batch, i))
+
+    def _gather_scores(self) -> dict[str, float] | None:
+        local = torch.cat(self._val_scores) if self._val_scores else torch.zeros(0, 2, device=self.device)
+        counts = self.all_gather(torch.tensor([local.shape[0]], device=self.device)).reshape(-1)
+        sums = self.all_gather(local.sum(dim=0)).reshape(-1, 2).sum(dim=0)
+        total = int(counts.sum())
+        if total == 0:
+            return None
+        return {"psnr": float(sums[0] / total), "ssim": float(sums[1] / total), "views": total}
+
+    def _record_metrics(self, split: str) -> None:
+        scores = self._gather_scores()
+        if scores is None:
+            return
+        self.log(f"{split}/psnr", scores["psnr"], sync_dist=False, rank_zero_only=True)
+        self.log(f"{split}/ssim", scores["ssim"], sync_dist=False, rank_zero_only=True)
+        if not self.trainer.is_global_zero:
+            return
+        path = self.saver.root / "metrics.json"
+        import json
+
+        record = json.loads(path.read_text()) if path.exists() else {"history": []}
+        entry = {"split": split, "step": self.true_global_step, **scores}
+        record["history"].append(entry)
+        record[split] = entry
+        self.saver.json("metrics.json", record)
+
+    def on_validation_epoch_end(self) -> None:
+        self._record_metrics("val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        out = self.render_views(batch)
+        self._score(out, batch)
+        step = self.true_global_step
+        n = next(iter(out.values())).shape[0]
+        for i, index in enumerate(self._view_indices(batch, batch_idx, n)):
+            self.saver.grid(f"it{step}-test/{index:04d}.png", self.grid_panels(out, batch, i))
+            self._test_frames[index] = out["rgb"][i].detach().clamp(0, 1).cpu()
+
+    def on_test_epoch_end(self) -> None:
+        self._record_metrics("test")
+        if self._test_frames and self.trainer.is_global_zero:
+            frames = [self._test_frames[k] for k in sorted(self._test_frames)]
+            self.saver.video(f"it{self.true_global_step}-test.mp4", frames, fps=self.cfg.video_fps)
+        self._test_frames = {}
+
+    # ----------------------------------------------------------------------------------- export
+    def export(self, saver: OutputSaver, formats: list[str]) -> list[Path]:
+        """Write the trained asset in ``formats``; recipes override this (see ``lift3d export``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no exporter")

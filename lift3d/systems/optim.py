@@ -1,0 +1,111 @@
+"""Optimizers with per-parameter-group options (learning rates may be scheduled) and LR schedulers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from lift3d.schedule import is_schedule, scheduled_value, validate_schedule
+
+
+@dataclass
+class OptimizerConfig:
+    """Which torch optimizer, its defaults, and per-group options keyed by attribute path."""
+
+    name: str = "Adam"  # any class in torch.optim (Adam, AdamW, SGD, ...)
+    args: dict = field(default_factory=lambda: {"lr": 1e-3})  # defaults for every group (lr, betas, eps, ...)
+    params: dict = field(default_factory=dict)  # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
+
+
+@dataclass
+class SchedulerConfig:
+    """An optional torch LR scheduler stepped every step (or epoch)."""
+
+    name: str = ""  # class in torch.optim.lr_scheduler ("" for none; scheduled group lrs need none)
+    args: dict = field(default_factory=dict)  # passed to the scheduler
+    interval: str = "step"  # step or epoch
+
+
+def resolve_attribute(root: nn.Module, path: str) -> Any:
+    """``root.a.b.c`` for ``path`` "a.b.c", with an error naming the first missing part and the options."""
+    target: Any = root
+    walked = []
+    for part in path.split("."):
+        if not hasattr(target, part):
+            children = [name for name, _ in target.named_children()] if isinstance(target, nn.Module) else []
+            params = [name for name, _ in target.named_parameters(recurse=False)] if isinstance(target, nn.Module) else []
+            where = ".".join(walked) or "the system"
+            raise ValueError(
+                f"optimizer.params names '{path}', but {where} has no '{part}'. "
+                f"Available there: {', '.join(children + params) or '(nothing)'}"
+            )
+        target = getattr(target, part)
+        walked.append(part)
+    return target
+
+
+def _trainable(target: Any, path: str) -> list[nn.Parameter]:
+    if isinstance(target, nn.Parameter):
+        return [target] if target.requires_grad else []
+    if isinstance(target, nn.Module):
+        return [p for p in target.parameters() if p.requires_grad]
+    raise ValueError(f"optimizer.params entry '{path}' is a {type(target).__name__}, not a module or parameter")
+
+
+def build_param_groups(root: nn.Module, cfg: OptimizerConfig, step: int = 0) -> list[dict[str, Any]]:
+    """Parameter groups in config order; trainable parameters not named go in a final "default" group."""
+    groups: list[dict[str, Any]] = []
+    seen: dict[int, str] = {}
+    for path, options in cfg.params.items():
+        options = dict(options or {})
+        params = _trainable(resolve_attribute(root, path), path)
+        for p in params:
+            if id(p) in seen:
+                raise ValueError(f"a parameter of '{path}' is already in optimizer group '{seen[id(p)]}'")
+            seen[id(p)] = path
+        group: dict[str, Any] = {"params": params, "name": path, **options}
+        if is_schedule(group.get("lr")):
+            validate_schedule(group["lr"])
+            group["lr_schedule"] = group["lr"]
+            group["lr"] = scheduled_value(group["lr"], step)
+        groups.append(group)
+    rest = [p for p in root.parameters() if p.requires_grad and id(p) not in seen]
+    if rest:
+        groups.append({"params": rest, "name": "default"})
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(root: nn.Module, cfg: OptimizerConfig, step: int = 0) -> torch.optim.Optimizer:
+    """The configured optimizer over ``root``'s trainable parameters."""
+    optimizer_cls = getattr(torch.optim, cfg.name, None)
+    if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+        raise ValueError(f"optimizer.name '{cfg.name}' is not a torch.optim optimizer (e.g. Adam, AdamW, SGD)")
+    args = dict(cfg.args)
+    if is_schedule(args.get("lr")):
+        raise ValueError("optimizer.args.lr must be a number; schedule a group's lr under optimizer.params")
+    groups = build_param_groups(root, cfg, step)
+    if not groups:
+        raise ValueError("the system has no trainable parameters to optimise")
+    return optimizer_cls(groups, **args)
+
+
+def apply_lr_schedules(optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Set each group's lr from its schedule (groups built with a scheduled lr)."""
+    for group in optimizer.param_groups:
+        if "lr_schedule" in group:
+            group["lr"] = scheduled_value(group["lr_schedule"], step)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig) -> dict[str, Any] | None:
+    """A Lightning scheduler config for ``cfg`` (None when no scheduler is set)."""
+    if not cfg.name:
+        return None
+    scheduler_cls = getattr(torch.optim.lr_scheduler, cfg.name, None)
+    if scheduler_cls is None:
+        raise ValueError(f"scheduler.name '{cfg.name}' is not in torch.optim.lr_scheduler")
+    if cfg.interval not in ("step", "epoch"):
+        raise ValueError(f"scheduler.interval must be step or epoch, got '{cfg.interval}'")
+    return {"scheduler": scheduler_cls(optimizer, **cfg.args), "interval": cfg.interval}

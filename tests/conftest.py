@@ -1,0 +1,20 @@
+"""Shared fixtures: where the shared test data lives, and the repository root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("LIFT3D_TEST_DATA", REPO.parent / "shared" / "data"))
+TEST_CONFIGS = REPO / "tests" / "configs"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """``../shared/data`` (or $LIFT3D_TEST_DATA); missing data is an error, never a skip."""
+    if not (DATA / "lego_tiny" / "transforms_train.json").is_file():
+        raise FileNotFoundError(f"test data not found at {DATA}: set LIFT3D_TEST_DATA to the shared data folder")
+    return DATA

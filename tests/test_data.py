@@ -1,0 +1,71 @@
+import json
+import shutil
+
+import pytest
+import torch
+
+from lift3d.data.posed_images import PosedImagesDataModule, SceneFormatError, read_transforms
+from lift3d.data.random_views import RandomViewsConfig, sample_random_views
+from lift3d.rng import step_generator
+
+
+def test_lego_tiny_reads_with_camera_angle(data_dir):
+    scene = read_transforms(data_dir / "lego_tiny", "train")
+    assert scene.rgba.shape == (1, 50, 50, 4) and scene.rgba.dtype == torch.uint8
+    fx = float(scene.cameras.intrinsics[0, 0, 0])
+    assert fx == pytest.approx(0.5 * 50 / torch.tan(torch.tensor(0.6911112070083618 / 2)).item(), rel=1e-5)
+    assert torch.allclose(scene.cameras.c2w[0, :3, 3], torch.tensor([-0.0538, 3.8455, 1.2081]), atol=1e-3)
+
+
+def test_lego_splits_and_downscale(data_dir):
+    scene = read_transforms(data_dir / "lego", "val", downscale=4, max_frames=5)
+    assert scene.rgba.shape == (5, 100, 100, 4)
+    assert scene.cameras.intrinsics[0, 0, 2] == pytest.approx(50.0)
+
+
+def test_missing_frames_are_reported_together(tmp_path, data_dir):
+    scene = tmp_path / "scene"
+    shutil.copytree(data_dir / "lego_tiny", scene)
+    meta = json.loads((scene / "transforms_train.json").read_text())
+    meta["frames"] += [dict(meta["frames"][0], file_path="./train/r_99"), dict(meta["frames"][0], file_path="./train/r_98")]
+    (scene / "transforms_train.json").write_text(json.dumps(meta))
+    with pytest.raises(SceneFormatError, match=r"2 of 3 frames.*r_99.*r_98"):
+        read_transforms(scene, "train")
+    with pytest.raises(SceneFormatError, match="no transforms_test.json.*found: transforms_train.json"):
+        read_transforms(scene, "test")
+    (scene / "transforms_val.json").write_text("{not json")
+    with pytest.raises(SceneFormatError, match="not valid JSON"):
+        read_transforms(scene, "val")
+
+
+def test_posed_images_batches(data_dir):
+    dm = PosedImagesDataModule({"root": str(data_dir / "lego_tiny"), "background": [0.0, 0.0, 0.0]})
+    batch = dm._sample_images(0, step_generator(0, 0))
+    assert batch["rgb"].shape == (1, 50, 50, 3) and batch["cameras"].width == 50
+    # transparent pixels take the background colour (black here)
+    transparent = batch["alpha"][..., 0] == 0
+    assert transparent.any() and batch["rgb"][transparent].abs().max() == 0
+    rays = PosedImagesDataModule({"root": str(data_dir / "lego_tiny"), "batch_mode": "rays", "rays_per_batch": 64})
+    rb = rays._sample_rays(3, step_generator(0, 3))
+    assert rb["rays_o"].shape == (64, 3) and rb["rgb"].shape == (64, 3)
+    assert torch.allclose(rb["rays_d"].norm(dim=-1), torch.ones(64))
+    orbit = dm.orbit_cameras(6)
+    assert len(orbit) == 6 and orbit.width == 50
+
+
+def test_random_views_are_a_function_of_step():
+    cfg = RandomViewsConfig(height=[8, 16], width=[8, 16], batch_size=[4, 2], resolution_milestones=[10])
+    a = sample_random_views(cfg, 3, step_generator(1, 3))
+    b = sample_random_views(cfg, 3, step_generator(1, 3))
+    assert torch.equal(a["cameras"].c2w, b["cameras"].c2w)
+    assert a["cameras"].height == 8 and len(a["cameras"]) == 4
+    late = sample_random_views(cfg, 10, step_generator(1, 10))
+    assert late["cameras"].height == 16 and len(late["cameras"]) == 2
+    assert (a["elevation_deg"] >= -10).all() and (a["elevation_deg"] <= 60).all()
+    # stratified azimuths: one per quarter of the circle
+    quarters = ((a["azimuth_deg"] + 180) // 90).long().sort().values
+    assert torch.equal(quarters, torch.arange(4))
+    # cameras look roughly at the origin (target perturbed by center_perturb)
+    forward = -a["cameras"].c2w[:, :3, 2]
+    to_origin = -a["cameras"].positions / a["cameras"].positions.norm(dim=-1, keepdim=True)
+    assert ((forward * to_origin).sum(-1) > 0.8).all()
