@@ -8,7 +8,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("LIFT3D_TEST_DATA", REPO.parent / "shared" / "data"))
+
+def _find_data() -> Path:
+    """$LIFT3D_TEST_DATA, else ``../shared/data`` beside the checkout, else the workplace's copy."""
+    if "LIFT3D_TEST_DATA" in os.environ:
+        return Path(os.environ["LIFT3D_TEST_DATA"])
+    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "data"
+
+
+DATA = _find_data()
 TEST_CONFIGS = REPO / "tests" / "configs"
 
 
