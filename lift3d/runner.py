@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressB
 
 from lift3d.checkpoints import AtomicCheckpointIO, load_checkpoint
 from lift3d.config import ExperimentConfig, to_yaml
+from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.saving import OutputSaver
@@ -113,6 +114,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
             ),
             RNGStateCallback(),
             AnnounceCallback(trial_dir),
+            ProgressFileCallback(trial_dir),
         ]
         from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
@@ -188,6 +190,8 @@ def run_experiment(
         if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
             tester = build_trainer(cfg, trial_dir, train=False, devices=1)
             tester.test(system, datamodule=datamodule)
+        if trainer.is_global_zero:
+            update_progress(trial_dir, status="interrupted" if trainer.interrupted else "finished")
     elif mode == "validate":
         trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
     elif mode == "test":

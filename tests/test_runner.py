@@ -158,3 +158,18 @@ def test_console_script_help_and_info():
         assert command in out
     info = subprocess.run([sys.executable, "-m", "lift3d", "info"], capture_output=True, text=True, check=True).stdout
     assert "torch" in info and "gsplat rasterizer" in info and "CUDA" in info
+
+
+def test_progress_file_follows_the_run(tmp_path):
+    from lift3d.progress import read_progress
+
+    cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=progress", *QUIET])
+    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
+    record = read_progress(trial)
+    assert record["status"] == "finished" and record["step"] == 60 and record["max_steps"] == 60
+    assert record["latest_image"].endswith("it60-val/0001.png") or record["latest_image"].endswith("it60-val/0000.png")
+    failed = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=fails", "system.nan_at_step=5", *QUIET])
+    with pytest.raises(NonFiniteLossError):
+        run_experiment("train", failed, [FIT_IMAGE], [])
+    record = read_progress(tmp_path / "fit-image" / "fails")
+    assert record["status"] == "failed" and "NonFiniteLossError" in record["error"]
