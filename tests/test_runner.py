@@ -153,7 +153,8 @@ def test_cli_train_validate_test_and_errors(tmp_path, capsys):
 
 
 def test_console_script_help_and_info():
-    out = subprocess.run(["lift3d", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "lift3d", "--help"], capture_output=True, text=True, check=True).stdout
+    assert shutil.which("lift3d") or Path(sys.executable).with_name("lift3d").is_file()  # the console script is installed
     for command in ("train", "validate", "test", "export", "info"):
         assert command in out
     info = subprocess.run([sys.executable, "-m", "lift3d", "info"], capture_output=True, text=True, check=True).stdout
