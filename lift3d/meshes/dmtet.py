@@ -120,8 +120,8 @@ class DMTetGeometry(BaseModule):
     @torch.no_grad()
     def initialize_from_density(self, density_fn: Callable[[Tensor], Tensor], threshold: float, chunk_size: int = 262144) -> None:
         """Convert a density field (e.g. a NeRF stage's ``density(points [N, 3]) -> [N]``): the surface is
-        where the density equals ``threshold``. The SDF is ``threshold - density`` rescaled once so its
-        median slope across the surface is 1 (distances), which keeps the zero crossings exactly."""
+        where the density equals ``threshold``. The SDF is ``threshold - density`` divided by the median
+        gradient magnitude at the surface, so it reads as a distance there; the zero crossings stay exact."""
         points = self.grid_vertices
         density = torch.cat(
             [density_fn(points[i : i + chunk_size]).reshape(-1).float() for i in range(0, points.shape[0], chunk_size)]
@@ -137,8 +137,11 @@ class DMTetGeometry(BaseModule):
                 f"dmtet.initialize_from_density: the density never crosses the threshold {threshold} inside the grid "
                 f"[-{self.cfg.radius}, {self.cfg.radius}]^3; check the threshold and the grid radius"
             )
-        length = (points[edges[crossing, 0]] - points[edges[crossing, 1]]).norm(dim=-1)
-        slope = ((a[crossing] - b[crossing]).abs() / length).median().clamp_min(1e-12)
+        # gradient magnitude by central differences on the (undeformed, regular) grid, at the surface
+        n = self.cfg.grid_resolution + 1
+        gradient = torch.gradient(values.view(n, n, n), spacing=self.cell_size)
+        slope_at = torch.stack(gradient, dim=-1).reshape(-1, 3).norm(dim=-1)
+        slope = slope_at[edges[crossing].reshape(-1)].median().clamp_min(1e-12)
         self.sdf.copy_(values / slope)
         self.deformation.zero_()
         self._cached = None
