@@ -104,3 +104,15 @@ def test_fitting_vertices_to_silhouettes_reduces_the_loss():
         (loss + 0.1 * laplacian_smoothing(vertices, sphere.faces, topology)).backward()
         optimizer.step()
     assert losses[-1] < 0.3 * losses[0], losses
+
+
+def test_procedural_sphere_is_closed_and_outward():
+    from lift3d.meshes.primitives import sphere_with_faces
+
+    mesh = sphere_with_faces(1000, bumps=0.1)
+    topology = edge_topology(mesh.faces)
+    assert abs(mesh.num_faces - 1000) < 100 and (topology.edge_face_count == 2).all()
+    assert mesh.num_vertices - topology.edges.shape[0] + mesh.num_faces == 2
+    tri = mesh.vertices[mesh.faces]
+    normal = torch.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1)
+    assert ((normal * tri.mean(1)).sum(-1) > 0).all()

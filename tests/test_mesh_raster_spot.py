@@ -10,7 +10,9 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.meshes.io import load_mesh
+from lift3d.meshes.mesh import Mesh
 from lift3d.registry import find
+from lift3d.render.mesh_renderer import sample_texture
 from tests.mesh_raster_reference import bilinear, render_reference
 
 WIDTH, HEIGHT = 40, 32
@@ -82,3 +84,22 @@ def test_spot_antialiased_coverage_matches_supersampling(spot, cameras):
     coverage = fine.view(2, HEIGHT, factor, WIDTH, factor).mean((2, 4))
     err_soft, err_hard = (soft - coverage).abs().sum(), (hard - coverage).abs().sum()
     assert err_soft < 0.35 * err_hard, (err_soft, err_hard)
+
+
+def test_uv_texture_can_be_optimised_through_the_renderer(spot, cameras):
+    """Custom-mesh texturing in miniature: recover a texture image from renders of the textured mesh."""
+    renderer = find("mesh-rasterizer")({"background_color": [0.0, 0.0, 0.0], "antialias": False})
+    small = torch.nn.functional.interpolate(spot.texture.permute(2, 0, 1)[None], size=(32, 32), mode="area")[0].permute(1, 2, 0)
+    with torch.no_grad():
+        target = renderer(Mesh(spot.vertices, spot.faces, spot.uv, spot.uv_faces, small), cameras)["rgb"]
+    texture = torch.full((32, 32, 3), 0.5, requires_grad=True)
+    optimizer = torch.optim.Adam([texture], lr=0.05)
+    losses = []
+    for _ in range(30):
+        out = renderer(spot, cameras, color_fn=lambda s: sample_texture(texture, s["uv"]))
+        loss = ((out["rgb"] - target) ** 2).mean()
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert losses[-1] < 0.2 * losses[0], losses

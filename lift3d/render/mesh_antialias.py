@@ -40,8 +40,11 @@ from lift3d.render.mesh_raster import Rasterization
 @torch.no_grad()
 def silhouette_edges(clip: Tensor, faces: Tensor, topology: EdgeTopology) -> Tensor:
     """[B, F, 3] bool: face corner k's edge (v_k, v_k+1) is a silhouette of that face in view b."""
-    tri = clip[:, faces][..., [0, 1, 3]]  # [B, F, 3, (X, Y, W)]
-    front = torch.linalg.det(tri.double()) > 0  # orientation seen from the eye (valid behind it too)
+    X, Y, W = (clip[:, faces][..., k].double() for k in (0, 1, 3))  # [B, F, 3] each
+    # det of the (X, Y, W) rows: the orientation seen from the eye (valid behind it too)
+    det = (X[..., 0] * (Y[..., 1] * W[..., 2] - Y[..., 2] * W[..., 1]) - X[..., 1] * (Y[..., 0] * W[..., 2] - Y[..., 2] * W[..., 0])
+           + X[..., 2] * (Y[..., 0] * W[..., 1] - Y[..., 1] * W[..., 0]))
+    front = det > 0
     batch, num_edges = clip.shape[0], topology.edge_face_count.numel()
     front_count = torch.zeros(batch, num_edges, dtype=torch.long, device=clip.device)
     index = topology.face_edges.reshape(1, -1).expand(batch, -1)
