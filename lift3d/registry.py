@@ -22,6 +22,7 @@ _BUILTIN_PACKAGES = (
     "lift3d.data",
     "lift3d.fields",
     "lift3d.gaussians",
+    "lift3d.meshes",
     "lift3d.render",
     "lift3d.guidance",
     "lift3d.systems",
