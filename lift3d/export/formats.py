@@ -145,9 +145,12 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
 
 def mesh_from_field(
     density_fn: DensityFn, bbox: BboxLike, cfg: ExportConfig, colour_fn: ColourFn | None = None,
-    occupancy: torch.Tensor | None = None, device: torch.device | str = "cpu",
+    occupancy: torch.Tensor | None = None, device: torch.device | str | None = None,
 ) -> Mesh:
-    """A NeRF-style field's mesh with the config's options (cfg.bbox overrides ``bbox``)."""
+    """A NeRF-style field's mesh with the config's options (cfg.bbox overrides ``bbox``); queries run on
+    ``device`` (None: the device of ``bbox`` when it is a tensor, else the CPU)."""
+    if device is None:
+        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
     return extract_mesh(
         density_fn, cfg.bbox if cfg.bbox is not None else bbox, cfg.resolution, cfg.threshold, cfg.chunk,
         colour_fn=colour_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
@@ -168,10 +171,12 @@ def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu") -
 
 def gaussian_sources(
     gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
-    render_fn: RenderFn | None = None, device: torch.device | str = "cpu",
+    render_fn: RenderFn | None = None, device: torch.device | str | None = None,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
-    coloured by querying them or (cfg.gaussian_colours=render) from renders around the object."""
+    coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
+    Queries run on ``device`` (None: where the Gaussians are)."""
+    device = gaussians.means.device if device is None else torch.device(device)
     field = GaussianField(gaussians, cfg.gaussian_cutoff_sigma).to(device)
     if cfg.gaussian_colours not in ("query", "render"):
         raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
