@@ -27,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runner import load_system, make_trial_dir, trial_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
+    if args.format:  # --format takes every later word: hand key=value overrides back to the config
+        args.config = args.config + [item for item in args.format if "=" in item]
+        args.format = [item for item in args.format if "=" not in item] or None
     cfg, _, _ = load_experiment(args)
     trial = trial_dir_of_checkpoint(cfg.resume) or make_trial_dir(cfg)
     system = load_system(cfg, cfg.resume)

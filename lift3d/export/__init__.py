@@ -1,1 +1,82 @@
-"""export."""
+"""Exporters: meshes from NeRF fields and Gaussians, textured .glb / .obj, vertex-colour .ply, Gaussian
+.ply / .splat, turntable video.
+
+Systems call one helper from their ``export(saver, formats)`` (``lift3d export CONFIG --resume CKPT
+[--format glb obj ...]``), handing over what they can provide as an ``ExportSources``; nothing here is
+registered, and no exporter reaches into a system. Options live in ``ExportConfig``, which a system's
+config embeds as ``export`` (so ``system.export.resolution=512`` works on the command line).
+
+A NeRF system::
+
+    def export(self, saver, formats):
+        cfg = self.cfg.export
+        sources = ExportSources(
+            mesh=lambda: mesh_from_field(self.field.density, self.field.bbox, cfg, colour_fn=self.field.albedo,
+                                         occupancy=self.occupancy_grid.mask, device=self.device),
+            colour_fn=self.field.albedo,  # points [N, 3] -> albedo [N, 3], baked into the texture
+            render_fn=lambda cameras: self.render_views({"cameras": cameras}),
+            device=self.device,
+        )
+        return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
+
+A Gaussian system (activated tensors; colours from SH degree 0)::
+
+        g = GaussianTensors(means, scales, quats_wxyz, opacities, colours=rgb_from_sh_dc(sh_dc))
+        sources = gaussian_sources(g, cfg, write_3dgs_ply=lambda path: write_gaussian_ply(path, ...),
+                                   render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
+        return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
+
+A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` and a ``colour_fn``.
+
+Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
+(needs ``write_3dgs_ply``); ``splat`` (needs ``gaussians``); ``mp4``, ``gif`` (need ``render_fn``).
+Files are ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``,
+``<stem>.splat``, ``<stem>-orbit.mp4``/``.gif``. A format the sources cannot make is an error naming
+what they can make; ``ply`` alone is refused as ambiguous.
+
+The parts are plain functions on tensors and arrays: ``extract_mesh`` (grid sampling in blocks,
+marching cubes, automatic threshold, clean-up, decimation, colours), ``GaussianField`` (density and
+colour of Gaussians), ``RenderedColours`` (colours back-projected from renders), ``bake_texture``
+(xatlas atlas + baking), ``write_glb`` / ``write_obj`` / ``write_ply``, ``write_splat`` / ``read_splat``,
+``write_orbit_video``.
+"""
+
+from lift3d.export.backproject import RenderedColours
+from lift3d.export.formats import (
+    FORMATS,
+    ExportConfig,
+    ExportSources,
+    export_formats,
+    gaussian_sources,
+    mesh_from_field,
+)
+from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
+from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.splat import read_splat, rgb_from_sh_dc, write_splat
+from lift3d.export.texture import bake_texture
+from lift3d.export.video import orbit_cameras, write_orbit_video
+from lift3d.export.writers import write_glb, write_obj, write_ply
+
+__all__ = [
+    "FORMATS",
+    "ExportConfig",
+    "ExportSources",
+    "GaussianField",
+    "GaussianTensors",
+    "Mesh",
+    "RenderedColours",
+    "bake_texture",
+    "export_formats",
+    "extract_mesh",
+    "gaussian_bbox",
+    "gaussian_sources",
+    "mesh_from_field",
+    "orbit_cameras",
+    "read_splat",
+    "rgb_from_sh_dc",
+    "write_glb",
+    "write_obj",
+    "write_orbit_video",
+    "write_ply",
+    "write_splat",
+]

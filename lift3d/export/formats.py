@@ -1,0 +1,204 @@
+"""``export_formats``: write the formats asked for from what a system can provide (see ``lift3d.export``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lift3d.export.backproject import RenderedColours, RenderFn
+from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
+from lift3d.export.grid import BboxLike, ColourFn, DensityFn
+from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.splat import write_splat
+from lift3d.export.texture import bake_texture
+from lift3d.export.video import orbit_cameras, write_orbit_video
+from lift3d.export.writers import write_glb, write_obj, write_ply
+from lift3d.saving import OutputSaver
+
+log = logging.getLogger(__name__)
+
+# format name -> (what it needs, what it is)
+FORMATS: dict[str, tuple[str, str]] = {
+    "glb": ("mesh", "binary glTF mesh, albedo texture embedded (vertex colours when texture_size=0)"),
+    "obj": ("mesh", "Wavefront .obj + .mtl + texture .png"),
+    "mesh-ply": ("mesh", ".ply mesh with vertex colours"),
+    "3dgs-ply": ("write_3dgs_ply", "3D Gaussians in the 3DGS .ply layout"),
+    "splat": ("gaussians", "3D Gaussians in the compact .splat layout"),
+    "mp4": ("render_fn", "turntable video (H.264)"),
+    "gif": ("render_fn", "turntable animation"),
+}
+
+
+@dataclass
+class ExportConfig:
+    """How assets are exported; systems embed it as ``export`` in their config."""
+
+    formats: list = field(default_factory=lambda: ["glb"])  # formats written when `lift3d export` gets no --format
+    stem: str = ""  # file-name stem of the exports ("": it<step>)
+    resolution: int = 256  # mesh: marching-cubes samples along the longest side of the box
+    threshold: float | None = None  # mesh: density iso-level (None: automatic, Otsu on voxel opacity, logged)
+    bbox: list | None = None  # mesh: [[x0, y0, z0], [x1, y1, z1]] to mesh (None: the representation's own box)
+    fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
+    keep_components: int = 1  # mesh: keep the k largest connected parts (0: all)
+    target_faces: int = 100000  # mesh: decimate to about this many faces (0: off)
+    texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colours in .glb/.obj)
+    texture_padding: int = 2  # mesh: texels between UV charts
+    up_axis: str = "y"  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
+    chunk: int = 262144  # points per density or colour query
+    gaussian_cutoff_sigma: float = 3.0  # Gaussians: each reaches this many standard deviations when meshed
+    gaussian_colours: str = "query"  # Gaussians' mesh colours: query (their own colours) or render (back-projected)
+    backproject_views: int = 16  # render colours: views around the object (half at +30 deg, half at -15 deg)
+    video_frames: int = 120  # turntable: frames in a full turn
+    video_fps: int = 30  # turntable: frames per second
+    video_elevation_deg: float = 15.0  # turntable: camera elevation above the xy-plane
+    video_distance: float = 3.0  # turntable: camera distance from the origin
+    video_fovy_deg: float = 40.0  # turntable: vertical field of view
+    video_width: int = 512  # turntable: frame width in pixels
+    video_height: int = 512  # turntable: frame height in pixels
+    render_batch: int = 4  # views per render call (turntable and back-projection)
+
+
+@dataclass
+class ExportSources:
+    """What a system can hand to the exporters; leave out what it cannot (its formats are refused)."""
+
+    mesh: Callable[[], Mesh] | None = None  # builds the (vertex-coloured) mesh; called at most once, only if needed
+    colour_fn: ColourFn | None = None  # albedo at points [N, 3] -> [N, 3], baked into textures
+    gaussians: GaussianTensors | None = None  # activated Gaussians with colours, for .splat
+    write_3dgs_ply: Callable[[Path], Any] | None = None  # the Gaussian model's own 3DGS .ply writer
+    render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
+    device: torch.device | str = "cpu"  # where queries run
+
+    def provides(self) -> list[str]:
+        return [name for name, (need, _) in FORMATS.items() if getattr(self, need) is not None]
+
+
+def check_formats(formats: Sequence[str], sources: ExportSources) -> list[str]:
+    """The formats in order without repeats; unknown or unavailable ones are errors that list the valid."""
+    out: list[str] = []
+    for fmt in formats:
+        fmt = str(fmt).lower().lstrip(".")
+        if fmt == "ply":
+            raise ValueError("format 'ply' is ambiguous: use mesh-ply (a mesh with vertex colours) or 3dgs-ply (3D Gaussians)")
+        if fmt not in FORMATS:
+            known = ", ".join(f"{k} ({v[1]})" for k, v in FORMATS.items())
+            raise ValueError(f"unknown export format {fmt!r}; known formats: {known}")
+        if getattr(sources, FORMATS[fmt][0]) is None:
+            raise ValueError(f"this system cannot export {fmt!r} ({FORMATS[fmt][1]}); it can export: {', '.join(sources.provides()) or 'nothing'}")
+        if fmt not in out:
+            out.append(fmt)
+    return out
+
+
+def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig, sources: ExportSources, stem: str = "model") -> list[Path]:
+    """Write each of ``formats`` under ``saver`` as ``<stem>.<ext>`` (cfg.stem wins when set); returns
+    every file written. The mesh is built once and textured once, whatever the number of mesh formats."""
+    formats = check_formats(formats, sources)
+    stem = cfg.stem or stem
+    written: list[Path] = []
+    cache: dict[str, Mesh] = {}
+
+    def mesh() -> Mesh:
+        if "mesh" not in cache:
+            cache["mesh"] = sources.mesh()
+        return cache["mesh"]
+
+    def mesh_for_files() -> Mesh:
+        """Textured when a colour field and a texture size are given, else the vertex-coloured mesh."""
+        if sources.colour_fn is None or cfg.texture_size <= 0:
+            return mesh()
+        if "textured" not in cache:
+            cache["textured"] = bake_texture(mesh(), sources.colour_fn, cfg.texture_size, cfg.texture_padding,
+                                             chunk=cfg.chunk, device=sources.device)
+        return cache["textured"]
+
+    videos = tuple(f for f in formats if f in ("mp4", "gif"))
+    for fmt in formats:
+        if fmt == "glb":
+            written += write_glb(mesh_for_files(), saver.path(f"{stem}.glb"), cfg.up_axis)
+        elif fmt == "obj":
+            written += write_obj(mesh_for_files(), saver.path(f"{stem}.obj"), cfg.up_axis)
+        elif fmt == "mesh-ply":
+            written += write_ply(mesh(), saver.path(f"{stem}-mesh.ply"), cfg.up_axis)
+        elif fmt == "3dgs-ply":
+            path = saver.path(f"{stem}-gaussians.ply")
+            sources.write_3dgs_ply(path)
+            written.append(path)
+        elif fmt == "splat":
+            written += write_splat(saver.path(f"{stem}.splat"), sources.gaussians)
+        elif fmt in videos and fmt == videos[0]:
+            cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,
+                                    cfg.video_width, cfg.video_height, device=sources.device)
+            written += write_orbit_video(saver, f"{stem}-orbit", sources.render_fn, cameras, cfg.video_fps, videos, cfg.render_batch)
+    for path in written:
+        log.info("exported %s", path)
+    return written
+
+
+# --------------------------------------------------------------------------------------------- sources
+
+
+def mesh_from_field(
+    density_fn: DensityFn, bbox: BboxLike, cfg: ExportConfig, colour_fn: ColourFn | None = None,
+    occupancy: torch.Tensor | None = None, device: torch.device | str | None = None,
+) -> Mesh:
+    """A NeRF-style field's mesh with the config's options (cfg.bbox overrides ``bbox``); queries run on
+    ``device`` (None: the device of ``bbox`` when it is a tensor, else the CPU)."""
+    if device is None:
+        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
+    return extract_mesh(
+        density_fn, cfg.bbox if cfg.bbox is not None else bbox, cfg.resolution, cfg.threshold, cfg.chunk,
+        colour_fn=colour_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
+        target_faces=cfg.target_faces, fill_holes=cfg.fill_holes, device=device,
+    )
+
+
+def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu") -> Any:
+    """Views for colour back-projection: two rings around the object (elevations +30 and -15 degrees)."""
+    from lift3d.cameras import Cameras
+
+    half = max(1, cfg.backproject_views // 2)
+    rings = [orbit_cameras(half, elevation, cfg.video_distance, cfg.video_fovy_deg, cfg.video_width, cfg.video_height,
+                           start_azimuth_deg=offset, device=device)
+             for elevation, offset in ((30.0, 0.0), (-15.0, 180.0 / half))]
+    return Cameras.cat(rings)
+
+
+def gaussian_sources(
+    gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
+    render_fn: RenderFn | None = None, device: torch.device | str | None = None,
+) -> ExportSources:
+    """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
+    coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
+    Queries run on ``device`` (None: where the Gaussians are)."""
+    device = gaussians.means.device if device is None else torch.device(device)
+    field = GaussianField(gaussians, cfg.gaussian_cutoff_sigma).to(device)
+    if cfg.gaussian_colours not in ("query", "render"):
+        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
+    if cfg.gaussian_colours == "render" and render_fn is None:
+        raise ValueError("export.gaussian_colours=render needs the system's render function")
+    colour_cache: dict[str, ColourFn] = {}
+
+    def colour_fn(points: torch.Tensor) -> torch.Tensor:
+        if "fn" not in colour_cache:
+            if cfg.gaussian_colours == "render":
+                colour_cache["fn"] = RenderedColours(render_fn, backproject_cameras(cfg, device), cfg.render_batch, fallback=field.colour)
+            else:
+                colour_cache["fn"] = field.colour
+        return colour_cache["fn"](points)
+
+    def mesh() -> Mesh:
+        box = cfg.bbox if cfg.bbox is not None else gaussian_bbox(gaussians, cfg.gaussian_cutoff_sigma)
+        return extract_mesh(
+            field.density, box, cfg.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
+            keep_components=cfg.keep_components, target_faces=cfg.target_faces, fill_holes=cfg.fill_holes,
+            opacity_scale=1.0, device=device,
+        )
+
+    return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
+                         render_fn=render_fn, device=device)

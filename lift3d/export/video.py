@@ -1,0 +1,51 @@
+"""Turntable videos: render a full orbit around the object and write it with ``OutputSaver.video``
+(.mp4 through imageio-ffmpeg, .gif through imageio/Pillow)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
+from lift3d.export.backproject import RenderFn
+from lift3d.imaging import to_numpy_image
+from lift3d.saving import OutputSaver
+
+
+def orbit_cameras(
+    n_frames: int, elevation_deg: float, distance: float, fovy_deg: float, width: int, height: int,
+    start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu",
+) -> Cameras:
+    """``n_frames`` cameras evenly spaced around a full turn, looking at the origin (+z up)."""
+    if n_frames < 1:
+        raise ValueError(f"an orbit needs at least one frame, got {n_frames}")
+    c2w = orbit_c2w(n_frames, elevation_deg, distance, start_azimuth_deg)
+    intrinsics = intrinsics_from_fovy(torch.full((n_frames,), math.radians(fovy_deg)), width, height)
+    return Cameras(c2w, intrinsics, width, height).to(device)
+
+
+@torch.no_grad()
+def render_frames(render_fn: RenderFn, cameras: Cameras, batch_size: int = 4) -> list[np.ndarray]:
+    """uint8 RGB frames [H, W, 3] of ``render_fn`` (cameras -> {"rgb": [B, H, W, 3], ...}) per camera."""
+    frames: list[np.ndarray] = []
+    for start in range(0, len(cameras), batch_size):
+        rgb = render_fn(cameras[start : start + batch_size])["rgb"]
+        if rgb.ndim != 4 or rgb.shape[1:3] != (cameras.height, cameras.width):
+            raise ValueError(f"render_fn returned rgb of shape {tuple(rgb.shape)}; expected [B, {cameras.height}, {cameras.width}, 3]")
+        frames.extend(to_numpy_image(frame[..., :3].clamp(0, 1)) for frame in rgb)
+    return frames
+
+
+def write_orbit_video(
+    saver: OutputSaver, stem: str, render_fn: RenderFn, cameras: Cameras, fps: int = 30,
+    formats: tuple[str, ...] = ("mp4",), batch_size: int = 4,
+) -> list[Path]:
+    """Render ``cameras`` once and write ``<stem>.<fmt>`` for each of ``formats`` (mp4, gif)."""
+    unknown = sorted(set(formats) - {"mp4", "gif"})
+    if unknown:
+        raise ValueError(f"unknown video format(s) {unknown}: use mp4 or gif")
+    frames = render_frames(render_fn, cameras, batch_size)
+    return [saver.video(f"{stem}.{fmt}", frames, fps=fps) for fmt in formats]

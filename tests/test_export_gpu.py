@@ -1,0 +1,46 @@
+"""The exporters on CUDA give what they give on CPU (CPU twins: the other test_export_* files)."""
+
+import numpy as np
+import pytest
+import torch
+
+from lift3d.export import ExportConfig, GaussianField, RenderedColours, extract_mesh, gaussian_bbox
+from lift3d.export.formats import backproject_cameras
+from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density
+from tests.test_export_gaussians import random_gaussians, skin_of_sphere
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+def test_gaussian_field_on_cuda_matches_cpu():
+    g = random_gaussians(2000)
+    points = torch.rand(100000, 3, generator=torch.Generator().manual_seed(2)) * 2.4 - 1.2
+    cpu = GaussianField(g)
+    gpu = GaussianField(g).to(CUDA)
+    assert torch.allclose(gpu.density(points.to(CUDA)).cpu(), cpu.density(points), atol=1e-4, rtol=1e-4)
+    assert torch.allclose(gpu.colour(points.to(CUDA)).cpu(), cpu.colour(points), atol=1e-4)
+
+
+def test_field_mesh_on_cuda_matches_cpu():
+    bbox = torch.tensor([[-1.0, -1, -1], [1, 1, 1]])
+    cpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox, 96, threshold=25.0, colour_fn=position_colour)
+    gpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox.to(CUDA), 96, threshold=25.0, colour_fn=position_colour)
+    assert gpu.faces.shape == cpu.faces.shape
+    assert np.abs(gpu.vertices - cpu.vertices).max() < 1e-4
+    assert np.abs(gpu.vertex_colours - cpu.vertex_colours).max() < 1e-4
+
+
+def test_gaussian_mesh_and_back_projection_on_cuda():
+    g, peak = skin_of_sphere(n=20000)
+    gpu_g = type(g)(*(t.to(CUDA) for t in (g.means, g.scales, g.quats, g.opacities, g.colours)))
+    field = GaussianField(gpu_g)
+    mesh = extract_mesh(field.density, gaussian_bbox(g), 128, threshold=peak / 2, fill_holes=True, colour_fn=field.colour,
+                        opacity_scale=1.0, device=CUDA)
+    r = np.linalg.norm(mesh.vertices, axis=1)
+    assert np.abs(r - (0.5 + 0.03 * np.sqrt(2 * np.log(2)))).max() < 1.2 / 127
+    cfg = ExportConfig(backproject_views=16, video_width=256, video_height=256, video_distance=2.5)
+    colours = RenderedColours(lambda c: render_sphere(c, 0.5), backproject_cameras(cfg, CUDA))
+    points = torch.from_numpy(mesh.vertices / r[:, None] * 0.5).to(CUDA)
+    seen = points[:, 2] > -0.45  # the default rings (+30 and -15 degrees) do not see the bottom cap
+    assert (colours(points[seen]) - position_colour(points[seen])).abs().max() < 0.02
