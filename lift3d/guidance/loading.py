@@ -70,12 +70,13 @@ def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only:
     try:
         return loader(name, subfolder=subfolder, local_files_only=local_only, **kwargs)
     except Exception as error:  # diffusers/transformers/huggingface_hub raise many types; all mean "not loadable"
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else "no details"
+        local = Path(name).expanduser().is_dir() or _looks_like_path(name)
+        download = "" if local else f" (on a machine with internet, `hf download {name} --local-dir /path/to/folder` makes one)"
         raise ModelLoadError(
             f"could not load the diffusion model '{name}' ({subfolder}): tried {_what_was_tried(name, subfolder, local_only)}; "
             f"{type(error).__name__}: {reason}. To use a local copy, point lift3d at a diffusers folder holding "
-            f"unet/, vae/, text_encoder/, tokenizer/ and scheduler/: guidance.pretrained_model_name_or_path=/path/to/folder "
-            f"(on a machine with internet, `hf download {name} --local-dir /path/to/folder` makes one)."
+            f"unet/, vae/, text_encoder/, tokenizer/ and scheduler/: guidance.pretrained_model_name_or_path=/path/to/folder{download}."
         ) from error
 
 

@@ -118,6 +118,7 @@ class StableDiffusionGuidance(DistillationGuidance):
 
     def unet_forward(self, x: Tensor, t: Tensor, context: Tensor, class_labels: Tensor | None = None) -> Tensor:
         """The UNet's raw output [N,4,h,w] for latents x [N,4,h,w], timesteps t [N], text context [N,L,D]."""
+        self._ready()
         x = x.to(self.dtype)
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

@@ -196,9 +196,13 @@ class VSDGuidance(StableDiffusionGuidance):
         }
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        missing = sorted(set(self.trainable) - set(state["params"]))
-        if missing:
-            raise KeyError(f"the VSD checkpoint state lacks {len(missing)} LoRA tensors, e.g. {missing[:3]} (different lora_rank?)")
+        saved = state["params"]
+        wrong = sorted(n for n, p in self.trainable.items() if n not in saved or saved[n].shape != p.shape)
+        if wrong:
+            raise KeyError(
+                f"the VSD checkpoint state does not fit this LoRA ({len(wrong)} tensors missing or of another shape, e.g. "
+                f"{wrong[:2]}): was it saved with another lora_rank or camera_hidden?"
+            )
         with torch.no_grad():
             for name, param in self.trainable.items():
                 param.copy_(state["params"][name])
