@@ -89,3 +89,21 @@ def test_vsd_rejects_options_that_break_lora(tmp_path):
         make_vsd(tmp_path, fuse_qkv=True)
     with pytest.raises(ValueError, match="sequential"):
         make_vsd(tmp_path, cpu_offload="sequential")
+
+
+def test_distributed_sync_keeps_values_with_one_rank(tmp_path):
+    import torch.distributed as dist
+
+    guidance = make_vsd(tmp_path, latent_input=True)
+    for i, param in enumerate(guidance.trainable.values()):
+        param.grad = torch.full_like(param, float(i))
+    params = {n: p.detach().clone() for n, p in guidance.trainable.items()}
+    grads = {n: p.grad.clone() for n, p in guidance.trainable.items()}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        guidance._sync_for_ddp(grads=False)
+        guidance._sync_for_ddp(grads=True)
+    finally:
+        dist.destroy_process_group()
+    for name, param in guidance.trainable.items():
+        assert torch.equal(param.detach(), params[name]) and torch.equal(param.grad, grads[name])

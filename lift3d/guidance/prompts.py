@@ -98,7 +98,7 @@ def perp_neg_weights(elevation_deg: Tensor, azimuth_deg: Tensor, overhead_angle:
     A view's own direction gets a small weight that has no effect: its perpendicular part is ~0.
     """
     azimuth = wrap_degrees(azimuth_deg.float()).abs()
-    centres = torch.tensor([0.0, 90.0, 180.0], device=azimuth.device)
+    centres = torch.arange(3, device=azimuth.device) * 90.0  # 0, 90, 180 (made on the device: no host copy)
     closeness = (1 - (azimuth[:, None] - centres).abs() / 90.0).clamp_min(0)
     weights = weight * torch.exp(-decay * closeness)
     overhead, bottom = _polar_override(elevation_deg.float(), overhead_angle)
@@ -165,6 +165,7 @@ class PromptProcessor:
         folder = cfg.prompt_cache_dir
         self.cache = None if folder.lower() == "none" else EmbeddingCache(Path(folder).expanduser() if folder else default_cache_dir())
         self._embeddings: dict[str, Tensor] | None = None
+        self._on_device: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}  # copies, made once
         self.encoder_calls = 0  # how many times the text encoder ran (cache misses)
 
     def texts(self) -> dict[str, str]:
@@ -192,7 +193,10 @@ class PromptProcessor:
                     if self.cache:
                         self.cache.save(self.model_key, texts[name], found[name])
             self._embeddings = {name: value for name, value in found.items() if value is not None}
-        return {name: value.to(device=device, dtype=dtype) for name, value in self._embeddings.items()}
+        key = (torch.device(device), dtype)
+        if key not in self._on_device:
+            self._on_device[key] = {name: value.to(device=device, dtype=dtype) for name, value in self._embeddings.items()}
+        return self._on_device[key]
 
     @staticmethod
     def view_angles(batch: dict[str, Any], n: int) -> tuple[Tensor, Tensor]:

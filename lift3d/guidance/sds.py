@@ -70,6 +70,7 @@ class StableDiffusionGuidance(DistillationGuidance):
         self._placed: torch.device | None = None
         self._unet_fn: Any = None
         self._encode_fn: Any = None
+        self._cuda_graphs = False  # compiled with CUDA graphs: mark each step, copy outputs
 
     # ------------------------------------------------------------------ placement and speed options
     @property
@@ -108,6 +109,7 @@ class StableDiffusionGuidance(DistillationGuidance):
         if cuda and self.cfg.cudnn_benchmark:
             torch.backends.cudnn.benchmark = True
         self._unet_fn, self._encode_fn = self.unet, self._encode_images
+        self._cuda_graphs = bool(self.cfg.compile and self.cfg.cuda_graphs and cuda)
         if self.cfg.compile and cuda:
             self._unet_fn = compile_fn(self.unet, self.cfg)
             if self.cfg.compile_vae:
@@ -122,11 +124,9 @@ class StableDiffusionGuidance(DistillationGuidance):
         x = x.to(self.dtype)
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.cfg.cuda_graphs and self._unet_fn is not self.unet:
-            torch.compiler.cudagraph_mark_step_begin()
         with self.offload:
             out = self._unet_fn(x, t, encoder_hidden_states=context.to(self.dtype), class_labels=class_labels, return_dict=False)[0]
-        return out.clone() if self.cfg.cuda_graphs else out  # CUDA-graph outputs are overwritten by the next replay
+        return out.clone() if self._cuda_graphs else out  # CUDA-graph outputs are overwritten by the next replay
 
     # ------------------------------------------------------------------ encode / decode
     def _encode_images(self, image: Tensor) -> Tensor:
@@ -139,6 +139,8 @@ class StableDiffusionGuidance(DistillationGuidance):
 
     def encode(self, rgb: Tensor) -> Tensor:
         self._ready()
+        if self._cuda_graphs:  # encode starts every step: a new CUDA-graph generation
+            torch.compiler.cudagraph_mark_step_begin()
         size = self.cfg.resolution
         if self.cfg.latent_input:
             if rgb.shape[-1] != 4:
@@ -154,8 +156,6 @@ class StableDiffusionGuidance(DistillationGuidance):
         image = rgb.permute(0, 3, 1, 2).to(self.execution_device)
         if image.shape[-2:] != (size, size):
             image = F.interpolate(image, (size, size), mode="bilinear", align_corners=False)
-        if self.cfg.cuda_graphs and self._encode_fn is not self._encode_images:
-            torch.compiler.cudagraph_mark_step_begin()
         return self._encode_fn(image)
 
     def decode(self, x: Tensor) -> Tensor:

@@ -151,12 +151,19 @@ class VSDGuidance(StableDiffusionGuidance):
 
         if not (dist.is_available() and dist.is_initialized()):
             return
-        for param in self.trainable.values():
-            if grads and param.grad is not None:
-                dist.all_reduce(param.grad)
-                param.grad /= dist.get_world_size()
-            elif not grads:
-                dist.broadcast(param.data, src=0)
+        tensors = [p.grad for p in self.trainable.values() if p.grad is not None] if grads else [p.data for p in self.trainable.values()]
+        if not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors])  # one collective, not one per tensor
+        if grads:
+            dist.all_reduce(flat)
+            flat /= dist.get_world_size()
+        else:
+            dist.broadcast(flat, src=0)
+        offset = 0
+        for tensor in tensors:
+            tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()
 
     def after_gradient(self, x: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
         if torch.is_inference_mode_enabled():
