@@ -107,7 +107,7 @@ class DiffusionModels:
     to get the text encoder (loaded only when a prompt embedding is not cached, then released)."""
 
     unet: torch.nn.Module
-    vae: torch.nn.Module | None
+    vae: torch.nn.Module
     alphas_cumprod: Tensor  # [T] float32
     prediction_type: str  # epsilon, v_prediction or sample (from the scheduler config)
     text_encoder: Callable[[torch.device, torch.dtype], Callable[[list[str]], Tensor]] | None  # TextEncoder factory
@@ -120,9 +120,7 @@ def model_key(name: str) -> str:
     return str(folder.resolve()) if folder.is_dir() else name
 
 
-def load_stable_diffusion(
-    name: str, dtype: torch.dtype, variant: str | None = None, local_files_only: bool = False, with_vae: bool = True
-) -> DiffusionModels:
+def load_stable_diffusion(name: str, dtype: torch.dtype, variant: str | None = None, local_files_only: bool = False) -> DiffusionModels:
     """Load UNet, VAE and scheduler of ``name`` (hub id or folder) on the CPU in ``dtype``, frozen."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 
@@ -130,7 +128,7 @@ def load_stable_diffusion(
     weights = {"torch_dtype": dtype, **({"variant": variant} if variant else {})}
     scheduler = load_part(DDPMScheduler.from_pretrained, name, "scheduler", local_only)
     unet = frozen(load_part(UNet2DConditionModel.from_pretrained, name, "unet", local_only, **weights))
-    vae = frozen(load_part(AutoencoderKL.from_pretrained, name, "vae", local_only, **weights)) if with_vae else None
+    vae = frozen(load_part(AutoencoderKL.from_pretrained, name, "vae", local_only, **weights))
 
     def text_encoder(device: torch.device, dtype: torch.dtype) -> TextEncoder:
         from transformers import CLIPTextModel, CLIPTokenizer

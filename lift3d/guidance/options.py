@@ -57,23 +57,21 @@ def configure_attention(unet: Any, vae: Any, cfg: ModelOptionsConfig) -> None:
         from diffusers.models.attention_processor import AttnProcessor2_0
 
         unet.set_attn_processor(AttnProcessor2_0())
-        if vae is not None:
-            vae.set_attn_processor(AttnProcessor2_0())
+        vae.set_attn_processor(AttnProcessor2_0())
     elif attention == "xformers":
         unet.enable_xformers_memory_efficient_attention()
     if cfg.fuse_qkv:
         unet.fuse_qkv_projections()
     if cfg.attention_slicing:
         unet.set_attention_slice("auto")
-    if cfg.vae_slicing and vae is not None:
+    if cfg.vae_slicing:
         vae.enable_slicing()
 
 
 def set_memory_format(modules: list[Any], channels_last: bool) -> None:
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     for module in modules:
-        if module is not None:
-            module.to(memory_format=fmt)
+        module.to(memory_format=fmt)
 
 
 def compile_fn(fn: Callable[..., Any], cfg: ModelOptionsConfig) -> Callable[..., Any]:

@@ -45,6 +45,11 @@ class PromptConfig:
     prompt_cache_dir: str = ""  # embedding cache ("": $LIFT3D_CACHE/text_embeddings or ~/.cache/lift3d/...; "none": off)
 
 
+def view_prompt(prompt: str, direction: str) -> str:
+    """The prompt for views from ``direction`` (one of ``DIRECTIONS``), stable-dreamfusion style."""
+    return f"{prompt}, {direction} view"
+
+
 def wrap_degrees(angle: Tensor) -> Tensor:
     """Angles in degrees wrapped to (-180, 180]."""
     wrapped = torch.remainder(angle + 180.0, 360.0) - 180.0
@@ -172,7 +177,7 @@ class PromptProcessor:
         """Name -> text of every embedding needed."""
         texts = {"uncond": self.cfg.negative_prompt, "plain": self.cfg.prompt}
         if self.cfg.view_dependent_prompting:
-            texts.update({d: f"{self.cfg.prompt}, {d} view" for d in DIRECTIONS})
+            texts.update({d: view_prompt(self.cfg.prompt, d) for d in DIRECTIONS})
         return texts
 
     def embeddings(self, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
@@ -230,5 +235,5 @@ class PromptProcessor:
 def describe_views(elevation_deg: Tensor, azimuth_deg: Tensor, cfg: PromptConfig) -> list[str]:
     """The view-dependent prompt text of each view (for logs and tests)."""
     index = view_direction(elevation_deg, azimuth_deg, cfg.front_angle_deg, cfg.overhead_angle_deg)
-    return [f"{cfg.prompt}, {DIRECTIONS[int(i)]} view" for i in index]
+    return [view_prompt(cfg.prompt, DIRECTIONS[int(i)]) for i in index]
 

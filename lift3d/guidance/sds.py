@@ -78,7 +78,7 @@ class StableDiffusionGuidance(DistillationGuidance):
         return self.models.unet
 
     @property
-    def vae(self) -> torch.nn.Module | None:
+    def vae(self) -> torch.nn.Module:
         return self.models.vae
 
     def to(self, *args: Any, **kwargs: Any) -> StableDiffusionGuidance:
@@ -98,14 +98,13 @@ class StableDiffusionGuidance(DistillationGuidance):
         if not cuda and self.dtype != torch.float32 and self.cfg.dtype == "auto":
             log.info("the guidance runs on %s: using fp32 weights", device)
             self.dtype = torch.float32
-        modules = [m for m in (self.unet, self.vae) if m is not None]
+        modules = [self.unet, self.vae]
         for module in modules:
             if module.dtype != self.dtype:
                 module.to(dtype=self.dtype)
         set_memory_format(modules, self.cfg.channels_last)
         self.offload.place(device)
-        if self.vae is not None:
-            self.vae.to(device)
+        self.vae.to(device)
         if cuda and self.cfg.cudnn_benchmark:
             torch.backends.cudnn.benchmark = True
         self._unet_fn, self._encode_fn = self.unet, self._encode_images
@@ -151,16 +150,12 @@ class StableDiffusionGuidance(DistillationGuidance):
             return latents
         if rgb.shape[-1] != 3:
             raise ValueError(f"the guidance expects [B,H,W,3] renders in 0..1 (or set guidance.latent_input=true), got {tuple(rgb.shape)}")
-        if self.vae is None:
-            raise ValueError("this guidance was built without a VAE: it can only take latents (guidance.latent_input=true)")
         image = rgb.permute(0, 3, 1, 2).to(self.execution_device)
         if image.shape[-2:] != (size, size):
             image = F.interpolate(image, (size, size), mode="bilinear", align_corners=False)
         return self._encode_fn(image)
 
     def decode(self, x: Tensor) -> Tensor:
-        if self.vae is None:
-            return (x[:, :3].float() * 0.5 + 0.5).clamp(0, 1).permute(0, 2, 3, 1)
         image = self.vae.decode((x / self.vae.config.scaling_factor).to(self.dtype), return_dict=False)[0]
         return (image.float() * 0.5 + 0.5).clamp(0, 1).permute(0, 2, 3, 1)
 
