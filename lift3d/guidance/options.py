@@ -1,0 +1,119 @@
+"""Memory and speed options of a diffusion guidance: attention kernels, slicing, offload, channels-last,
+torch.compile with optional CUDA graphs. Each falls back cleanly (with one log line) where it cannot apply.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+ATTENTION = ("sdpa", "xformers", "default")
+OFFLOAD = ("none", "model", "sequential")
+
+
+@dataclass
+class ModelOptionsConfig:
+    """How the frozen diffusion model runs: memory savers and speed-ups."""
+
+    attention: str = "sdpa"  # sdpa (PyTorch scaled_dot_product_attention), xformers (if installed, else sdpa), default (as loaded)
+    attention_slicing: bool = False  # compute attention in slices: less memory, slower (replaces the attention kernel)
+    vae_slicing: bool = False  # run the VAE one image at a time: less memory for large batches
+    cpu_offload: str = "none"  # none; model: UNet kept in CPU memory between calls; sequential: layer by layer (needs accelerate; SDS only)
+    channels_last: bool = True  # channels-last memory format for UNet and VAE (faster fp16/bf16 convolutions on GPUs)
+    fuse_qkv: bool = False  # fuse the attention q/k/v projections into one matmul (not with VSD's LoRA)
+    compile: bool = False  # torch.compile the UNet (and the VAE encoder, see compile_vae); CUDA only, skipped on CPU
+    compile_vae: bool = True  # with compile: also compile the VAE encode (forward and backward)
+    compile_mode: str = "default"  # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs
+    cuda_graphs: bool = False  # with compile: replay CUDA graphs (mode reduce-overhead) to remove kernel-launch overhead
+    cudnn_benchmark: bool = True  # let cuDNN time and pick the fastest convolution algorithms (CUDA only)
+
+
+def check_options(cfg: ModelOptionsConfig) -> None:
+    """Reject option values and combinations that cannot work, naming the fix."""
+    if cfg.attention not in ATTENTION:
+        raise ValueError(f"guidance.attention must be one of {', '.join(ATTENTION)}, got '{cfg.attention}'")
+    if cfg.cpu_offload not in OFFLOAD:
+        raise ValueError(f"guidance.cpu_offload must be one of {', '.join(OFFLOAD)}, got '{cfg.cpu_offload}'")
+    if cfg.cpu_offload != "none" and cfg.compile:
+        raise ValueError("guidance.cpu_offload moves the UNet's weights every call, which defeats guidance.compile: turn one off")
+    if cfg.fuse_qkv and cfg.attention_slicing:
+        raise ValueError("guidance.fuse_qkv and guidance.attention_slicing each replace the attention kernel: pick one")
+
+
+def configure_attention(unet: Any, vae: Any, cfg: ModelOptionsConfig) -> None:
+    """Choose the attention kernel, slicing and QKV fusion (device-independent)."""
+    attention = cfg.attention
+    if attention == "xformers" and importlib.util.find_spec("xformers") is None:
+        log.info("guidance.attention=xformers but xformers is not installed; using PyTorch SDPA")
+        attention = "sdpa"
+    if attention == "sdpa":
+        from diffusers.models.attention_processor import AttnProcessor2_0
+
+        unet.set_attn_processor(AttnProcessor2_0())
+        vae.set_attn_processor(AttnProcessor2_0())
+    elif attention == "xformers":
+        unet.enable_xformers_memory_efficient_attention()
+    if cfg.fuse_qkv:
+        unet.fuse_qkv_projections()
+    if cfg.attention_slicing:
+        unet.set_attention_slice("auto")
+    if cfg.vae_slicing:
+        vae.enable_slicing()
+
+
+def set_memory_format(modules: list[Any], channels_last: bool) -> None:
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for module in modules:
+        module.to(memory_format=fmt)
+
+
+def compile_fn(fn: Callable[..., Any], cfg: ModelOptionsConfig) -> Callable[..., Any]:
+    """``fn`` compiled with the configured mode (reduce-overhead when cuda_graphs is on)."""
+    mode = "reduce-overhead" if cfg.cuda_graphs else cfg.compile_mode
+    return torch.compile(fn, mode=mode, dynamic=False)
+
+
+class ModelOffload:
+    """Keeps a module in CPU memory between uses (``cpu_offload=model``) or streams it layer by layer
+    (``sequential``, via accelerate); a no-op on CPU or with ``none``."""
+
+    def __init__(self, module: torch.nn.Module, mode: str) -> None:
+        self.module, self.mode, self.device = module, mode, torch.device("cpu")
+        self._hooked = False
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "none" and self.device.type == "cuda"
+
+    def place(self, device: torch.device) -> None:
+        """Where the module runs; with offload active its weights stay in CPU memory."""
+        if self.mode != "none" and device.type != "cuda":
+            log.info("guidance.cpu_offload=%s has no effect on %s", self.mode, device)
+        self.device = device
+        if not self.active:
+            self.module.to(device)
+            return
+        self.module.to("cpu")
+        if self.mode == "sequential" and not self._hooked:
+            try:
+                from accelerate import cpu_offload
+            except ImportError:
+                raise ImportError("guidance.cpu_offload=sequential needs accelerate: pip install accelerate") from None
+            cpu_offload(self.module, execution_device=device)
+            self._hooked = True
+
+    def __enter__(self) -> torch.nn.Module:
+        if self.active and self.mode == "model":
+            self.module.to(self.device)
+        return self.module
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active and self.mode == "model":
+            self.module.to("cpu")

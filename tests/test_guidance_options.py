@@ -1,0 +1,63 @@
+"""Memory and speed options on CPU: each gives the same gradient as the plain path, or falls back."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tests.test_guidance_sds import make, views
+from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
+
+PLAIN = {"channels_last": False, "attention": "default"}
+
+
+def gradient(guidance) -> torch.Tensor:
+    torch.manual_seed(4)
+    rgb = torch.rand(2, 16, 16, 3, requires_grad=True)
+    t, noise = torch.tensor([200, 800]), torch.randn(2, 4, 8, 8)
+    guidance(rgb, views([0, 0], [0, 100]), timesteps=t, noise=noise)["loss_sds"].backward()
+    return rgb.grad
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"channels_last": True},
+        {"attention": "sdpa"},
+        {"attention_slicing": True},
+        {"vae_slicing": True},
+        {"fuse_qkv": True},
+        {"cpu_offload": "model"},
+        {"cpu_offload": "sequential"},
+        {"compile": True, "cuda_graphs": True},
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_options_keep_the_gradient(tmp_path, options):
+    expected = gradient(make(tmp_path, **PLAIN))
+    got = gradient(make(tmp_path, **{**PLAIN, **options}))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5 * float(expected.abs().max()))
+
+
+def test_fallbacks_say_so(tmp_path, caplog, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xformers" else real_find_spec(name, *a))
+    with caplog.at_level(logging.INFO, logger="lift3d"):
+        guidance = make(tmp_path, attention="xformers", compile=True, cpu_offload="none")
+        gradient(guidance)
+    text = caplog.text
+    assert "xformers is not installed" in text and "compile needs CUDA" in text
+    assert guidance._unet_fn is guidance.unet  # ran eagerly
+
+
+def test_incompatible_options_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="defeats guidance.compile"):
+        make(tmp_path, cpu_offload="model", compile=True)
+    with pytest.raises(ValueError, match="pick one"):
+        make(tmp_path, fuse_qkv=True, attention_slicing=True)
+    with pytest.raises(ValueError, match="guidance.attention"):
+        make(tmp_path, attention="flash")
