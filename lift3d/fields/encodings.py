@@ -71,11 +71,22 @@ def hash_grid_layout(
     return HashGridLayout(tuple(resolutions), tuple(offsets), tuple(sizes), tuple(dense), n_features, hashmap_size)
 
 
+_CONSTANTS: dict[tuple, Tensor] = {}
+
+
+def _constant(values: tuple, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A small cached tensor (no host-to-device copy, hence no sync, after the first call on a device)."""
+    key = (values, str(device), dtype)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = torch.tensor(values, device=device, dtype=dtype)
+    return _CONSTANTS[key]
+
+
 def _corner_indices(layout: HashGridLayout, cells: Tensor, levels: list[int]) -> Tensor:
     """Table rows [N, len(levels), 2, 2, 2] of the 8 vertices of the cells ``cells`` [N, len(levels), 3]."""
     device = cells.device
-    resolution = torch.tensor([layout.resolutions[lv] for lv in levels], device=device)[None, :]
-    offset = torch.tensor([layout.offsets[lv] for lv in levels], device=device)[None, :, None, None, None]
+    resolution = _constant(tuple(layout.resolutions[lv] for lv in levels), device, torch.long)[None, :]
+    offset = _constant(tuple(layout.offsets[lv] for lv in levels), device, torch.long)[None, :, None, None, None]
     lo, hi = cells, cells + 1
     x = torch.stack([lo[..., 0], hi[..., 0]], -1)[:, :, :, None, None]  # [N, L, 2, 1, 1]
     y = torch.stack([lo[..., 1], hi[..., 1]], -1)[:, :, None, :, None]
@@ -104,7 +115,7 @@ def hash_grid_encode(points: Tensor, table: Tensor, layout: HashGridLayout) -> T
         if not levels:
             continue
         order += levels
-        resolution = torch.tensor([layout.resolutions[lv] for lv in levels], device=points.device, dtype=points.dtype)
+        resolution = _constant(tuple(float(layout.resolutions[lv]) for lv in levels), points.device, points.dtype)
         scaled = points[:, None, :] * resolution[None, :, None]  # [N, Lg, 3]
         cells = torch.minimum(torch.floor(scaled).clamp_min(0), (resolution - 1)[None, :, None]).detach()
         frac = scaled - cells
@@ -118,7 +129,7 @@ def hash_grid_encode(points: Tensor, table: Tensor, layout: HashGridLayout) -> T
         out.append((features * weights.to(features.dtype)).sum(dim=2))  # [N, Lg, F]
     encoded = torch.cat(out, dim=1)
     if order != sorted(order):  # restore level order (dense levels always come first, so this is rare)
-        encoded = encoded[:, torch.argsort(torch.tensor(order, device=points.device))]
+        encoded = encoded[:, torch.argsort(_constant(tuple(order), points.device, torch.long))]
     return encoded.reshape(n, layout.output_dim)
 
 

@@ -102,8 +102,9 @@ class ImplicitVolume(BaseModule):
             probe = points if points.requires_grad else points.detach().requires_grad_(True)
             raw_density, features = self.raw(probe)
             (gradient,) = torch.autograd.grad(raw_density.sum(), probe, create_graph=create_graph)
-        normal = F.normalize(-gradient, dim=-1)
-        return {"density": activation(self.cfg.density_activation, raw_density), "features": features, "normal": normal}
+        out = {"density": activation(self.cfg.density_activation, raw_density), "features": features,
+               "normal": F.normalize(-gradient, dim=-1)}
+        return out if create_graph else {k: v.detach() for k, v in out.items()}
 
     def finite_difference_normal(self, points: Tensor) -> Tensor:
         """Unit normals [N, 3] = -grad(raw density) by central differences."""

@@ -237,7 +237,7 @@ class VolumeRenderer(BaseModule):
             "depth": depth,
             "weights": weights,
             "ray_indices": ray,
-            "num_samples": torch.tensor(float(ray.numel()), device=rays_o.device),
+            "num_samples": torch.full((), float(ray.numel()), device=rays_o.device),  # no host-to-device copy
         }
         if normals is not None:
             result["normal"] = accumulate(weights[:, None] * normals, ray, n_rays)
