@@ -115,7 +115,7 @@ def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_view
             target = self.pending[0] if self.pending else step
             scores = evaluate(module, datamodule, eval_views)
             renderer = module.renderer
-            record = {"name": f"lego_nerf_{target // 1000}k", "target_steps": target, "steps": step,
+            record = {"name": f"lego_nerf_{target}_steps", "target_steps": target, "steps": step,
                       "train_wall_s": round(self.train_s, 2), "ms_per_step": round(1000 * self.train_s / max(step, 1), 3),
                       "occupancy": float(renderer.occupancy.occupancy_fraction()),
                       "samples_per_ray": dict(renderer._per_ray), **{k: round(v, 4) for k, v in scores.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -44,3 +45,12 @@ def slab(half_width: float, sigma: float, sharpness: float = 500.0):
 
 def uniform(sigma: float):
     return lambda p: torch.full_like(p[:, 0], sigma)
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny tensors run far faster on one intra-op thread on a shared 2-core machine (no OpenMP contention)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -19,6 +19,9 @@ from lift3d.fields.encodings import (
     spherical_harmonics,
 )
 from tests.conftest import REPO
+from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def naive_hash_grid(points, table, layout):

@@ -7,6 +7,9 @@ import torch.nn.functional as F
 from lift3d.config import ConfigError
 from lift3d.fields.mlp import trunc_exp
 from lift3d.registry import find
+from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 TINY = {"encoding": {"n_levels": 2, "log2_hashmap_size": 8, "base_resolution": 4}, "hidden_dim": 8}
 

@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from lift3d.registry import find
+from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_emission_is_sigmoid_of_features():

@@ -10,7 +10,15 @@ from lift3d.registry import find
 from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
 from lift3d.render.occupancy import cell_coordinates
 from lift3d.render.sampling import compact, ray_box, sample_pdf
-from tests.nerf_fields import AnalyticField, ball, slab, uniform
+from tests.nerf_fields import (
+    AnalyticField,
+    ball,
+    single_thread,  # noqa: F401  (fixture)
+    slab,
+    uniform,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def make_renderer(field, **cfg):
