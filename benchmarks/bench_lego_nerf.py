@@ -118,6 +118,7 @@ def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_view
             record = {"name": f"lego_nerf_{target}_steps", "target_steps": target, "steps": step,
                       "train_wall_s": round(self.train_s, 2), "ms_per_step": round(1000 * self.train_s / max(step, 1), 3),
                       "occupancy": float(renderer.occupancy.occupancy_fraction()),
+                      "hash_backend": "triton" if module.field.encoding._triton_checked else "torch",
                       "samples_per_ray": dict(renderer._per_ray), **{k: round(v, 4) for k, v in scores.items()},
                       "stopped_by_time_budget": bool(over and step < target)}
             results.append(record)

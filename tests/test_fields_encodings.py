@@ -134,6 +134,12 @@ TRITON_CHECK = textwrap.dedent(
     g_ref, = torch.autograd.grad((ref * w).sum(), table)
     torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(g_fast, g_ref, atol=1e-4, rtol=1e-4)
+    # the self-check passes also when first called from no-grad or inference-mode code
+    from lift3d.fields.hash_triton import self_check
+    with torch.no_grad():
+        assert self_check(table, layout, strict=True, n_points=64)
+    with torch.inference_mode():
+        assert self_check(table, layout, strict=True, n_points=64)
     print("ok")
     """
 )

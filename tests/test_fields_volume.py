@@ -76,3 +76,15 @@ def test_bad_configs_are_clear():
         find("implicit-volume")({"encoding": {"n_level": 3}})
     with pytest.raises(ValueError, match="backend"):
         find("implicit-volume")({"encoding": {"backend": "cuda"}})
+
+
+def test_training_works_after_an_inference_mode_render():
+    # evaluation (Lightning runs it in inference mode) must leave nothing behind that breaks autograd later
+    layout = {"n_levels": 3, "log2_hashmap_size": 9, "base_resolution": 3}  # used by no other test: nothing cached yet
+    field = find("implicit-volume")({**TINY, "encoding": layout, "normal_type": "analytic"})
+    points = torch.rand(16, 3) - 0.5
+    with torch.inference_mode():
+        field(points, with_normal=True)
+    out = field(points, with_normal=True)
+    (out["density"].sum() + out["normal"].sum()).backward()
+    assert field.encoding.table.grad.abs().sum() > 0

@@ -78,7 +78,8 @@ def _constant(values: tuple, device: torch.device, dtype: torch.dtype) -> Tensor
     """A small cached tensor (no host-to-device copy, hence no sync, after the first call on a device)."""
     key = (values, str(device), dtype)
     if key not in _CONSTANTS:
-        _CONSTANTS[key] = torch.tensor(values, device=device, dtype=dtype)
+        with torch.inference_mode(False):  # a normal tensor, usable by autograd even if first made during evaluation
+            _CONSTANTS[key] = torch.tensor(values, device=device, dtype=dtype)
     return _CONSTANTS[key]
 
 

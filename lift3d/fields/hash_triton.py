@@ -169,20 +169,9 @@ def self_check(table: Tensor, layout: HashGridLayout, strict: bool = False, n_po
         if triton is None:
             raise RuntimeError("triton is not installed")
         _check_features(layout)
-        generator = torch.Generator(device=table.device).manual_seed(0)
-        points = torch.rand(n_points, 3, device=table.device, generator=generator)
-        weights = torch.randn(n_points, layout.output_dim, device=table.device, generator=generator)
-        probe = table.detach().float().clone().requires_grad_(True)
-        fast = hash_grid_encode_triton(points, probe, layout)
-        (grad_fast,) = torch.autograd.grad((fast * weights).sum(), probe)
-        reference = hash_grid_encode(points, probe, layout)
-        (grad_reference,) = torch.autograd.grad((reference * weights).sum(), probe)
-        value_error = float((fast - reference).abs().max())
-        grad_error = float((grad_fast - grad_reference).abs().max())
-        scale = float(grad_reference.abs().max()) + 1e-12
-        if value_error > 1e-5 + 1e-4 * float(reference.abs().max()) or grad_error > 1e-4 * scale:
-            raise RuntimeError(f"Triton and PyTorch hash grids disagree (value error {value_error:.3g}, "
-                               f"gradient error {grad_error:.3g})")
+        # the first lookup may come from a no-grad or inference-mode caller (occupancy update, evaluation)
+        with torch.inference_mode(False), torch.enable_grad():
+            _compare(table, layout, n_points)
     except Exception as error:  # noqa: BLE001 - any failure means: use the reference path
         if strict:
             raise
@@ -190,3 +179,21 @@ def self_check(table: Tensor, layout: HashGridLayout, strict: bool = False, n_po
         return False
     log.info("hash grid: using the Triton kernels")
     return True
+
+
+def _compare(table: Tensor, layout: HashGridLayout, n_points: int) -> None:
+    """Raise if the Triton lookup and its table gradient differ from the PyTorch reference on random points."""
+    generator = torch.Generator(device=table.device).manual_seed(0)
+    points = torch.rand(n_points, 3, device=table.device, generator=generator)
+    weights = torch.randn(n_points, layout.output_dim, device=table.device, generator=generator)
+    probe = table.detach().float().clone().requires_grad_(True)
+    fast = hash_grid_encode_triton(points, probe, layout)
+    (grad_fast,) = torch.autograd.grad((fast * weights).sum(), probe)
+    reference = hash_grid_encode(points, probe, layout)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), probe)
+    value_error = float((fast - reference).abs().max())
+    grad_error = float((grad_fast - grad_reference).abs().max())
+    scale = float(grad_reference.abs().max()) + 1e-12
+    if value_error > 1e-5 + 1e-4 * float(reference.abs().max()) or grad_error > 1e-4 * scale:
+        raise RuntimeError(f"Triton and PyTorch hash grids disagree (value error {value_error:.3g}, "
+                           f"gradient error {grad_error:.3g})")
