@@ -87,7 +87,7 @@ def test_uniform_medium_has_exact_opacity(sampler):
     # a constant density: alpha = 1 - exp(-sigma * chord) whatever the step size
     field = AnalyticField(uniform(0.7), radius=1.0)
     renderer = make_renderer(field, sampler=sampler, steps_per_diagonal=200, early_stop_eps=0.0,
-                             occupancy={"enabled": False}, n_samples=16, n_importance=8)
+                             occupancy={"enabled": False}, n_samples=16, n_importance=8, eval_field_chunk=500)
     o, d = _rays()
     with torch.no_grad():
         out = renderer.render_rays(o, d)
@@ -173,7 +173,7 @@ def test_sample_budget_matches_exact_and_flags_overflow():
 def test_camera_render_shapes_and_camera_z_depth():
     # a dense slab at z = 0 seen from above: camera-space depth is the camera height at every pixel
     field = AnalyticField(slab(0.02, 2000.0), radius=1.0)
-    renderer = make_renderer(field, steps_per_diagonal=2048, eval_chunk_rays=100)
+    renderer = make_renderer(field, steps_per_diagonal=2048, eval_chunk_rays=100, eval_field_chunk=1000)
     c2w = look_at(torch.tensor([[0.0, 0.0, 2.0]]), torch.zeros(1, 3), torch.tensor([[0.0, 1.0, 0.0]]))
     cameras = Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.6]), 12, 10), 12, 10)
     with torch.no_grad():

@@ -50,8 +50,9 @@ class VolumeRendererConfig:
     n_importance: int = 64  # importance: extra samples per ray drawn from the stratified weights
     near_plane: float = 0.0  # no sample closer to the ray origin than this
     randomized: bool = True  # jitter samples while training (stratified sampling)
-    train_chunk_rays: int = 32768  # rays per chunk while training (bounds the marching candidates' memory)
-    eval_chunk_rays: int = 16384  # rays per chunk when not training
+    train_chunk_rays: int = 32768  # rays per chunk while training (bounds the marching candidates' memory; 0: one chunk)
+    eval_chunk_rays: int = -1  # rays per chunk when not training (-1: 65536 on CUDA, 16384 on CPU)
+    eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
 
@@ -220,7 +221,7 @@ class VolumeRenderer(BaseModule):
         positions = rays_o[ray] + dirs * t_mid[:, None]
         material = self.parts.material
         need_normals = compute_normals or material.requires_normals
-        out = self.field(positions, with_normal=need_normals)
+        out = self._field(positions, need_normals, training)
         sigma_delta = out["density"] * (hi - lo)
         if valid is not None:
             sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
@@ -247,6 +248,16 @@ class VolumeRenderer(BaseModule):
             result["ray_valid"] = samples["ray_ok"]
         return result
 
+    def _field(self, positions: Tensor, with_normal: bool, training: bool) -> dict[str, Tensor]:
+        """The field at sample positions; in pieces when not training, to bound memory (normals take 7 lookups)."""
+        chunk = self.cfg.eval_field_chunk
+        if chunk < 0:
+            chunk = 262144 if positions.device.type == "cuda" else 16384
+        if training or positions.shape[0] <= chunk:
+            return self.field(positions, with_normal=with_normal)
+        pieces = [self.field(p, with_normal=with_normal) for p in positions.split(chunk)]
+        return {key: torch.cat([piece[key] for piece in pieces]) for key in pieces[0]}
+
     def render_rays(self, rays_o: Tensor, rays_d: Tensor, background: Tensor | None = None,
                     light_positions: Tensor | None = None, shading: str | None = None,
                     compute_normals: bool = False) -> dict[str, Tensor]:
@@ -261,7 +272,9 @@ class VolumeRenderer(BaseModule):
         if training:
             self._refresh_budgets()
         chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
-        chunk = rays_o.shape[0] if chunk <= 0 else chunk
+        if chunk < 0:
+            chunk = 65536 if rays_o.device.type == "cuda" else 16384
+        chunk = max(rays_o.shape[0], 1) if chunk == 0 else chunk
         pieces = []
         for start in range(0, max(rays_o.shape[0], 1), chunk):
             end = start + chunk
