@@ -1,3 +1,3 @@
-"""render."""
+"""Renderers: volume rendering, Gaussian splatting, mesh rasterization; materials and backgrounds."""
 
-from lift3d.render import mesh_renderer  # noqa: F401  (registers "mesh-rasterizer")
+from lift3d.render import backgrounds, materials, mesh_renderer, volume  # noqa: F401  (register the parts)

@@ -1,0 +1,263 @@
+"""Input encodings: the multiresolution hash grid (Instant-NGP), frequency and spherical-harmonic encodings.
+
+The hash grid is a pure function (``hash_grid_encode``) over a table and a ``HashGridLayout``; the
+``HashGrid`` module owns the table, progressive level masking and the choice of backend (plain
+PyTorch everywhere; a Triton kernel on CUDA, checked against the PyTorch path on first use).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+log = logging.getLogger("lift3d")
+
+# Instant-NGP's spatial hash: XOR of the integer vertex coordinates times these primes, mod table size
+HASH_PRIMES = (1, 2654435761, 805459861)
+
+
+@dataclass(frozen=True)
+class HashGridLayout:
+    """Where each level lives in the table and how it is indexed."""
+
+    resolutions: tuple[int, ...]  # cells per axis of each level (vertices: resolution + 1)
+    offsets: tuple[int, ...]  # first table row of each level
+    sizes: tuple[int, ...]  # table rows of each level
+    dense: tuple[bool, ...]  # True: the level's vertices fit the table and are indexed densely (no hashing)
+    n_features: int  # features per level
+    hashmap_size: int  # rows of a hashed level (a power of two)
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.resolutions)
+
+    @property
+    def n_rows(self) -> int:
+        return self.offsets[-1] + self.sizes[-1]
+
+    @property
+    def output_dim(self) -> int:
+        return self.n_levels * self.n_features
+
+
+def hash_grid_layout(
+    n_levels: int, n_features: int, log2_hashmap_size: int, base_resolution: int, per_level_scale: float
+) -> HashGridLayout:
+    """Level l has ``floor(base_resolution * per_level_scale**l)`` cells per axis; a level whose
+    ``(resolution + 1)**3`` vertices fit in ``2**log2_hashmap_size`` rows is stored densely."""
+    if n_levels < 1 or n_features < 1 or base_resolution < 1 or per_level_scale < 1.0:
+        raise ValueError("hash grid needs n_levels >= 1, n_features_per_level >= 1, base_resolution >= 1, per_level_scale >= 1")
+    if not 4 <= log2_hashmap_size <= 30:
+        raise ValueError(f"log2_hashmap_size must be in 4..30, got {log2_hashmap_size}")
+    hashmap_size = 2**log2_hashmap_size
+    resolutions, offsets, sizes, dense = [], [], [], []
+    offset = 0
+    for level in range(n_levels):
+        resolution = int(math.floor(base_resolution * per_level_scale**level + 1e-6))
+        n_vertices = (resolution + 1) ** 3
+        is_dense = n_vertices <= hashmap_size
+        size = n_vertices if is_dense else hashmap_size
+        size = (size + 7) // 8 * 8  # aligned rows
+        resolutions.append(resolution)
+        offsets.append(offset)
+        sizes.append(size)
+        dense.append(is_dense)
+        offset += size
+    return HashGridLayout(tuple(resolutions), tuple(offsets), tuple(sizes), tuple(dense), n_features, hashmap_size)
+
+
+_CONSTANTS: dict[tuple, Tensor] = {}
+
+
+def _constant(values: tuple, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A small cached tensor (no host-to-device copy, hence no sync, after the first call on a device)."""
+    key = (values, str(device), dtype)
+    if key not in _CONSTANTS:
+        with torch.inference_mode(False):  # a normal tensor, usable by autograd even if first made during evaluation
+            _CONSTANTS[key] = torch.tensor(values, device=device, dtype=dtype)
+    return _CONSTANTS[key]
+
+
+def _corner_indices(layout: HashGridLayout, cells: Tensor, levels: list[int]) -> Tensor:
+    """Table rows [N, len(levels), 2, 2, 2] of the 8 vertices of the cells ``cells`` [N, len(levels), 3]."""
+    device = cells.device
+    resolution = _constant(tuple(layout.resolutions[lv] for lv in levels), device, torch.long)[None, :]
+    offset = _constant(tuple(layout.offsets[lv] for lv in levels), device, torch.long)[None, :, None, None, None]
+    lo, hi = cells, cells + 1
+    x = torch.stack([lo[..., 0], hi[..., 0]], -1)[:, :, :, None, None]  # [N, L, 2, 1, 1]
+    y = torch.stack([lo[..., 1], hi[..., 1]], -1)[:, :, None, :, None]
+    z = torch.stack([lo[..., 2], hi[..., 2]], -1)[:, :, None, None, :]
+    if layout.dense[levels[0]]:
+        stride = (resolution + 1)[..., None, None, None]
+        index = x + y * stride + z * (stride * stride)
+    else:
+        index = (x * HASH_PRIMES[0]) ^ (y * HASH_PRIMES[1]) ^ (z * HASH_PRIMES[2])
+        index = index & (layout.hashmap_size - 1)
+    return index + offset
+
+
+def hash_grid_encode(points: Tensor, table: Tensor, layout: HashGridLayout) -> Tensor:
+    """Trilinearly interpolated features [N, L * F] of ``points`` [N, 3] in the unit cube (plain PyTorch).
+
+    ``table`` is [n_rows, F]. Differentiable in the table and in the points (twice, for analytic
+    normals in losses); gathers use ``torch.gather`` so the table gradient is an atomic scatter-add.
+    """
+    n = points.shape[0]
+    out = []
+    # dense and hashed levels are indexed differently: one vectorised pass over each group
+    groups = [[lv for lv in range(layout.n_levels) if layout.dense[lv] == flag] for flag in (True, False)]
+    order = []
+    for levels in groups:
+        if not levels:
+            continue
+        order += levels
+        resolution = _constant(tuple(float(layout.resolutions[lv]) for lv in levels), points.device, points.dtype)
+        scaled = points[:, None, :] * resolution[None, :, None]  # [N, Lg, 3]
+        cells = torch.minimum(torch.floor(scaled).clamp_min(0), (resolution - 1)[None, :, None]).detach()
+        frac = scaled - cells
+        index = _corner_indices(layout, cells.long(), levels)  # [N, Lg, 2, 2, 2]
+        wx = torch.stack([1 - frac[..., 0], frac[..., 0]], -1)[:, :, :, None, None]
+        wy = torch.stack([1 - frac[..., 1], frac[..., 1]], -1)[:, :, None, :, None]
+        wz = torch.stack([1 - frac[..., 2], frac[..., 2]], -1)[:, :, None, None, :]
+        weights = (wx * wy * wz).reshape(n, len(levels), 8, 1)
+        flat = index.reshape(-1, 1).expand(-1, layout.n_features)
+        features = torch.gather(table, 0, flat).reshape(n, len(levels), 8, layout.n_features)
+        out.append((features * weights.to(features.dtype)).sum(dim=2))  # [N, Lg, F]
+    encoded = torch.cat(out, dim=1)
+    if order != sorted(order):  # restore level order (dense levels always come first, so this is rare)
+        encoded = encoded[:, torch.argsort(_constant(tuple(order), points.device, torch.long))]
+    return encoded.reshape(n, layout.output_dim)
+
+
+@dataclass
+class HashGridConfig:
+    """Instant-NGP hash-grid parameters and coarse-to-fine level masking."""
+
+    n_levels: int = 16  # resolution levels L
+    n_features_per_level: int = 2  # features F stored per table row
+    log2_hashmap_size: int = 19  # rows of a hashed level: 2**T
+    base_resolution: int = 16  # cells per axis of the coarsest level
+    per_level_scale: float = 1.3819128800  # resolution growth per level (1.3819: 16 -> 2048 over 16 levels)
+    init_scale: float = 1e-4  # table entries start uniform in [-init_scale, init_scale]
+    start_level: int = -1  # levels active at step 0 for coarse-to-fine (-1: all levels from the start)
+    update_steps: int = 1000  # one more level becomes active every this many steps
+    backend: str = "auto"  # auto (Triton on CUDA when available, else PyTorch), torch, triton
+
+
+class HashGrid(nn.Module):
+    """Multiresolution hash encoding of points in the unit cube -> [N, n_levels * n_features_per_level]."""
+
+    def __init__(self, cfg: HashGridConfig) -> None:
+        super().__init__()
+        if cfg.backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"hash grid backend must be auto, torch or triton, got '{cfg.backend}'")
+        self.cfg = cfg
+        self.layout = hash_grid_layout(cfg.n_levels, cfg.n_features_per_level, cfg.log2_hashmap_size,
+                                       cfg.base_resolution, cfg.per_level_scale)
+        table = torch.empty(self.layout.n_rows, cfg.n_features_per_level).uniform_(-cfg.init_scale, cfg.init_scale)
+        self.table = nn.Parameter(table)
+        self.register_buffer("level_mask", torch.ones(self.layout.output_dim), persistent=False)
+        self.active_levels = self.layout.n_levels
+        self._triton_checked: bool | None = None  # None: not tried yet on this process
+        self.set_step(0)
+
+    @property
+    def output_dim(self) -> int:
+        return self.layout.output_dim
+
+    def set_step(self, step: int) -> None:
+        """Activate levels for coarse-to-fine training: start_level + step // update_steps of them."""
+        if self.cfg.start_level < 0:
+            active = self.layout.n_levels
+        else:
+            active = min(self.layout.n_levels, self.cfg.start_level + step // max(self.cfg.update_steps, 1))
+        if active != self.active_levels:
+            self.active_levels = active
+            mask = torch.zeros(self.layout.n_levels, self.layout.n_features)
+            mask[:active] = 1.0
+            self.level_mask.copy_(mask.reshape(-1))
+
+    def _use_triton(self, points: Tensor) -> bool:
+        if self.cfg.backend == "torch" or points.device.type != "cuda" or points.requires_grad:
+            return False
+        if self._triton_checked is None:
+            from lift3d.fields import hash_triton
+
+            self._triton_checked = hash_triton.self_check(self.table, self.layout, strict=self.cfg.backend == "triton")
+        return self._triton_checked
+
+    def forward(self, points: Tensor) -> Tensor:
+        """Features [N, L * F] of ``points`` [N, 3] in [0, 1]^3 (outside points are clamped)."""
+        points = points.clamp(0.0, 1.0)
+        if self._use_triton(points):
+            from lift3d.fields.hash_triton import hash_grid_encode_triton
+
+            encoded = hash_grid_encode_triton(points, self.table, self.layout)
+        else:
+            encoded = hash_grid_encode(points.to(self.table.dtype), self.table, self.layout)
+        if self.active_levels < self.layout.n_levels:
+            encoded = encoded * self.level_mask
+        return encoded
+
+
+def frequency_encode(x: Tensor, n_frequencies: int, include_input: bool = True) -> Tensor:
+    """[x, sin(2^k pi x), cos(2^k pi x) for k < n_frequencies] -> [..., D * (include_input + 2 n)]."""
+    parts = [x] if include_input else []
+    if n_frequencies > 0:
+        scales = (2.0 ** torch.arange(n_frequencies, device=x.device, dtype=x.dtype)) * math.pi
+        angles = (x[..., None, :] * scales[:, None]).flatten(-2)  # [..., n * D], frequency-major
+        parts += [torch.sin(angles), torch.cos(angles)]
+    return torch.cat(parts, dim=-1)
+
+
+def frequency_output_dim(input_dim: int, n_frequencies: int, include_input: bool = True) -> int:
+    return input_dim * (int(include_input) + 2 * n_frequencies)
+
+
+def spherical_harmonics(directions: Tensor, degree: int) -> Tensor:
+    """Real spherical harmonics of unit ``directions`` [..., 3] up to ``degree`` (1..5) -> [..., degree**2].
+
+    Orthonormal on the sphere (integral of Y_i Y_j over the sphere is delta_ij)."""
+    if not 1 <= degree <= 5:
+        raise ValueError(f"spherical harmonics degree must be in 1..5, got {degree}")
+    x, y, z = directions.unbind(-1)
+    xx, yy, zz, xy, yz, xz = x * x, y * y, z * z, x * y, y * z, x * z
+    out = [torch.full_like(x, 0.28209479177387814)]
+    if degree > 1:
+        out += [-0.48860251190291987 * y, 0.48860251190291987 * z, -0.48860251190291987 * x]
+    if degree > 2:
+        out += [
+            1.0925484305920792 * xy,
+            -1.0925484305920792 * yz,
+            0.31539156525252005 * (3 * zz - 1),
+            -1.0925484305920792 * xz,
+            0.5462742152960396 * (xx - yy),
+        ]
+    if degree > 3:
+        out += [
+            -0.5900435899266435 * y * (3 * xx - yy),
+            2.890611442640554 * xy * z,
+            -0.4570457994644658 * y * (5 * zz - 1),
+            0.3731763325901154 * z * (5 * zz - 3),
+            -0.4570457994644658 * x * (5 * zz - 1),
+            1.445305721320277 * z * (xx - yy),
+            -0.5900435899266435 * x * (xx - 3 * yy),
+        ]
+    if degree > 4:
+        out += [
+            2.5033429417967046 * xy * (xx - yy),
+            -1.7701307697799304 * yz * (3 * xx - yy),
+            0.9461746957575601 * xy * (7 * zz - 1),
+            -0.6690465435572892 * yz * (7 * zz - 3),
+            0.10578554691520431 * (35 * zz * zz - 30 * zz + 3),
+            -0.6690465435572892 * xz * (7 * zz - 3),
+            0.47308734787878004 * (xx - yy) * (7 * zz - 1),
+            -1.7701307697799304 * xz * (xx - 3 * yy),
+            0.6258357354491761 * (xx * (xx - 3 * yy) - yy * (3 * xx - yy)),
+        ]
+    return torch.stack(out, dim=-1)

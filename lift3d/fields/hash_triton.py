@@ -1,0 +1,199 @@
+"""Triton kernels for the hash-grid lookup (forward and table gradient), the fast path on CUDA.
+
+One program handles a block of points at one level: it computes the 8 vertex rows (dense index or
+Instant-NGP hash), gathers their features and blends them trilinearly, so no [N, L, 8] index or weight
+tensor is ever written. The backward pass scatters ``weight * grad`` into the table with atomic adds.
+Gradients with respect to the points are not provided: callers needing them use the PyTorch path
+(``lift3d.fields.encodings.hash_grid_encode``), which is also the reference these kernels are tested
+against (under ``TRITON_INTERPRET=1`` on CPU).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor
+
+from lift3d.fields.encodings import HashGridLayout, hash_grid_encode
+
+log = logging.getLogger("lift3d")
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
+    triton = None
+
+_BLOCK = 128
+
+
+if triton is not None:
+
+    @triton.jit
+    def _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner: tl.constexpr):
+        """Table row [BLOCK] and trilinear weight [BLOCK] of one corner of each point's cell at ``level``."""
+        resolution = tl.load(res_ptr + level)
+        rf = resolution.to(tl.float32)
+        sx, sy, sz = px * rf, py * rf, pz * rf
+        cx = tl.minimum(tl.maximum(tl.floor(sx), 0.0), rf - 1.0)
+        cy = tl.minimum(tl.maximum(tl.floor(sy), 0.0), rf - 1.0)
+        cz = tl.minimum(tl.maximum(tl.floor(sz), 0.0), rf - 1.0)
+        fx, fy, fz = sx - cx, sy - cy, sz - cz
+        dx: tl.constexpr = corner & 1
+        dy: tl.constexpr = (corner >> 1) & 1
+        dz: tl.constexpr = (corner >> 2) & 1
+        wx = dx * fx + (1 - dx) * (1.0 - fx)  # exact: one of the terms is zero
+        wy = dy * fy + (1 - dy) * (1.0 - fy)
+        wz = dz * fz + (1 - dz) * (1.0 - fz)
+        ix = cx.to(tl.int64) + dx
+        iy = cy.to(tl.int64) + dy
+        iz = cz.to(tl.int64) + dz
+        stride = (resolution + 1).to(tl.int64)
+        dense_row = ix + iy * stride + iz * stride * stride
+        # the hash in uint32 arithmetic (wraps mod 2**32, like Instant-NGP); equal to the int64 hash mod 2**T
+        hx = ix.to(tl.uint32)
+        hy = iy.to(tl.uint32) * 2654435761
+        hz = iz.to(tl.uint32) * 805459861
+        hashed_row = ((hx ^ hy ^ hz) & hash_mask.to(tl.uint32)).to(tl.int64)
+        is_dense = tl.load(dense_ptr + level)
+        row = tl.where(is_dense != 0, dense_row, hashed_row) + tl.load(off_ptr + level)
+        return row, wx * wy * wz
+
+    @triton.jit
+    def _hash_forward_kernel(points_ptr, table_ptr, out_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
+                             N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
+        block = tl.program_id(0)
+        level = tl.program_id(1)
+        rows = block * BLOCK + tl.arange(0, BLOCK)
+        valid = rows < n_points
+        rows64 = rows.to(tl.int64)
+        px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
+        py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
+        pz = tl.load(points_ptr + rows64 * 3 + 2, mask=valid, other=0.0)
+        columns = tl.arange(0, N_FEATURES)
+        acc = tl.zeros((BLOCK, N_FEATURES), dtype=tl.float32)
+        for corner in tl.static_range(8):
+            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            features = tl.load(table_ptr + row[:, None] * N_FEATURES + columns[None, :], mask=valid[:, None], other=0.0)
+            acc += weight[:, None] * features.to(tl.float32)
+        out_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
+        tl.store(out_ptr + out_offsets, acc, mask=valid[:, None])
+
+    @triton.jit
+    def _hash_backward_kernel(points_ptr, grad_out_ptr, grad_table_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
+                              N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
+        block = tl.program_id(0)
+        level = tl.program_id(1)
+        rows = block * BLOCK + tl.arange(0, BLOCK)
+        valid = rows < n_points
+        rows64 = rows.to(tl.int64)
+        px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
+        py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
+        pz = tl.load(points_ptr + rows64 * 3 + 2, mask=valid, other=0.0)
+        columns = tl.arange(0, N_FEATURES)
+        grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
+        grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
+        for corner in tl.static_range(8):
+            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            tl.atomic_add(grad_table_ptr + row[:, None] * N_FEATURES + columns[None, :], weight[:, None] * grad,
+                          mask=valid[:, None])
+
+
+_META_CACHE: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
+
+
+def _layout_tensors(layout: HashGridLayout, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    key = (layout, str(device))
+    if key not in _META_CACHE:
+        _META_CACHE[key] = (
+            torch.tensor(layout.resolutions, dtype=torch.int32, device=device),
+            torch.tensor(layout.offsets, dtype=torch.int64, device=device),
+            torch.tensor([int(d) for d in layout.dense], dtype=torch.int32, device=device),
+        )
+    return _META_CACHE[key]
+
+
+def _check_features(layout: HashGridLayout) -> None:
+    f = layout.n_features
+    if f & (f - 1):
+        raise ValueError(f"the Triton hash grid needs a power-of-two n_features_per_level, got {f}")
+
+
+class _HashGridFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, points: Tensor, table: Tensor, layout: HashGridLayout) -> Tensor:  # type: ignore[override]
+        points = points.contiguous().float()
+        n = points.shape[0]
+        res, off, dense = _layout_tensors(layout, points.device)
+        out = torch.empty(n, layout.output_dim, device=points.device, dtype=torch.float32)
+        if n:
+            grid = (triton.cdiv(n, _BLOCK), layout.n_levels)
+            _hash_forward_kernel[grid](points, table.contiguous(), out, res, off, dense, n, layout.hashmap_size - 1,
+                                       N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features, BLOCK=_BLOCK)
+        ctx.save_for_backward(points)
+        ctx.layout = layout
+        ctx.table_shape = table.shape
+        return out.to(table.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+        (points,) = ctx.saved_tensors
+        layout: HashGridLayout = ctx.layout
+        n = points.shape[0]
+        res, off, dense = _layout_tensors(layout, points.device)
+        grad_table = torch.zeros(ctx.table_shape, device=points.device, dtype=torch.float32)
+        if n:
+            grid = (triton.cdiv(n, _BLOCK), layout.n_levels)
+            _hash_backward_kernel[grid](points, grad_out.contiguous().float(), grad_table, res, off, dense, n,
+                                        layout.hashmap_size - 1, N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features,
+                                        BLOCK=_BLOCK)
+        return None, grad_table, None
+
+
+def hash_grid_encode_triton(points: Tensor, table: Tensor, layout: HashGridLayout) -> Tensor:
+    """Same result as ``hash_grid_encode`` (up to float rounding); gradient for the table only."""
+    if triton is None:
+        raise RuntimeError("triton is not installed: use the PyTorch hash grid (hash grid backend: torch)")
+    if points.requires_grad:
+        raise ValueError("the Triton hash grid gives no gradient for the points: use the torch backend for analytic normals")
+    _check_features(layout)
+    return _HashGridFunction.apply(points, table, layout)
+
+
+def self_check(table: Tensor, layout: HashGridLayout, strict: bool = False, n_points: int = 4096) -> bool:
+    """Compare the Triton path with the PyTorch path (values and table gradient) on random points.
+
+    Returns True when they agree; otherwise logs why and returns False (or raises if ``strict``)."""
+    try:
+        if triton is None:
+            raise RuntimeError("triton is not installed")
+        _check_features(layout)
+        # the first lookup may come from a no-grad or inference-mode caller (occupancy update, evaluation)
+        with torch.inference_mode(False), torch.enable_grad():
+            _compare(table, layout, n_points)
+    except Exception as error:  # noqa: BLE001 - any failure means: use the reference path
+        if strict:
+            raise
+        log.warning("Triton hash grid unavailable (%s); using the PyTorch path", error)
+        return False
+    log.info("hash grid: using the Triton kernels")
+    return True
+
+
+def _compare(table: Tensor, layout: HashGridLayout, n_points: int) -> None:
+    """Raise if the Triton lookup and its table gradient differ from the PyTorch reference on random points."""
+    generator = torch.Generator(device=table.device).manual_seed(0)
+    points = torch.rand(n_points, 3, device=table.device, generator=generator)
+    weights = torch.randn(n_points, layout.output_dim, device=table.device, generator=generator)
+    probe = table.detach().float().clone().requires_grad_(True)
+    fast = hash_grid_encode_triton(points, probe, layout)
+    (grad_fast,) = torch.autograd.grad((fast * weights).sum(), probe)
+    reference = hash_grid_encode(points, probe, layout)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), probe)
+    value_error = float((fast - reference).abs().max())
+    grad_error = float((grad_fast - grad_reference).abs().max())
+    scale = float(grad_reference.abs().max()) + 1e-12
+    if value_error > 1e-5 + 1e-4 * float(reference.abs().max()) or grad_error > 1e-4 * scale:
+        raise RuntimeError(f"Triton and PyTorch hash grids disagree (value error {value_error:.3g}, "
+                           f"gradient error {grad_error:.3g})")

@@ -1,0 +1,45 @@
+"""Front-to-back volume compositing over packed (ragged) samples, as pure functions.
+
+Samples of all rays live in flat arrays ``[S]`` with ``ray_indices [S]``; each ray's samples are
+contiguous and ordered front to back. Transmittance is an exclusive per-ray cumulative sum of optical
+thickness ``sigma * delta``, computed in float64 so long packed arrays do not lose precision.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def segment_starts(ray_indices: Tensor) -> Tensor:
+    """Index [S] of the first sample of each sample's ray segment (samples grouped by ray)."""
+    n = ray_indices.shape[0]
+    positions = torch.arange(n, device=ray_indices.device)
+    is_first = torch.ones(n, dtype=torch.bool, device=ray_indices.device)
+    if n > 1:
+        is_first[1:] = ray_indices[1:] != ray_indices[:-1]
+    return torch.cummax(torch.where(is_first, positions, torch.zeros_like(positions)), dim=0).values
+
+
+def exclusive_segment_cumsum(values: Tensor, ray_indices: Tensor) -> Tensor:
+    """Per-ray sum of ``values`` [S] over the samples before each sample (float64 accumulation)."""
+    if values.shape[0] == 0:
+        return values.clone()
+    total = torch.cumsum(values.double(), dim=0)
+    exclusive = total - values.double()
+    return (exclusive - exclusive[segment_starts(ray_indices)]).to(values.dtype)
+
+
+def render_weights(sigma_delta: Tensor, ray_indices: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Weights w_i = T_i * alpha_i [S], transmittance T_i (before sample i) [S] and alpha_i [S].
+
+    ``sigma_delta`` [S] is each sample's optical thickness density * interval length (>= 0)."""
+    alpha = 1.0 - torch.exp(-sigma_delta)
+    transmittance = torch.exp(-exclusive_segment_cumsum(sigma_delta, ray_indices))
+    return transmittance * alpha, transmittance, alpha
+
+
+def accumulate(values: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:
+    """Per-ray sums [R, C] of per-sample ``values`` [S, C] (or [R] for values [S])."""
+    shape = (n_rays,) + tuple(values.shape[1:])
+    return torch.zeros(shape, device=values.device, dtype=values.dtype).index_add(0, ray_indices, values)

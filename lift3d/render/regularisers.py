@@ -1,0 +1,27 @@
+"""Regularisers on volume renders, as pure functions of the renderer's outputs."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def orientation_loss(weights: Tensor, normals: Tensor, directions: Tensor, n_rays: int) -> Tensor:
+    """Ref-NeRF/DreamFusion orientation penalty sum_i w_i max(0, n_i . d)^2 per ray, averaged over rays.
+
+    Penalises visible normals that face away from the camera. ``weights`` [S]; ``normals`` and
+    ``directions`` (ray directions, camera into the scene) [S, 3] (the renderer's ``weights``,
+    ``sample_normals`` and ``sample_directions``)."""
+    penalty = weights * (normals * directions).sum(-1).clamp_min(0.0) ** 2
+    return penalty.sum() / max(n_rays, 1)
+
+
+def opacity_sparsity(alpha: Tensor) -> Tensor:
+    """Mean accumulated opacity (pushes empty space to zero)."""
+    return alpha.mean()
+
+
+def opacity_entropy(alpha: Tensor, eps: float = 1e-5) -> Tensor:
+    """Mean binary entropy of accumulated opacity (pushes each ray's alpha to 0 or 1)."""
+    a = alpha.clamp(eps, 1 - eps)
+    return (-a * torch.log(a) - (1 - a) * torch.log(1 - a)).mean()

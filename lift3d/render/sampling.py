@@ -1,0 +1,95 @@
+"""Where rays are sampled, as pure functions: box intersection, marching steps, compaction, importance.
+
+Marching follows Instant-NGP: a fixed step ``dt`` from where the ray enters the box, offset by a
+per-ray jitter (stratified sampling), with every step whose midpoint falls in an empty occupancy cell
+dropped. Steps are compacted into packed arrays either exactly (``nonzero``: one host sync) or into a
+fixed budget (cumsum + scatter: no host sync, static shapes; rays that do not fit are reported).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def ray_box(rays_o: Tensor, rays_d: Tensor, bbox: Tensor, near: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Entry and exit distances [R] of rays [R, 3] through the box ``bbox`` [2, 3] (exit <= entry: miss)."""
+    inv = 1.0 / torch.where(rays_d.abs() < 1e-12, torch.full_like(rays_d, 1e-12), rays_d)
+    t0 = (bbox[0] - rays_o) * inv
+    t1 = (bbox[1] - rays_o) * inv
+    t_near = torch.minimum(t0, t1).amax(dim=-1).clamp_min(near)
+    t_far = torch.maximum(t0, t1).amin(dim=-1)
+    return t_near, t_far
+
+
+def step_bounds(t_near: Tensor, t_far: Tensor, jitter: Tensor, step_size: float, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Interval [lo, hi] of marching step ``k`` (broadcast with the per-ray tensors): steps tile [t_near, t_far]
+    with boundaries t_near + (k + jitter) * dt, jitter in (0, 1]; lo >= hi means no such step."""
+    lo = torch.maximum(t_near, t_near + (k - 1 + jitter) * step_size)
+    hi = torch.minimum(t_far, t_near + (k + jitter) * step_size)
+    return lo, hi
+
+
+def n_marching_steps(max_chord: float, step_size: float) -> int:
+    """Steps needed to cover a chord of length ``max_chord`` with any jitter."""
+    return int(math.ceil(max_chord / step_size)) + 1
+
+
+@dataclass
+class Packed:
+    """Compacted positions into a flat candidate array."""
+
+    index: Tensor  # [S] index into the candidate array (padding repeats the last candidate)
+    valid: Tensor | None  # [S] False for padding (None: every entry is real)
+    dropped: Tensor | None  # [n_candidates] True for selected candidates that did not fit the budget
+
+
+def compact(mask: Tensor, budget: int | None = None) -> Packed:
+    """Positions of the True entries of ``mask`` [n] in order: exactly, or into ``budget`` slots."""
+    if budget is None:
+        return Packed(torch.nonzero(mask).reshape(-1), None, None)
+    n = mask.shape[0]
+    position = torch.cumsum(mask.to(torch.int32), dim=0) - 1
+    keep = mask & (position < budget)
+    slot = torch.where(keep, position, torch.full_like(position, budget)).long()
+    buffer = torch.full((budget + 1,), n, dtype=torch.long, device=mask.device)
+    buffer.scatter_(0, slot, torch.arange(n, device=mask.device))
+    index = buffer[:budget]
+    valid = index < n
+    return Packed(index.clamp_max(max(n - 1, 0)), valid, mask & ~keep)
+
+
+def stratified_samples(t_near: Tensor, t_far: Tensor, n_samples: int, jitter: Tensor | None) -> Tensor:
+    """``n_samples`` sorted distances [R, n] in [t_near, t_far], one per equal bin (random in it if jitter)."""
+    u = torch.full((t_near.shape[0], n_samples), 0.5, device=t_near.device) if jitter is None else jitter
+    bins = torch.arange(n_samples, device=t_near.device, dtype=t_near.dtype)
+    span = (t_far - t_near).clamp_min(0.0)[:, None]
+    return t_near[:, None] + (bins + u) / n_samples * span
+
+
+def sample_pdf(bins: Tensor, weights: Tensor, n_samples: int, uniform: Tensor | None) -> Tensor:
+    """Inverse-CDF samples [R, n] from piecewise-constant densities ``weights`` [R, B] on ``bins`` [R, B + 1]."""
+    weights = weights + 1e-5  # every bin keeps a little mass so the CDF is strictly increasing
+    pdf = weights / weights.sum(-1, keepdim=True)
+    cdf = torch.cat([torch.zeros_like(pdf[:, :1]), torch.cumsum(pdf, -1)], -1).contiguous()
+    if uniform is None:
+        uniform = torch.linspace(0.0, 1.0, n_samples + 2, device=bins.device)[1:-1].expand(bins.shape[0], n_samples)
+    uniform = uniform.contiguous()
+    above = torch.searchsorted(cdf, uniform, right=True).clamp(1, cdf.shape[-1] - 1)
+    below = above - 1
+    cdf_lo, cdf_hi = cdf.gather(-1, below), cdf.gather(-1, above)
+    bin_lo, bin_hi = bins.gather(-1, below), bins.gather(-1, above)
+    fraction = (uniform - cdf_lo) / (cdf_hi - cdf_lo).clamp_min(1e-8)
+    return bin_lo + fraction * (bin_hi - bin_lo)
+
+
+def intervals_from_points(t: Tensor, t_near: Tensor, t_far: Tensor) -> tuple[Tensor, Tensor]:
+    """Intervals [R, K] around sorted sample distances ``t`` [R, K]: midpoints between neighbours, ends at the box."""
+    mids = 0.5 * (t[:, 1:] + t[:, :-1])
+    lo = torch.cat([t_near[:, None], mids], dim=-1)
+    hi = torch.cat([mids, t_far[:, None]], dim=-1)
+    hi = torch.maximum(hi, lo)
+    return lo, hi

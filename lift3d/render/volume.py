@@ -1,0 +1,328 @@
+"""The volume renderer: rays -> samples (occupancy-grid marching or importance sampling) -> field ->
+material -> front-to-back compositing over a background.
+
+It renders ``Cameras`` batches (``forward``, [B, H, W, C] outputs) and ray batches (``render_rays``,
+[N, C] outputs), in chunks of rays. The field, material and background are held by reference (the
+system owns them); the renderer owns the occupancy grid and updates it from ``update_step``.
+
+Sampling with the occupancy grid runs in two passes: density only (no gradient) on every step in an
+occupied cell, then the full field with gradients on the steps whose transmittance is still above
+``early_stop_eps`` (early ray termination). While training on CUDA both passes use fixed sample budgets
+sized from the counts of earlier steps (read back asynchronously), so a step has no host sync; rays
+that overflow a budget are reported in ``ray_valid`` for the loss to skip.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.base import BaseModule
+from lift3d.cameras import Cameras
+from lift3d.registry import register
+from lift3d.render.compositing import accumulate, render_weights
+from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
+from lift3d.render.sampling import (
+    compact,
+    intervals_from_points,
+    n_marching_steps,
+    ray_box,
+    sample_pdf,
+    step_bounds,
+    stratified_samples,
+)
+
+
+@dataclass
+class VolumeRendererConfig:
+    """How rays are sampled and composited."""
+
+    sampler: str = "occupancy"  # occupancy (Instant-NGP marching with empty-space skipping) or importance (NeRF-style)
+    steps_per_diagonal: int = 1024  # occupancy: marching step = box diagonal / this
+    occupancy: OccupancyGridConfig = field(default_factory=OccupancyGridConfig)  # the grid (also masks importance samples)
+    early_stop_eps: float = 1e-4  # occupancy: drop samples once transmittance falls below this (0: keep all)
+    alpha_threshold: float = 0.0  # occupancy: drop samples with opacity below this (0: keep all)
+    n_samples: int = 64  # importance: stratified samples per ray
+    n_importance: int = 64  # importance: extra samples per ray drawn from the stratified weights
+    near_plane: float = 0.0  # no sample closer to the ray origin than this
+    randomized: bool = True  # jitter samples while training (stratified sampling)
+    train_chunk_rays: int = 32768  # rays per chunk while training (bounds the marching candidates' memory; 0: one chunk)
+    eval_chunk_rays: int = -1  # rays per chunk when not training (-1: 65536 on CUDA, 16384 on CPU)
+    eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
+    sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
+    budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
+
+
+class _Parts:
+    """Field, material and background held by reference, so they are not registered twice as submodules."""
+
+    def __init__(self, field: Any, material: Any, background: Any) -> None:
+        self.field, self.material, self.background = field, material, background
+
+
+@register("volume-renderer")
+class VolumeRenderer(BaseModule):
+    """Volume rendering of an implicit field with a material and a background."""
+
+    Config = VolumeRendererConfig
+
+    def __init__(self, cfg: Any, field: Any, material: Any, background: Any) -> None:
+        super().__init__(cfg)
+        c = self.cfg
+        if c.sampler not in ("occupancy", "importance"):
+            raise ValueError(f"renderer sampler must be occupancy or importance, got '{c.sampler}'")
+        if c.sample_budget not in ("auto", "always", "never"):
+            raise ValueError(f"renderer sample_budget must be auto, always or never, got '{c.sample_budget}'")
+        self.parts = _Parts(field, material, background)
+        self.occupancy = OccupancyGrid(c.occupancy, field.bbox)
+        extent = (field.bbox[1] - field.bbox[0]).float()
+        self.diagonal = float(extent.norm())
+        self.step_size = self.diagonal / c.steps_per_diagonal
+        self._per_ray: dict[str, float] = {}  # recent samples per ray of each pass, sizes the budgets
+        self._readback: tuple[Tensor, Any] | None = None
+        self._pending = False
+        self._pending_names: list[str] = []
+
+    @property
+    def field(self) -> Any:
+        return self.parts.field
+
+    def update_step(self, epoch: int, global_step: int) -> None:
+        if self.training and self.occupancy.should_update(global_step):
+            self.occupancy.update(self.field.density, self.step_size, global_step)
+
+    # ------------------------------------------------------------------------------ sample budgets
+    def _use_budget(self, device: torch.device, training: bool) -> bool:
+        mode = self.cfg.sample_budget
+        return training and (mode == "always" or (mode == "auto" and device.type == "cuda"))
+
+    def _budget(self, name: str, n_rays: int) -> int | None:
+        if name not in self._per_ray:
+            return None
+        return max(4096, math.ceil(self._per_ray[name] * self.cfg.budget_margin * n_rays / 4096) * 4096)
+
+    def _observe(self, name: str, per_ray: float) -> None:
+        old = self._per_ray.get(name)
+        if old is None or per_ray > old or per_ray * self.cfg.budget_margin < old:
+            self._per_ray[name] = per_ray
+
+    def _record_counts(self, counts: dict[str, Tensor], n_rays: int) -> None:
+        """Remember samples per ray: synchronously on CPU, through a pinned buffer and an event on CUDA."""
+        names = sorted(counts)
+        values = torch.stack([counts[k].float() for k in names]) / max(n_rays, 1)
+        if values.device.type != "cuda":
+            for name, value in zip(names, values.tolist()):
+                self._observe(name, value)
+            return
+        if self._readback is None or self._readback[0].numel() != len(names):
+            self._readback = (torch.zeros(len(names), pin_memory=True), torch.cuda.Event())
+        host, event = self._readback
+        host.copy_(values, non_blocking=True)
+        event.record()
+        self._pending_names = names
+        self._pending = True
+
+    def _refresh_budgets(self) -> None:
+        if self._pending and self._readback is not None and self._readback[1].query():
+            for name, value in zip(self._pending_names, self._readback[0].tolist()):
+                self._observe(name, value)
+            self._pending = False
+
+    # ------------------------------------------------------------------------------ sampling
+    def _march(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
+        """Occupancy-grid marching + density-only early termination -> packed samples."""
+        n_rays, device = rays_o.shape[0], rays_o.device
+        use_budget = self._use_budget(device, training)
+        jitter = (1.0 - torch.rand(n_rays, device=device)) if training and self.cfg.randomized else torch.full((n_rays,), 0.5, device=device)
+        if use_budget:
+            chord = self.diagonal  # static shapes: no host sync
+        else:
+            chord = float((t_far - t_near).clamp_min(0).max()) if n_rays else 0.0
+        n_steps = n_marching_steps(chord, self.step_size)
+        k = torch.arange(n_steps, device=device, dtype=rays_o.dtype)
+        lo, hi = step_bounds(t_near[:, None], t_far[:, None], jitter[:, None], self.step_size, k[None, :])
+        mask = hi > lo
+        if self.occupancy.cfg.enabled:
+            mid = 0.5 * (lo + hi)
+            points = rays_o[:, None, :] + rays_d[:, None, :] * mid[..., None]
+            mask = mask & self.occupancy.query(points.reshape(-1, 3)).reshape(n_rays, n_steps)
+        first = compact(mask.reshape(-1), self._budget("first", n_rays) if use_budget else None)
+        ray = torch.div(first.index, n_steps, rounding_mode="floor")
+        lo, hi = lo.reshape(-1)[first.index], hi.reshape(-1)[first.index]
+        valid = first.valid
+        ray_ok = None if first.dropped is None else ~first.dropped.reshape(n_rays, n_steps).any(dim=1)
+        counts = {"first": mask.sum()}
+        if self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0:
+            with torch.no_grad():
+                points = rays_o[ray] + rays_d[ray] * (0.5 * (lo + hi))[:, None]
+                sigma_delta = self.field.density(points) * (hi - lo)
+                if valid is not None:
+                    sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
+                _, transmittance, alpha = render_weights(sigma_delta, ray)
+                keep = (transmittance >= self.cfg.early_stop_eps) & (alpha >= self.cfg.alpha_threshold) & (hi > lo)
+                if valid is not None:
+                    keep = keep & valid
+                counts["second"] = keep.sum()
+                second = compact(keep, self._budget("second", n_rays) if use_budget else None)
+            if second.dropped is not None:
+                lost = torch.zeros(n_rays, device=device).index_add(0, ray, second.dropped.float()) > 0
+                ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
+            ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
+        if training:
+            self._record_counts(counts, n_rays)
+        return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok}
+
+    def _importance(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
+        """Stratified samples + inverse-CDF samples from their (no-gradient) weights -> packed samples."""
+        n_rays, device = rays_o.shape[0], rays_o.device
+        n, m = self.cfg.n_samples, self.cfg.n_importance
+        random = training and self.cfg.randomized
+        t_far = torch.maximum(t_far, t_near)
+        t = stratified_samples(t_near, t_far, n, torch.rand(n_rays, n, device=device) if random else None)
+        ray = torch.arange(n_rays, device=device)
+        if m > 0:
+            with torch.no_grad():
+                lo, hi = intervals_from_points(t, t_near, t_far)
+                points = rays_o[:, None] + rays_d[:, None] * t[..., None]
+                sigma = self.field.density(points.reshape(-1, 3))
+                if self.occupancy.cfg.enabled:
+                    sigma = torch.where(self.occupancy.query(points.reshape(-1, 3)), sigma, torch.zeros_like(sigma))
+                weights, _, _ = render_weights(sigma * (hi - lo).reshape(-1), ray.repeat_interleave(n))
+                edges = torch.cat([lo, hi[:, -1:]], dim=-1)
+                uniform = torch.rand(n_rays, m, device=device) if random else None
+                extra = sample_pdf(edges, weights.reshape(n_rays, n), m, uniform)
+            t = torch.sort(torch.cat([t, extra.detach()], dim=-1), dim=-1).values
+        lo, hi = intervals_from_points(t, t_near, t_far)
+        k = t.shape[1]
+        ray = ray[:, None].expand(n_rays, k).reshape(-1)
+        valid = None
+        if self.occupancy.cfg.enabled:
+            points = rays_o[:, None] + rays_d[:, None] * (0.5 * (lo + hi))[..., None]
+            valid = self.occupancy.query(points.reshape(-1, 3))
+        return {"ray": ray, "lo": lo.reshape(-1), "hi": hi.reshape(-1), "valid": valid, "ray_ok": None}
+
+    # ------------------------------------------------------------------------------ rendering
+    def _render_chunk(self, rays_o: Tensor, rays_d: Tensor, background: Tensor, light_positions: Tensor | None,
+                      shading: str | None, compute_normals: bool) -> dict[str, Tensor]:
+        training = self.training and torch.is_grad_enabled()
+        n_rays = rays_o.shape[0]
+        t_near, t_far = ray_box(rays_o, rays_d, self.field.bbox, self.cfg.near_plane)
+        if self.cfg.sampler == "occupancy":
+            samples = self._march(rays_o, rays_d, t_near, t_far, training)
+        else:
+            samples = self._importance(rays_o, rays_d, t_near, t_far, training)
+        ray, lo, hi, valid = samples["ray"], samples["lo"], samples["hi"], samples["valid"]
+        t_mid = 0.5 * (lo + hi)
+        dirs = rays_d[ray]
+        positions = rays_o[ray] + dirs * t_mid[:, None]
+        material = self.parts.material
+        need_normals = compute_normals or material.requires_normals
+        out = self._field(positions, need_normals, training)
+        sigma_delta = out["density"] * (hi - lo)
+        if valid is not None:
+            sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
+        weights, _, _ = render_weights(sigma_delta, ray)
+        normals = out.get("normal")
+        lights = None if light_positions is None else light_positions[ray]
+        colors = material(out["features"], dirs, normals, positions, lights, shading)
+        alpha = accumulate(weights, ray, n_rays)[:, None]
+        foreground = accumulate(weights[:, None] * colors, ray, n_rays)
+        depth = accumulate(weights * t_mid, ray, n_rays)[:, None] / alpha.clamp_min(1e-6)
+        result = {
+            "rgb": foreground + (1.0 - alpha) * background,
+            "alpha": alpha,
+            "depth": depth,
+            "weights": weights,
+            "ray_indices": ray,
+            "num_samples": torch.full((), float(ray.numel()), device=rays_o.device),  # no host-to-device copy
+        }
+        if normals is not None:
+            result["normal"] = accumulate(weights[:, None] * normals, ray, n_rays)
+            result["sample_normals"] = normals
+            result["sample_directions"] = dirs
+        if samples["ray_ok"] is not None:
+            result["ray_valid"] = samples["ray_ok"]
+        return result
+
+    def _field(self, positions: Tensor, with_normal: bool, training: bool) -> dict[str, Tensor]:
+        """The field at sample positions; in pieces when not training, to bound memory (normals take 7 lookups)."""
+        chunk = self.cfg.eval_field_chunk
+        if chunk < 0:
+            chunk = 262144 if positions.device.type == "cuda" else 16384
+        if training or positions.shape[0] <= chunk:
+            return self.field(positions, with_normal=with_normal)
+        pieces = [self.field(p, with_normal=with_normal) for p in positions.split(chunk)]
+        return {key: torch.cat([piece[key] for piece in pieces]) for key in pieces[0]}
+
+    def render_rays(self, rays_o: Tensor, rays_d: Tensor, background: Tensor | None = None,
+                    light_positions: Tensor | None = None, shading: str | None = None,
+                    compute_normals: bool = False) -> dict[str, Tensor]:
+        """Render rays [N, 3] (unit directions) -> {"rgb", "alpha", "depth" (distance along the ray), ...} [N, C].
+
+        ``background`` [N, 3] (default: the background part on the ray directions); ``light_positions`` [N, 3]."""
+        if rays_o.ndim != 2 or rays_o.shape[-1] != 3 or rays_d.shape != rays_o.shape:
+            raise ValueError(f"rays_o and rays_d must both be [N, 3], got {tuple(rays_o.shape)} and {tuple(rays_d.shape)}")
+        if background is None:
+            background = self.parts.background(rays_d[None])[0]
+        training = self.training and torch.is_grad_enabled()
+        if training:
+            self._refresh_budgets()
+        chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
+        if chunk < 0:
+            chunk = 65536 if rays_o.device.type == "cuda" else 16384
+        chunk = max(rays_o.shape[0], 1) if chunk == 0 else chunk
+        pieces = []
+        for start in range(0, max(rays_o.shape[0], 1), chunk):
+            end = start + chunk
+            lights = None if light_positions is None else light_positions[start:end]
+            pieces.append(self._render_chunk(rays_o[start:end], rays_d[start:end], background[start:end], lights,
+                                             shading, compute_normals))
+        return _join_chunks(pieces, chunk)
+
+    def forward(self, cameras: Cameras, background: Tensor | None = None, light_positions: Tensor | None = None,
+                shading: str | None = None, compute_normals: bool = False) -> dict[str, Tensor]:
+        """Render every pixel of ``cameras`` -> {"rgb", "alpha", "depth" (camera z), "normal"?, ...} [B, H, W, C].
+
+        ``background``: [B, 3] or [B, H, W, 3] (default: the background part); ``light_positions`` [B, 3]."""
+        b, h, w = len(cameras), cameras.height, cameras.width
+        rays_o, rays_d = cameras.rays()
+        if background is None:
+            background = self.parts.background(rays_d)
+        elif background.ndim == 2:
+            background = background[:, None, None, :].expand(b, h, w, 3)
+        lights = None
+        if light_positions is not None:
+            lights = light_positions[:, None, :].expand(b, h * w, 3).reshape(-1, 3)
+        out = self.render_rays(rays_o.reshape(-1, 3), rays_d.reshape(-1, 3), background.reshape(-1, 3).to(rays_o),
+                               lights, shading, compute_normals)
+        forward_axis = -cameras.c2w[:, :3, 2]
+        cosine = (rays_d * forward_axis[:, None, None, :]).sum(-1, keepdim=True)  # [B, H, W, 1]
+        images = {}
+        for key, value in out.items():
+            if value.ndim >= 1 and value.shape[0] == b * h * w and key in PER_RAY_KEYS:
+                images[key] = value.reshape(b, h, w, -1)
+            else:
+                images[key] = value
+        images["depth"] = images["depth"] * cosine
+        images["background"] = background
+        return images
+
+
+PER_RAY_KEYS = ("rgb", "alpha", "depth", "normal", "ray_valid")
+
+
+def _join_chunks(pieces: list[dict[str, Tensor]], chunk: int) -> dict[str, Tensor]:
+    if len(pieces) == 1:
+        return pieces[0]
+    joined: dict[str, Tensor] = {}
+    for key in pieces[0]:
+        values = [p[key] for p in pieces]
+        if key == "ray_indices":
+            values = [v + i * chunk for i, v in enumerate(values)]
+        joined[key] = torch.stack(values).sum() if key == "num_samples" else torch.cat(values)
+    return joined
+

@@ -1,0 +1,162 @@
+"""Hash grid against a naive per-point loop (Instant-NGP's definition), gradients, frequency and SH encodings."""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from lift3d.fields.encodings import (
+    HASH_PRIMES,
+    HashGrid,
+    HashGridConfig,
+    frequency_encode,
+    hash_grid_encode,
+    hash_grid_layout,
+    spherical_harmonics,
+)
+from tests.conftest import REPO
+from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def naive_hash_grid(points, table, layout):
+    """One point, one level, one corner at a time with Python integers."""
+    out = torch.zeros(points.shape[0], layout.n_levels, layout.n_features, dtype=table.dtype)
+    for n, p in enumerate(points.tolist()):
+        for level in range(layout.n_levels):
+            r = layout.resolutions[level]
+            pos = [c * r for c in p]
+            cell = [min(max(int(math.floor(c)), 0), r - 1) for c in pos]
+            frac = [c - i for c, i in zip(pos, cell)]
+            for corner in range(8):
+                offs = [(corner >> axis) & 1 for axis in range(3)]
+                v = [i + o for i, o in zip(cell, offs)]
+                w = 1.0
+                for axis in range(3):
+                    w *= frac[axis] if offs[axis] else 1 - frac[axis]
+                if layout.dense[level]:
+                    row = v[0] + v[1] * (r + 1) + v[2] * (r + 1) ** 2
+                else:
+                    row = ((v[0] * HASH_PRIMES[0]) ^ (v[1] * HASH_PRIMES[1]) ^ (v[2] * HASH_PRIMES[2])) % layout.hashmap_size
+                out[n, level] += w * table[layout.offsets[level] + row]
+    return out.reshape(points.shape[0], -1)
+
+
+def test_layout_follows_instant_ngp_parameters():
+    layout = hash_grid_layout(n_levels=16, n_features=2, log2_hashmap_size=19, base_resolution=16, per_level_scale=1.3819128800)
+    assert layout.resolutions[0] == 16 and layout.resolutions[-1] == 2048
+    assert layout.dense[:5] == (True,) * 5 and not any(layout.dense[5:])  # (res + 1)^3 <= 2^19 only for the coarse ones
+    assert all(s == 2**19 for s, d in zip(layout.sizes, layout.dense) if not d)
+    assert layout.offsets[1] == layout.sizes[0] and layout.output_dim == 32
+
+
+def test_hash_grid_matches_naive_reference():
+    torch.manual_seed(0)
+    layout = hash_grid_layout(n_levels=5, n_features=2, log2_hashmap_size=7, base_resolution=2, per_level_scale=1.9)
+    assert any(layout.dense) and not all(layout.dense)  # both indexing schemes are exercised
+    table = torch.randn(layout.n_rows, 2, dtype=torch.float64)
+    points = torch.rand(40, 3, dtype=torch.float64)
+    points[0] = torch.tensor([0.0, 1.0, 0.5], dtype=torch.float64)  # faces of the cube
+    expected = naive_hash_grid(points, table, layout)
+    torch.testing.assert_close(hash_grid_encode(points, table, layout), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_hash_grid_interpolates_vertex_values_exactly():
+    layout = hash_grid_layout(n_levels=1, n_features=1, log2_hashmap_size=10, base_resolution=4, per_level_scale=1.0)
+    table = torch.arange(layout.n_rows, dtype=torch.float64)[:, None]
+    # at a grid vertex the encoding is that vertex's table entry; the dense row of (i, j, k) is i + 5j + 25k
+    vertex = torch.tensor([[1 / 4, 2 / 4, 3 / 4]], dtype=torch.float64)
+    assert hash_grid_encode(vertex, table, layout).item() == pytest.approx(1 + 5 * 2 + 25 * 3)
+    # the dense table is linear in i, j, k, so trilinear interpolation reproduces it anywhere
+    p = torch.tensor([[0.3, 0.55, 0.9]], dtype=torch.float64)
+    assert hash_grid_encode(p, table, layout).item() == pytest.approx(4 * (0.3 + 5 * 0.55 + 25 * 0.9))
+
+
+def test_hash_grid_gradcheck_table_and_points():
+    torch.manual_seed(1)
+    layout = hash_grid_layout(n_levels=3, n_features=2, log2_hashmap_size=6, base_resolution=2, per_level_scale=2.0)
+    table = (torch.randn(layout.n_rows, 2, dtype=torch.float64) * 0.5).requires_grad_(True)
+    points = (torch.rand(6, 3, dtype=torch.float64) * 0.8 + 0.1).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t, p: hash_grid_encode(p, t, layout), (table, points), eps=1e-6, atol=1e-6)
+
+
+def test_progressive_level_masking():
+    grid = HashGrid(HashGridConfig(n_levels=4, n_features_per_level=2, log2_hashmap_size=8, base_resolution=2,
+                                   per_level_scale=2.0, start_level=1, update_steps=10, init_scale=1.0))
+    points = torch.rand(8, 3)
+    grid.set_step(0)
+    out = grid(points)
+    assert out[:, 2:].abs().max() == 0 and out[:, :2].abs().max() > 0
+    grid.set_step(25)  # 1 + 25 // 10 = 3 levels
+    out = grid(points)
+    assert out[:, 6:].abs().max() == 0 and out[:, 4:6].abs().max() > 0
+    grid.set_step(1000)
+    assert grid(points)[:, 6:].abs().max() > 0
+
+
+def test_frequency_encoding_matches_loop():
+    x = torch.randn(5, 3)
+    out = frequency_encode(x, 3)
+    expected = [x] + [torch.sin(2**k * math.pi * x) for k in range(3)] + [torch.cos(2**k * math.pi * x) for k in range(3)]
+    torch.testing.assert_close(out, torch.cat(expected, -1))
+
+
+def test_spherical_harmonics_are_orthonormal():
+    # Fibonacci sphere quadrature of integral Y_i Y_j dS = delta_ij
+    n = 20000
+    i = torch.arange(n, dtype=torch.float64) + 0.5
+    z = 1 - 2 * i / n
+    phi = math.pi * (1 + 5**0.5) * i
+    r = (1 - z * z).sqrt()
+    dirs = torch.stack([r * torch.cos(phi), r * torch.sin(phi), z], -1)
+    basis = spherical_harmonics(dirs, 5)
+    gram = basis.T @ basis * (4 * math.pi / n)
+    torch.testing.assert_close(gram, torch.eye(25, dtype=torch.float64), atol=2e-3, rtol=0)
+
+
+TRITON_CHECK = textwrap.dedent(
+    """
+    import torch
+    from lift3d.fields.encodings import hash_grid_encode, hash_grid_layout
+    from lift3d.fields.hash_triton import hash_grid_encode_triton
+    torch.manual_seed(0)
+    layout = hash_grid_layout(5, 2, 8, 2, 1.9)
+    table = torch.randn(layout.n_rows, 2, requires_grad=True)
+    points = torch.rand(300, 3)
+    fast, ref = hash_grid_encode_triton(points, table, layout), hash_grid_encode(points, table, layout)
+    w = torch.randn_like(ref)
+    g_fast, = torch.autograd.grad((fast * w).sum(), table)
+    g_ref, = torch.autograd.grad((ref * w).sum(), table)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g_fast, g_ref, atol=1e-4, rtol=1e-4)
+    # the self-check passes also when first called from no-grad or inference-mode code
+    from lift3d.fields.hash_triton import self_check
+    with torch.no_grad():
+        assert self_check(table, layout, strict=True, n_points=64)
+    with torch.inference_mode():
+        assert self_check(table, layout, strict=True, n_points=64)
+    print("ok")
+    """
+)
+
+
+def test_triton_kernel_matches_torch_in_interpreter():
+    pytest.importorskip("triton", reason="the Triton kernel is optional (installed with the test extra on Linux)")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", TRITON_CHECK], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.gpu
+def test_triton_kernel_matches_torch_on_cuda():
+    from lift3d.fields.hash_triton import self_check
+
+    layout = hash_grid_layout(16, 2, 19, 16, 1.3819128800)
+    table = torch.empty(layout.n_rows, 2, device="cuda").uniform_(-1, 1)
+    assert self_check(table, layout, strict=True, n_points=65536)

@@ -1,0 +1,198 @@
+"""Compositing by hand, renders of analytic fields, occupancy-grid skipping and sample budgets."""
+
+import math
+
+import pytest
+import torch
+
+from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
+from lift3d.registry import find
+from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
+from lift3d.render.occupancy import cell_coordinates
+from lift3d.render.sampling import compact, ray_box, sample_pdf
+from tests.nerf_fields import (
+    AnalyticField,
+    ball,
+    single_thread,  # noqa: F401  (fixture)
+    slab,
+    uniform,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def make_renderer(field, **cfg):
+    material = find("emission")({})
+    background = find("solid-color")({"color": [1.0, 1.0, 1.0]})
+    renderer = find("volume-renderer")(cfg, field, material, background)
+    return renderer.eval()
+
+
+def test_compositing_matches_hand_computation():
+    ln2 = math.log(2.0)
+    sigma_delta = torch.tensor([ln2, ln2, 2 * ln2, ln2])  # ray 0: three samples; ray 1: one sample
+    rays = torch.tensor([0, 0, 0, 1])
+    weights, transmittance, alpha = render_weights(sigma_delta, rays)
+    torch.testing.assert_close(alpha, torch.tensor([0.5, 0.5, 0.75, 0.5]))
+    torch.testing.assert_close(transmittance, torch.tensor([1.0, 0.5, 0.25, 1.0]))
+    torch.testing.assert_close(weights, torch.tensor([0.5, 0.25, 0.1875, 0.5]))
+    colors = torch.eye(3)[[0, 1, 2, 0]]
+    rgb = accumulate(weights[:, None] * colors, rays, 2)
+    torch.testing.assert_close(rgb, torch.tensor([[0.5, 0.25, 0.1875], [0.5, 0.0, 0.0]]))
+    torch.testing.assert_close(accumulate(weights, rays, 2), torch.tensor([0.9375, 0.5]))
+
+
+def test_exclusive_segment_cumsum_keeps_precision_over_long_arrays():
+    values = torch.full((200000,), 3.0)
+    rays = torch.arange(200000) // 4
+    out = exclusive_segment_cumsum(values, rays)
+    torch.testing.assert_close(out[-4:], torch.tensor([0.0, 3.0, 6.0, 9.0]))
+
+
+def test_ray_box_and_compaction():
+    o = torch.tensor([[0.0, 0.0, -3.0], [0.0, 5.0, -3.0]])
+    d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    near, far = ray_box(o, d, torch.tensor([[-1.0] * 3, [1.0] * 3]))
+    torch.testing.assert_close(near[0], torch.tensor(2.0))
+    torch.testing.assert_close(far[0], torch.tensor(4.0))
+    assert far[1] <= near[1]  # the second ray misses
+    mask = torch.tensor([False, True, True, False, True, True])
+    exact = compact(mask)
+    assert exact.index.tolist() == [1, 2, 4, 5]
+    fitted = compact(mask, budget=3)
+    assert fitted.index.tolist() == [1, 2, 4] and fitted.valid.all() and fitted.dropped.tolist() == [False] * 5 + [True]
+    padded = compact(mask, budget=6)
+    assert padded.valid.tolist() == [True] * 4 + [False] * 2 and not padded.dropped.any()
+
+
+def test_sample_pdf_follows_weights():
+    bins = torch.linspace(0, 1, 5)[None]
+    weights = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
+    samples = sample_pdf(bins, weights, 1000, torch.rand(1, 1000))
+    inside = ((samples >= 0.5) & (samples <= 0.75)).float().mean()
+    assert inside > 0.99
+
+
+def _rays(n=64):
+    torch.manual_seed(0)
+    o = torch.randn(n, 3)
+    o = o / o.norm(dim=-1, keepdim=True) * 3.0
+    target = torch.rand(n, 3) * 0.8 - 0.4
+    d = target - o
+    return o, d / d.norm(dim=-1, keepdim=True)
+
+
+@pytest.mark.parametrize("sampler", ["occupancy", "importance"])
+def test_uniform_medium_has_exact_opacity(sampler):
+    # a constant density: alpha = 1 - exp(-sigma * chord) whatever the step size
+    field = AnalyticField(uniform(0.7), radius=1.0)
+    renderer = make_renderer(field, sampler=sampler, steps_per_diagonal=200, early_stop_eps=0.0,
+                             occupancy={"enabled": False}, n_samples=16, n_importance=8, eval_field_chunk=500)
+    o, d = _rays()
+    with torch.no_grad():
+        out = renderer.render_rays(o, d)
+    near, far = ray_box(o, d, field.bbox)
+    expected_alpha = 1 - torch.exp(-0.7 * (far - near).clamp_min(0))
+    torch.testing.assert_close(out["alpha"][:, 0], expected_alpha, atol=1e-5, rtol=1e-5)
+    color = torch.tensor([0.2, 0.6, 0.9])
+    torch.testing.assert_close(out["rgb"], expected_alpha[:, None] * color + (1 - expected_alpha[:, None]), atol=1e-5, rtol=1e-5)
+
+
+def _conservative_ball_grid(renderer, radius):
+    """Occupied exactly where a cell's box comes within ``radius`` of the origin."""
+    grid = renderer.occupancy
+    r = grid.resolution
+    ijk = cell_coordinates(r).float()
+    lo = grid.bbox[0] + ijk / r * (grid.bbox[1] - grid.bbox[0])
+    hi = lo + (grid.bbox[1] - grid.bbox[0]) / r
+    closest = torch.clamp(torch.zeros(3), lo, hi)
+    grid.occupied.copy_(closest.norm(dim=-1) < radius)
+
+
+def test_occupancy_skipping_does_not_change_the_render():
+    field = AnalyticField(ball(0.5, 4.0), radius=1.0)
+    o, d = _rays(128)
+    renders = {}
+    calls = {}
+    for name in ("full", "skipping"):
+        renderer = make_renderer(field, steps_per_diagonal=256, early_stop_eps=0.0, occupancy={"resolution": 16})
+        if name == "skipping":
+            _conservative_ball_grid(renderer, 0.5)
+            assert renderer.occupancy.occupancy_fraction() < 0.2
+        field.calls = 0
+        with torch.no_grad():
+            renders[name] = renderer.render_rays(o, d)
+        calls[name] = field.calls
+    for key in ("rgb", "alpha", "depth"):
+        torch.testing.assert_close(renders["skipping"][key], renders["full"][key], atol=1e-6, rtol=1e-6)
+    assert calls["skipping"] < 0.5 * calls["full"]  # and far fewer samples were evaluated
+
+
+def test_early_termination_changes_little_and_saves_samples():
+    field = AnalyticField(ball(0.5, 50.0), radius=1.0)
+    o, d = _rays(128)
+    out = {}
+    for eps in (0.0, 1e-3):
+        renderer = make_renderer(field, steps_per_diagonal=256, early_stop_eps=eps)
+        with torch.no_grad():
+            out[eps] = renderer.render_rays(o, d)
+    assert (out[0.0]["rgb"] - out[1e-3]["rgb"]).abs().max() < 2e-3
+    assert out[1e-3]["num_samples"] < 0.7 * out[0.0]["num_samples"]
+
+
+def test_occupancy_grid_update_finds_the_ball():
+    field = AnalyticField(ball(0.5, 50.0), radius=1.0)
+    renderer = make_renderer(field, occupancy={"resolution": 16, "warmup_steps": 10})
+    renderer.train()
+    renderer.update_step(0, 0)
+    grid = renderer.occupancy
+    centres = grid.cell_points(torch.arange(16**3), jitter=False)
+    distance = centres.norm(dim=-1)
+    assert grid.occupied[distance < 0.3].all()
+    assert not grid.occupied[distance > 0.8].any()
+
+
+def test_sample_budget_matches_exact_and_flags_overflow():
+    field = AnalyticField(ball(0.6, 3.0), radius=1.0)
+    o, d = _rays(64)
+    exact = make_renderer(field, steps_per_diagonal=128, randomized=False, sample_budget="never").train()
+    budget = make_renderer(field, steps_per_diagonal=128, randomized=False, sample_budget="always").train()
+    reference = exact.render_rays(o, d)
+    budget.render_rays(o, d)  # first call: exact counts size the budgets
+    fitted = budget.render_rays(o, d)
+    assert fitted["ray_valid"].all()
+    torch.testing.assert_close(fitted["rgb"], reference["rgb"], atol=1e-6, rtol=1e-6)
+    budget._per_ray = {k: v * 0.3 for k, v in budget._per_ray.items()}  # too small: rays at the end overflow
+    budget.cfg.budget_margin = 1.0
+    small = budget.render_rays(o, d)
+    ok = small["ray_valid"]
+    assert 0 < ok.sum() < ok.numel() and ok[0]
+    torch.testing.assert_close(small["rgb"][ok], reference["rgb"][ok], atol=1e-6, rtol=1e-6)
+
+
+def test_camera_render_shapes_and_camera_z_depth():
+    # a dense slab at z = 0 seen from above: camera-space depth is the camera height at every pixel
+    field = AnalyticField(slab(0.02, 2000.0), radius=1.0)
+    renderer = make_renderer(field, steps_per_diagonal=2048, eval_chunk_rays=100, eval_field_chunk=1000)
+    c2w = look_at(torch.tensor([[0.0, 0.0, 2.0]]), torch.zeros(1, 3), torch.tensor([[0.0, 1.0, 0.0]]))
+    cameras = Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.6]), 12, 10), 12, 10)
+    with torch.no_grad():
+        out = renderer(cameras, compute_normals=True)
+    assert out["rgb"].shape == (1, 10, 12, 3) and out["alpha"].shape == (1, 10, 12, 1)
+    assert out["depth"].shape == (1, 10, 12, 1) and out["normal"].shape == (1, 10, 12, 3)
+    assert out["alpha"].min() > 0.99
+    depth = out["depth"]
+    assert (depth - 1.98).abs().max() < 0.02  # the slab's top is at z = 0.02
+    assert depth.max() - depth.min() < 3e-3  # z depth, not distance along the ray (which varies by 7% here)
+    # normals of the slab's top face point up (+z), towards the camera
+    assert (out["normal"][..., 2] > 0.9).all()
+    assert out["weights"].shape == out["ray_indices"].shape and out["ray_indices"].max() < 120
+
+
+def test_gradients_reach_the_field_through_the_renderer():
+    field = find("implicit-volume")({"radius": 1.0, "encoding": {"n_levels": 2, "log2_hashmap_size": 8, "base_resolution": 4}})
+    renderer = make_renderer(field, steps_per_diagonal=64, occupancy={"resolution": 8}).train()
+    o, d = _rays(32)
+    out = renderer.render_rays(o, d)
+    out["rgb"].sum().backward()
+    assert field.encoding.table.grad.abs().sum() > 0 and field.mlp.layers[0].weight.grad.abs().sum() > 0
