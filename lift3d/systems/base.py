@@ -7,6 +7,7 @@ non-finite-loss policy, validation grids with metrics, test videos and checkpoin
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,13 +259,19 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             scores = torch.stack([psnr(prediction, gt.float()), ssim(prediction, gt.float())], dim=-1)
             self._val_scores.append(scores.detach())
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def _evaluate(self, batch: dict[str, Any], batch_idx: int, split: str) -> dict[int, Tensor]:
+        """Render, score against ground truth if any, save one grid per view; rgb by view index."""
         out = self.render_views(batch)
         self._score(out, batch)
-        step = self.true_global_step
         n = next(iter(out.values())).shape[0]
+        rgb = {}
         for i, index in enumerate(self._view_indices(batch, batch_idx, n)):
-            self.saver.grid(f"it{step}-val/{index:04d}.png", self.grid_panels(out, batch, i))
+            self.saver.grid(f"it{self.true_global_step}-{split}/{index:04d}.png", self.grid_panels(out, batch, i))
+            rgb[index] = out["rgb"][i]
+        return rgb
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, batch_idx, "val")
 
     def _gather_scores(self) -> dict[str, float] | None:
         local = torch.cat(self._val_scores) if self._val_scores else torch.zeros(0, 2, device=self.device)
@@ -284,8 +291,6 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         if not self.trainer.is_global_zero:
             return
         path = self.saver.root / "metrics.json"
-        import json
-
         record = json.loads(path.read_text()) if path.exists() else {"history": []}
         entry = {"split": split, "step": self.true_global_step, **scores}
         record["history"].append(entry)
@@ -296,13 +301,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._record_metrics("val")
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        out = self.render_views(batch)
-        self._score(out, batch)
-        step = self.true_global_step
-        n = next(iter(out.values())).shape[0]
-        for i, index in enumerate(self._view_indices(batch, batch_idx, n)):
-            self.saver.grid(f"it{step}-test/{index:04d}.png", self.grid_panels(out, batch, i))
-            self._test_frames[index] = out["rgb"][i].detach().clamp(0, 1).cpu()
+        for index, rgb in self._evaluate(batch, batch_idx, "test").items():
+            self._test_frames[index] = rgb.detach().clamp(0, 1).cpu()
 
     def on_test_epoch_end(self) -> None:
         self._record_metrics("test")
