@@ -1,1 +1,3 @@
-"""render."""
+"""Renderers: the Gaussian splat rasterizer (torch and gsplat backends)."""
+
+from lift3d.render import splat  # noqa: F401  (register the parts)
