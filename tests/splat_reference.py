@@ -29,7 +29,8 @@ def project_one(mean, quat_wxyz, scale, w2c, K, width, height, eps2d=0.3):
 
 def render_reference(means, quats, scales, opacities, colors, w2c, K, width, height, background,
                      eps2d=0.3, near=0.01, far=1e10):
-    """rgb [H, W, D], alpha [H, W] of one camera; ``colors`` [N, D] are the per-Gaussian colours."""
+    """rgb [H, W, D], alpha [H, W] of one camera and how many pixels stopped early (transmittance);
+    ``colors`` [N, D] are the per-Gaussian colours."""
     items = []
     for i in range(len(means)):
         if opacities[i] < 1 / 255:
@@ -41,6 +42,7 @@ def render_reference(means, quats, scales, opacities, colors, w2c, K, width, hei
     items.sort(key=lambda item: (item[0], item[1]))
     rgb = np.zeros((height, width, colors.shape[1]))
     alpha_out = np.zeros((height, width))
+    stopped = 0
     for row in range(height):
         for col in range(width):
             p = np.array([col + 0.5, row + 0.5])
@@ -52,9 +54,10 @@ def render_reference(means, quats, scales, opacities, colors, w2c, K, width, hei
                 if sigma < 0 or alpha < 1 / 255:
                     continue
                 if T * (1 - alpha) <= 1e-4:
+                    stopped += 1
                     break
                 out += colors[i] * alpha * T
                 T *= 1 - alpha
             rgb[row, col] = out + T * np.asarray(background)
             alpha_out[row, col] = 1 - T
-    return rgb, alpha_out
+    return rgb, alpha_out, stopped

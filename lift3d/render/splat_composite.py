@@ -26,6 +26,7 @@ ALPHA_MAX = 0.999  # gsplat's clamp (the original 3DGS CUDA code uses 0.99)
 T_MIN = 1e-4  # a pixel is finished once its transmittance would fall to this or below
 S_MAX = 12.0  # cap on sigma - log(opacity) before exp(): exp(-12) is far below 1/255 and no denormals appear
 BLOCK_ELEMENTS = 1 << 17  # a depth block covers about this many pixel x Gaussian pairs
+MIN_BLOCK = 32  # ... and at least this many Gaussians
 
 
 def pixel_features(tile_size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -130,7 +131,7 @@ def _forward_chunk(features: Tensor, q: Tensor, color: Tensor, counts: Tensor, o
     acc = color.new_zeros(n, P, color.shape[-1])
     trans, done = color.new_ones(n, P), outside.clone()
     rows = torch.arange(n, device=q.device)
-    size = min(K, max(32, BLOCK_ELEMENTS // max(n * P, 1)))
+    size = min(K, max(MIN_BLOCK, BLOCK_ELEMENTS // max(n * P, 1)))
     blocks = []
     for start in range(0, K, size):
         stop = min(start + size, K)
@@ -242,14 +243,19 @@ class _Composite(torch.autograd.Function):
                                            g_final_tiles[tiles], final_tiles[tiles])
             g_q_all.index_add_(0, index.reshape(-1), g_q.reshape(-1, 6))
             g_color_all.index_add_(0, index.reshape(-1), g_color.reshape(-1, g_color.shape[-1]))
-        ctx.chunk_blocks = None
-        with torch.enable_grad():  # chain q back to the 2D means, conics and opacities
-            leaves = [t.detach().requires_grad_() for t in (means2d, conics, opacities)]
-            q = intersection_quadratics(bins, *_flat(*leaves, colors)[:3])
-            g_means2d, g_conics, g_opacities = torch.autograd.grad(q, leaves, g_q_all)
-        g_colors = torch.zeros_like(colors.reshape(-1, colors.shape[-1]))
-        g_colors.index_add_(0, padded[:-1], g_color_all[:-1])
-        return g_means2d, g_conics, g_opacities, g_colors.reshape(colors.shape), g_background, None, None, None, None
+        # chain q back to each entry's 2D mean, conic and opacity, then sum entries per Gaussian with
+        # index_add_ (deterministic on CPU, unlike the backward of an indexing gather)
+        ids = bins.flat_ids
+        with torch.enable_grad():
+            leaves = [t.detach()[ids].requires_grad_() for t in _flat(means2d, conics, opacities, colors)[:3]]
+            q = quadratic(*leaves, tile_origins(bins.tile_of, bins, means2d.dtype))
+            entry_grads = torch.autograd.grad(q, leaves, g_q_all[:-1])
+        flat_grads = [torch.zeros_like(t) for t in _flat(means2d, conics, opacities, colors)]
+        for total, g in zip(flat_grads, (*entry_grads, g_color_all[:-1])):
+            total.index_add_(0, ids, g)
+        shape = opacities.shape
+        return (flat_grads[0].reshape(*shape, 2), flat_grads[1].reshape(*shape, 3), flat_grads[2].reshape(shape),
+                flat_grads[3].reshape(colors.shape), g_background, None, None, None, None)
 
 
 def _composite_reference(means2d, conics, opacities, colors, backgrounds, bins: TileBins, width: int, height: int):

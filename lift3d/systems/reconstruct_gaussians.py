@@ -83,6 +83,8 @@ class ReconstructGaussiansSystem(BaseSystem):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if not self.cfg.scene_extent and hasattr(datamodule, "extent"):
             self.extent = float(datamodule.extent)
+            if self.extent < 1e-6:  # a single view: fall back to its distance from the scene centre
+                self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage == "fit" and len(self.gaussians) == 0 and not resuming:
             self._initialize(datamodule)
