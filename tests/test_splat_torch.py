@@ -11,7 +11,6 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.gaussians.sh import sh_to_color
 from lift3d.render import splat, splat_composite
 from lift3d.render.splat import Splats, rasterize
-from lift3d.render.splat_torch import rasterize_torch
 from tests.splat_reference import render_reference
 
 F64 = torch.float64

@@ -68,13 +68,14 @@ class DensifyStrategy(Configurable):
         if means2d.grad is None:
             return
         B, H, W = out["rgb"].shape[:3]
-        grad = means2d.grad * torch.tensor([W / 2.0 * B, H / 2.0 * B], device=means2d.device)
+        gx, gy = means2d.grad.unbind(-1)
+        norm = torch.hypot(gx * (W / 2.0 * B), gy * (H / 2.0 * B))  # python scalars: no host-device copy
         visible = (out["radii"] > 0).all(dim=-1)  # [B, N]
         n = means2d.shape[1]
         if self.grad2d is None or len(self.grad2d) != n or self.grad2d.device != means2d.device:
             self.grad2d = torch.zeros(n, device=means2d.device)
             self.count = torch.zeros(n, device=means2d.device)
-        self.grad2d += (grad.norm(dim=-1) * visible).sum(0)
+        self.grad2d += (norm * visible).sum(0)
         self.count += visible.sum(0)
 
     # ----------------------------------------------------------------------------------- schedule

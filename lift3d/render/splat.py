@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import Configurable
-from lift3d.cameras import Cameras
+from lift3d.cameras import Cameras, opengl_to_opencv
 from lift3d.registry import register
 from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat
 from lift3d.render.splat_torch import rasterize_torch
@@ -124,7 +124,9 @@ def rasterize(
     else:
         features, sh_degree = colors, None
     bg_colors, bg_image = _backgrounds(background, B, features.shape[-1] if colors is not None else 3, means)
-    args = (means, gaussians.quats, gaussians.scales, gaussians.opacities, features, cameras.w2c_opencv(),
+    # world-to-camera in OpenCV axes; inv_ex skips the error check that would stall a GPU every call
+    viewmats = torch.linalg.inv_ex(opengl_to_opencv(cameras.c2w))[0]
+    args = (means, gaussians.quats, gaussians.scales, gaussians.opacities, features, viewmats,
             cameras.intrinsics, width, height, bg_colors)
     kwargs: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane, "eps2d": eps2d}
     chosen = choose_backend(backend, device)

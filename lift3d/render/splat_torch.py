@@ -43,7 +43,7 @@ def rasterize_torch(
                              eps2d=eps2d, near_plane=near_plane, far_plane=far_plane)
     C = viewmats.shape[0]
     if sh_degree is not None:
-        campos = torch.linalg.inv(viewmats)[:, None, :3, 3]  # [C, 1, 3]
+        campos = torch.linalg.inv_ex(viewmats)[0][:, None, :3, 3]  # [C, 1, 3] (inv_ex: no GPU sync)
         rgb = sh_to_color(sh_degree, colors[None], means[None] - campos)  # [C, N, 3]
     else:
         rgb = colors.expand(C, *colors.shape[-2:]) if colors.ndim == 2 else colors

@@ -48,6 +48,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
     scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
     export_formats: list = field(default_factory=lambda: ["ply"])  # assets written when training ends
+    cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
@@ -80,6 +81,9 @@ class ReconstructGaussiansSystem(BaseSystem):
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
+        on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
+        if self.cfg.cpu_threads > 0 and on_cpu:
+            torch.set_num_threads(self.cfg.cpu_threads)
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if not self.cfg.scene_extent and hasattr(datamodule, "extent"):
             self.extent = float(datamodule.extent)
