@@ -17,6 +17,7 @@ COMMAND_MODULES: dict[str, str] = {
     "validate": "run_modes",
     "test": "run_modes",
     "export": "export",
+    "reconstruct": "reconstruct",
     "info": "info",
 }
 
