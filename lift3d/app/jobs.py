@@ -205,11 +205,11 @@ class JobQueue:
             return next((i + 1 for i, j in enumerate(self._pending) if j is job), 0)
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        """Block until the job is no longer active (or ``timeout`` seconds pass); return it."""
+        """Block until the job is done (or ``timeout`` seconds pass); return it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             job = self._jobs[job_id]
-            while job.active:
+            while job.active or job.ended is None:  # ended is set last, once the job is wholly done
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break

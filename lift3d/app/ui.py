@@ -106,7 +106,7 @@ class AppState:
         return (job.id if job else None), {}
 
     def refresh(self, job_id: str | None, shown: dict | None) -> list[Any]:
-        """The panel, latest grid, model, video, downloads and Cancel button; unchanged ones are skipped."""
+        """The panel, latest grid, model, video, downloads, Cancel button and timer; unchanged ones are skipped."""
         shown = dict(shown or {})
         job = self.queue.get(job_id)
         view = job_view(job, self.queue.position(job)) if job else None
@@ -122,6 +122,7 @@ class AppState:
             "video": video,
             "files": files,
             "cancel": bool(job and job.state in ACTIVE),
+            "timer": bool(job and job.state in ACTIVE),  # tick only while something runs: an idle page costs nothing
         }
         updates = []
         for key, value in wanted.items():
@@ -131,6 +132,8 @@ class AppState:
                 updates.append(gr.skip())
             elif key == "cancel":
                 updates.append(gr.update(interactive=value))
+            elif key == "timer":
+                updates.append(gr.Timer(active=value))
             elif key == "files":
                 updates.append(gr.update(value=value or None, visible=bool(value)))
             else:
@@ -174,8 +177,8 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                 model = gr.Model3D(label="Result", interactive=False, elem_id="result-model", height=420)
                 video = gr.Video(label="Orbit video", interactive=False, elem_id="result-video", autoplay=True, loop=True, height=320)
                 files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="result-files", visible=False)
-        outputs = [status, latest, model, video, files, cancel, shown]
-        timer = gr.Timer(1.0)
+        timer = gr.Timer(1.0, active=False)
+        outputs = [status, latest, model, video, files, cancel, timer, shown]
 
         recipe.change(state.recipe_changed, recipe, [about, prompt, upload, *option_inputs], queue=False)
         start.click(state.start, [job_id, recipe, prompt, upload, *option_inputs], [job_id, message],
