@@ -159,6 +159,7 @@ def test_app_runs_a_job_in_a_real_browser(server):
                 assert time.monotonic() < deadline, "the 3D viewer never drew the model"
                 time.sleep(0.5)
             page.wait_for_selector("#result-video video", timeout=30_000)
+            page.wait_for_selector("#latest-image img", timeout=30_000)  # the last validation grid
             page.screenshot(path=shots / "4-after.png", full_page=True)
             with page.expect_download(timeout=30_000) as download_info:
                 page.click("#result-files a[download$='.glb']")

@@ -133,7 +133,7 @@ class AppState:
             elif key == "cancel":
                 updates.append(gr.update(interactive=value))
             elif key == "timer":
-                updates.append(gr.Timer(active=value))
+                updates.append(gr.update(active=value))
             elif key == "files":
                 updates.append(gr.update(value=value or None, visible=bool(value)))
             else:
