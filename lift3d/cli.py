@@ -17,7 +17,9 @@ COMMAND_MODULES: dict[str, str] = {
     "validate": "run_modes",
     "test": "run_modes",
     "export": "export",
+    "reconstruct": "reconstruct",
     "info": "info",
+    "app": "app",
 }
 
 

@@ -1,1 +1,3 @@
-"""gaussians."""
+"""3D Gaussians: parameters and activations, SH, initialisation, densification, PLY I/O."""
+
+from lift3d.gaussians import model, strategy  # noqa: F401  (register the parts)

@@ -1,0 +1,143 @@
+"""NeRF-synthetic lego (400x400) with the reconstruct-gaussians recipe: val PSNR/SSIM and training wall time.
+
+Prints one JSON line per evaluation step (default 7000 and 30000). Training time excludes evaluation.
+On the GPU (gsplat backend, the 3DGS schedule; the data must be inside the repository copy there):
+
+    python benchmarks/bench_lego_gaussians.py --data PATH/TO/lego
+
+A short CPU run of the same recipe (pure-PyTorch rasterizer):
+
+    python benchmarks/bench_lego_gaussians.py --device cpu --steps 100 --eval-at 100 --val-views 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import lightning as L  # noqa: E402
+from lightning.pytorch.callbacks import Callback  # noqa: E402
+
+from lift3d.config import load_config  # noqa: E402
+from lift3d.metrics import psnr, ssim  # noqa: E402
+from lift3d.recipes import recipe_config  # noqa: E402
+from lift3d.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
+
+
+def default_data() -> Path:
+    for candidate in (REPO.parent / "shared" / "data" / "lego", REPO / "shared" / "data" / "lego", Path("/work/shared/data/lego")):
+        if (candidate / "transforms_train.json").is_file():
+            return candidate
+    return REPO.parent / "shared" / "data" / "lego"
+
+
+class Evaluate(Callback):
+    """At the given steps: stop the clock, score the val views, print a JSON line, restart the clock."""
+
+    def __init__(self, steps: list[int], info: dict, max_minutes: float) -> None:
+        self.steps, self.info, self.max_seconds = set(steps), info, max_minutes * 60
+        self.train_seconds, self.started = 0.0, None
+        self.results: list[dict] = []
+
+    def _sync(self, module: L.LightningModule) -> None:
+        if module.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._sync(module)
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        step = trainer.global_step
+        self._sync(module)
+        elapsed = self.train_seconds + time.perf_counter() - self.started
+        out_of_time = self.max_seconds > 0 and elapsed > self.max_seconds
+        if step not in self.steps and not out_of_time:
+            return
+        self.train_seconds = elapsed
+        self.results.append(self.evaluate(trainer, module, step))
+        print(json.dumps(self.results[-1]), flush=True)
+        if out_of_time:
+            trainer.should_stop = True
+        self._sync(module)
+        self.started = time.perf_counter()
+
+    @torch.no_grad()
+    def evaluate(self, trainer: L.Trainer, module: L.LightningModule, step: int) -> dict:
+        scene = trainer.datamodule.val_scene()
+        background = trainer.datamodule.background.to(module.device)
+        scores = []
+        for i in range(len(scene)):
+            rgba = scene.rgba[i : i + 1].to(module.device).float() / 255.0
+            target = rgba[..., :3] * rgba[..., 3:] + background * (1 - rgba[..., 3:])
+            out = module.render_views({"cameras": scene.cameras[i].to(module.device), "background": background[None]})
+            prediction = out["rgb"].clamp(0, 1)
+            scores.append(torch.stack([psnr(prediction, target), ssim(prediction, target)], -1))
+        mean = torch.cat(scores).mean(0)
+        return {"bench": "lego_gaussians", "step": step, "val_psnr": round(float(mean[0]), 3), "val_ssim": round(float(mean[1]), 4),
+                "val_views": len(scene), "train_seconds": round(self.train_seconds, 1),
+                "gaussians": len(module.gaussians), **self.info}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=default_data(), help="the lego scene folder (transforms_*.json)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=30000)
+    parser.add_argument("--eval-at", default="7000,30000", help="comma-separated steps at which to score the val views")
+    parser.add_argument("--val-views", type=int, default=-1, help="score this many val views, evenly spaced (-1: all 100)")
+    parser.add_argument("--max-minutes", type=float, default=0, help="stop (and score) after this much training time")
+    parser.add_argument("--output", type=Path, default=None, help="where the trial folder goes (default: a temporary one)")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
+    args = parser.parse_args()
+    logging.getLogger("lift3d").setLevel(logging.INFO)
+    logging.getLogger("lift3d").addHandler(logging.StreamHandler(sys.stderr))
+
+    on_gpu = args.device.startswith("cuda")
+    overrides = [
+        f"data.root={args.data}", f"data.max_val_views={args.val_views}", f"trainer.max_steps={args.steps}",
+        "trainer.val_check_interval=0", "trainer.run_test_after_fit=false", "trainer.enable_progress_bar=false",
+        "trainer.log_every_n_steps=500", f"trainer.accelerator={'gpu' if on_gpu else 'cpu'}", "checkpoint.every_n_train_steps=0",
+        "checkpoint.save_last=false", "system.nonfinite_check_every=0", "tag=bench", *args.overrides,
+    ]
+    output = args.output or Path(tempfile.mkdtemp(prefix="lift3d-bench-"))
+    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=[f"output_root={output}", *overrides])
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    info = {"device": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu",
+            "backend": cfg.system.get("renderer", {}).get("backend", "auto"), "resolution": "400x400",
+            "torch": torch.__version__, "gsplat": version("gsplat"), "threads": torch.get_num_threads()}
+    trial = make_trial_dir(cfg)
+    trainer = build_trainer(cfg, trial, train=True)
+    evaluate = Evaluate([int(s) for s in args.eval_at.split(",")], info, args.max_minutes)
+    trainer.callbacks.append(evaluate)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule, system = build_parts(cfg)
+    system.set_save_dir(trial / "save")
+    start = time.perf_counter()
+    trainer.fit(system, datamodule=datamodule)
+    print(json.dumps({"bench": "lego_gaussians", "summary": True, "total_seconds": round(time.perf_counter() - start, 1),
+                      "train_seconds": round(evaluate.train_seconds, 1), "steps": trainer.global_step,
+                      "results": [{k: r[k] for k in ("step", "val_psnr", "val_ssim", "train_seconds", "gaussians")}
+                                  for r in evaluate.results], **info}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

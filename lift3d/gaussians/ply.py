@@ -1,0 +1,124 @@
+"""Gaussian PLY files in the layout of 3DGS (what splat viewers and editors open).
+
+One ``vertex`` element, float32 properties in this order: ``x y z nx ny nz f_dc_0..2 f_rest_0..M-1
+opacity scale_0..2 rot_0..3`` with pre-activation values (logit opacity, log scale, wxyz quaternion)
+and ``f_rest`` channel-major (all red coefficients, then green, then blue); M = 0, 9, 24 or 45 for
+SH degree 0..3. Normals are written as zeros and ignored when reading.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lift3d.gaussians.sh import degree_of, num_bases
+from lift3d.saving import atomic_write_bytes
+
+REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
+
+
+class PlyFormatError(ValueError):
+    """A PLY file that is not a readable 3DGS Gaussian file; the message says what is wrong."""
+
+
+def property_names(n_rest: int) -> list[str]:
+    """The 3DGS property order for ``n_rest`` f_rest coefficients."""
+    return (["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"] + [f"f_rest_{i}" for i in range(n_rest)]
+            + ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"])
+
+
+def gaussians_to_array(params: dict[str, Tensor]) -> np.ndarray:
+    """Structured float32 array (one record per Gaussian) from pre-activation parameters."""
+    n = len(params["means"])
+    rest = params["shN"].detach().float().cpu()  # [N, K-1, 3]
+    n_rest = rest.shape[1] * 3
+    columns = [
+        params["means"].detach().float().cpu(),
+        torch.zeros(n, 3),
+        params["sh0"].detach().float().cpu().reshape(n, 3),
+        rest.transpose(1, 2).reshape(n, n_rest),  # channel-major
+        params["opacity_logits"].detach().float().cpu().reshape(n, 1),
+        params["log_scales"].detach().float().cpu(),
+        params["quats"].detach().float().cpu(),
+    ]
+    flat = torch.cat(columns, dim=1).numpy()
+    record = np.empty(n, dtype=[(name, "<f4") for name in property_names(n_rest)])
+    for i, name in enumerate(record.dtype.names):
+        record[name] = flat[:, i]
+    return record
+
+
+def save_ply(path: str | Path, gaussians) -> Path:
+    """Write a model (or a dict of its parameters) as a binary little-endian 3DGS PLY, atomically."""
+    from plyfile import PlyData, PlyElement
+
+    params = gaussians.parameters_dict() if hasattr(gaussians, "parameters_dict") else gaussians
+    element = PlyElement.describe(gaussians_to_array(params), "vertex")
+    buffer = io.BytesIO()
+    PlyData([element], text=False, byte_order="<").write(buffer)
+    path = Path(path)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _read(path: Path):
+    from plyfile import PlyData
+
+    if not path.is_file():
+        raise FileNotFoundError(f"Gaussian PLY not found: {path}")
+    try:
+        return PlyData.read(str(path))
+    except Exception as error:  # plyfile raises several types for bad headers and short bodies
+        kind = "truncated or corrupt" if "end" in str(error).lower() or "early" in str(error).lower() else "not a readable PLY"
+        raise PlyFormatError(f"{path} is {kind}: {error}") from None
+
+
+def load_ply(path: str | Path, sh_degree: int | None = None) -> dict[str, Tensor]:
+    """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``,
+    ``shN``) from a 3DGS PLY. ``sh_degree`` pads missing higher SH bands with zeros (or drops extra ones);
+    by default the file's own degree is kept."""
+    path = Path(path)
+    ply = _read(path)
+    if "vertex" not in [e.name for e in ply.elements]:
+        raise PlyFormatError(f"{path} has no 'vertex' element; a Gaussian PLY stores one vertex per Gaussian")
+    vertex = ply["vertex"]
+    names = list(vertex.data.dtype.names or ())
+    n_rest = sum(name.startswith("f_rest_") for name in names)
+    required = [n for n in property_names(n_rest) if n not in ("nx", "ny", "nz")]
+    missing = [n for n in required if n not in names]
+    if missing:
+        raise PlyFormatError(f"{path} lacks the Gaussian properties {', '.join(missing)} "
+                             "(the 3DGS layout: x y z f_dc_0..2 [f_rest_*] opacity scale_0..2 rot_0..3)")
+    degrees = {count: degree for degree, count in REST_COUNTS.items()}
+    if n_rest not in degrees:
+        raise PlyFormatError(f"{path} has {n_rest} f_rest properties; expected 0, 9, 24 or 45 (SH degree 0..3)")
+    wrong = [f"{n} ({vertex.data.dtype[n]})" for n in required if vertex.data.dtype[n].kind != "f"]
+    if wrong:
+        raise PlyFormatError(f"{path}: properties {', '.join(wrong)} are not floating point; the 3DGS layout stores float32")
+    n = len(vertex.data)
+
+    def column(*keys: str) -> Tensor:
+        return torch.from_numpy(np.stack([np.asarray(vertex.data[k], dtype=np.float32) for k in keys], axis=-1))
+
+    rest = column(*[f"f_rest_{i}" for i in range(n_rest)]) if n_rest else torch.zeros(n, 0)
+    file_degree = degrees[n_rest]
+    params = {
+        "means": column("x", "y", "z"),
+        "log_scales": column("scale_0", "scale_1", "scale_2"),
+        "quats": column("rot_0", "rot_1", "rot_2", "rot_3"),
+        "opacity_logits": column("opacity")[:, 0],
+        "sh0": column("f_dc_0", "f_dc_1", "f_dc_2")[:, None, :],
+        "shN": rest.reshape(n, 3, n_rest // 3).transpose(1, 2).contiguous(),
+    }
+    if not all(torch.isfinite(v).all() for v in params.values()):
+        raise PlyFormatError(f"{path} holds NaN or infinite values")
+    if sh_degree is not None and sh_degree != file_degree:
+        k = num_bases(sh_degree) - 1
+        shN = params["shN"][:, :k]
+        params["shN"] = torch.cat([shN, shN.new_zeros(n, k - shN.shape[1], 3)], dim=1)
+    degree_of(params["shN"].shape[1] + 1)
+    return params

@@ -1,0 +1,205 @@
+"""Adaptive density control (3DGS): clone, split, prune, opacity reset, with optimizer-state surgery.
+
+Use: after each backward pass call ``update(render_out)`` (accumulates the image-space gradient of
+``means2d``), then ``step(model, optimizer, step, extent)``. Gradients are measured as gsplat's
+DefaultStrategy does: the pixel gradient times (width / 2, height / 2) times the number of views,
+averaged over the steps a Gaussian was visible. Whenever Gaussians are added or removed, every
+optimizer state tensor shaped like a parameter (Adam's moments) is cut or extended to match: new
+Gaussians start with zero moments, kept ones keep theirs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from lift3d.base import Configurable
+from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
+from lift3d.registry import register
+from lift3d.render.splat_project import quat_to_rotmat
+
+log = logging.getLogger("lift3d.gaussians.strategy")
+
+
+@dataclass
+class DensifyConfig:
+    """When and how Gaussians are added and removed; defaults are those of 3DGS."""
+
+    refine_start: int = 500  # first step (exclusive) at which Gaussians are grown and pruned
+    refine_stop: int = 15000  # no growing, pruning or opacity reset from this step on
+    refine_every: int = 100  # grow and prune every N steps
+    grow_grad2d: float = 0.0002  # grow Gaussians whose mean normalised image-space gradient exceeds this
+    grow_scale3d: float = 0.01  # ... by cloning when their largest scale is <= this x scene extent, else splitting
+    split_into: int = 2  # a split Gaussian becomes this many, sampled from itself
+    split_shrink: float = 1.6  # ... with scales divided by this
+    prune_opacity: float = 0.005  # remove Gaussians less opaque than this
+    prune_scale3d: float = 0.1  # after the first opacity reset, remove Gaussians larger than this x extent
+    reset_every: int = 3000  # set every opacity to at most reset_opacity every N steps (0: never)
+    reset_opacity: float = 0.01  # the opacity cap of a reset (3DGS: 2 x prune_opacity)
+    max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
+
+
+@register("densify-3dgs")
+class DensifyStrategy(Configurable):
+    """The 3DGS densification schedule with its running statistics (saved in checkpoints)."""
+
+    Config = DensifyConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        self.grad2d: Tensor | None = None  # [N] sum of normalised gradient norms while visible
+        self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
+
+    # ----------------------------------------------------------------------------------- statistics
+    def active(self, step: int) -> bool:
+        return step < self.cfg.refine_stop
+
+    @torch.no_grad()
+    def update(self, out: dict[str, Tensor]) -> None:
+        """Accumulate statistics from a render whose loss has been backpropagated (no host sync)."""
+        means2d = out["means2d"]
+        if means2d.grad is None:
+            return
+        B, H, W = out["rgb"].shape[:3]
+        gx, gy = means2d.grad.unbind(-1)
+        norm = torch.hypot(gx * (W / 2.0 * B), gy * (H / 2.0 * B))  # python scalars: no host-device copy
+        visible = (out["radii"] > 0).all(dim=-1)  # [B, N]
+        n = means2d.shape[1]
+        if self.grad2d is None or len(self.grad2d) != n or self.grad2d.device != means2d.device:
+            self.grad2d = torch.zeros(n, device=means2d.device)
+            self.count = torch.zeros(n, device=means2d.device)
+        self.grad2d += (norm * visible).sum(0)
+        self.count += visible.sum(0)
+
+    # ----------------------------------------------------------------------------------- schedule
+    @torch.no_grad()
+    def step(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> dict[str, int]:
+        """Grow/prune on refine steps, reset opacities on reset steps; returns what changed."""
+        c, report = self.cfg, {}
+        if step >= c.refine_stop:
+            return report
+        if step > c.refine_start and step % c.refine_every == 0 and self.grad2d is not None:
+            report.update(self.grow(model, optimizer, extent))
+            report["pruned"] = self.prune(model, optimizer, step, extent)
+            self.grad2d = self.count = None
+            log.debug("step %d: %s, now %d Gaussians", step, report, len(model))
+        if c.reset_every > 0 and step > 0 and step % c.reset_every == 0:
+            reset_opacities(model, optimizer, c.reset_opacity)
+            report["reset"] = 1
+        return report
+
+    def grow(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, extent: float) -> dict[str, int]:
+        c = self.cfg
+        grads = self.grad2d / self.count.clamp_min(1)
+        high = grads > c.grow_grad2d
+        if c.max_gaussians > 0:  # grow only the strongest gradients when the cap is near
+            room = max(c.max_gaussians - len(model), 0) // max(c.split_into - 1, 1)
+            if int(high.sum()) > room:
+                keep = torch.topk(grads, room).indices
+                high = torch.zeros_like(high)
+                high[keep] = True
+        small = model.scales.max(dim=-1).values <= c.grow_scale3d * extent
+        cloned, split = high & small, high & ~small
+        n_clone = int(cloned.sum())
+        if n_clone:
+            duplicate(model, optimizer, cloned)
+            split = torch.cat([split, split.new_zeros(n_clone)])  # clones are not split this round
+        n_split = int(split.sum())
+        if n_split:
+            split_gaussians(model, optimizer, split, c.split_into, c.split_shrink)
+        return {"cloned": n_clone, "split": n_split}
+
+    def prune(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> int:
+        c = self.cfg
+        remove_mask = model.opacities < c.prune_opacity
+        if c.reset_every > 0 and step > c.reset_every:
+            remove_mask |= model.scales.max(dim=-1).values > c.prune_scale3d * extent
+        n = int(remove_mask.sum())
+        if n:
+            remove(model, optimizer, remove_mask)
+        return n
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"grad2d": self.grad2d, "count": self.count}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.grad2d, self.count = state.get("grad2d"), state.get("count")
+
+
+# ---------------------------------------------------------------------------------------------------
+# parameter surgery that keeps the optimizer in step
+
+
+def replace_parameters(
+    model: GaussianModel,
+    optimizer: torch.optim.Optimizer | None,
+    new_value: Callable[[str, Tensor], Tensor],
+    new_state: Callable[[str, Tensor], Tensor],
+    names: tuple[str, ...] = PARAMETER_NAMES,
+) -> None:
+    """Swap each Gaussian parameter in ``names`` for ``new_value(name, old)`` and each optimizer state
+    tensor shaped like it (e.g. Adam's ``exp_avg``) for ``new_state(name, old_state)``; the optimizer
+    then tracks the new parameters in the same groups with the same options."""
+    for name in names:
+        old = getattr(model, name)
+        new = nn.Parameter(new_value(name, old.detach()), requires_grad=old.requires_grad)
+        if optimizer is not None:
+            for group in optimizer.param_groups:
+                group["params"] = [new if p is old else p for p in group["params"]]
+            state = optimizer.state.pop(old, None)
+            if state is not None:
+                optimizer.state[new] = {
+                    key: new_state(name, value) if torch.is_tensor(value) and value.shape == old.shape else value
+                    for key, value in state.items()
+                }
+        setattr(model, name, new)
+
+
+def duplicate(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor) -> None:
+    """Append copies of the Gaussians in ``mask`` [N] (zero optimizer moments for the copies)."""
+    replace_parameters(model, optimizer, lambda _, p: torch.cat([p, p[mask]]),
+                       lambda _, s: torch.cat([s, torch.zeros_like(s[mask])]))
+
+
+def remove(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor) -> None:
+    """Drop the Gaussians in ``mask`` [N] together with their optimizer state."""
+    keep = ~mask
+    replace_parameters(model, optimizer, lambda _, p: p[keep], lambda _, s: s[keep])
+
+
+def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor,
+                    into: int = 2, shrink: float = 1.6) -> None:
+    """Replace each Gaussian in ``mask`` by ``into`` Gaussians whose centres are drawn from it and whose
+    scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments."""
+    n = int(mask.sum())
+    scales, quats = model.scales[mask], model.quats[mask]
+    offsets = (quat_to_rotmat(quats)[None] @ (torch.randn(into, n, 3, 1, device=scales.device) * scales[None, :, :, None]))
+    means = (model.means[mask][None] + offsets.squeeze(-1)).reshape(into * n, 3)
+    new = {"means": means, "log_scales": torch.log(scales / shrink).repeat(into, 1)}
+    keep = ~mask
+
+    def value(name: str, p: Tensor) -> Tensor:
+        grown = new.get(name)
+        if grown is None:
+            grown = p[mask].repeat(into, *([1] * (p.ndim - 1)))
+        return torch.cat([p[keep], grown])
+
+    def state(name: str, s: Tensor) -> Tensor:
+        return torch.cat([s[keep], s.new_zeros((into * n,) + s.shape[1:])])
+
+    replace_parameters(model, optimizer, value, state)
+
+
+def reset_opacities(model: GaussianModel, optimizer: torch.optim.Optimizer | None, value: float) -> None:
+    """Cap every opacity at ``value`` and zero the opacity's optimizer moments."""
+    cap = math.log(value / (1 - value))
+    replace_parameters(model, optimizer, lambda _, p: p.clamp(max=cap), lambda _, s: torch.zeros_like(s),
+                       names=("opacity_logits",))

@@ -1,0 +1,185 @@
+"""Gaussian splatting front-end: ``rasterize(gaussians, cameras, ...)`` with a torch or gsplat backend.
+
+``backend="auto"`` uses gsplat on CUDA tensors when it is installed and builds, else the pure-PyTorch
+rasterizer; the choice (and any fallback) is logged once. Both give the same images and gradients
+(tests/test_splat_parity.py checks it on a GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from lift3d.base import Configurable
+from lift3d.cameras import Cameras, opengl_to_opencv
+from lift3d.registry import register
+from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat
+from lift3d.render.splat_torch import rasterize_torch
+
+log = logging.getLogger("lift3d.render.splat")
+BACKENDS = ("auto", "torch", "gsplat")
+_logged: set[str] = set()
+_gsplat_broken: list[str] = []  # the error of a failed gsplat build, once seen
+
+
+class SplatSource(Protocol):
+    """What ``rasterize`` reads from a Gaussian model: activated parameters."""
+
+    means: Tensor  # [N, 3]
+    quats: Tensor  # [N, 4] wxyz, any norm
+    scales: Tensor  # [N, 3] positive
+    opacities: Tensor  # [N] in (0, 1)
+    sh: Tensor  # [N, K, 3] SH coefficients, DC first
+
+
+@dataclass
+class Splats:
+    """A plain bundle of activated Gaussian parameters (anything with these attributes works)."""
+
+    means: Tensor  # [N, 3]
+    quats: Tensor  # [N, 4]
+    scales: Tensor  # [N, 3]
+    opacities: Tensor  # [N]
+    sh: Tensor  # [N, K, 3]
+
+
+def _log_once(message: str, level: int = logging.INFO) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.log(level, message)
+
+
+def choose_backend(backend: str, device: torch.device) -> str:
+    """Resolve ``auto`` to ``gsplat`` (CUDA and gsplat importable and not failed) or ``torch``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"splat backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
+    if backend == "gsplat":
+        if device.type != "cuda":
+            raise ValueError("the gsplat backend needs CUDA tensors; use backend: torch (or auto) on this device")
+        if not gsplat_available():
+            raise ValueError("backend: gsplat was asked for but gsplat is not installed: pip install 'lift3d[gpu]'")
+        return "gsplat"
+    if backend == "torch":
+        return "torch"
+    if device.type == "cuda" and gsplat_available() and not _gsplat_broken:
+        _log_once("splat rasterizer: gsplat (CUDA)")
+        return "gsplat"
+    reason = "no CUDA device" if device.type != "cuda" else (
+        "gsplat failed to build" if _gsplat_broken else "gsplat is not installed")
+    _log_once(f"splat rasterizer: pure PyTorch ({reason})")
+    return "torch"
+
+
+def _backgrounds(background: Tensor | None, n: int, channels: int, like: Tensor) -> tuple[Tensor, Tensor | None]:
+    """(per-camera colours [B, D], background image [B, H, W, D] or None) from any accepted form."""
+    if background is None:
+        return like.new_zeros(n, channels), None
+    background = background.to(like)
+    if background.ndim == 4:
+        return like.new_zeros(n, channels), background
+    return background.expand(n, channels) if background.ndim == 1 else background, None
+
+
+def rasterize(
+    gaussians: SplatSource,
+    cameras: Cameras,
+    width: int | None = None,
+    height: int | None = None,
+    background: Tensor | None = None,
+    sh_degree: int | None = None,
+    *,
+    colors: Tensor | None = None,
+    backend: str = "auto",
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    tile_size: int = 16,
+    chunk_elements: int = 1 << 22,
+    save_elements: int = 1 << 26,
+    absgrad: bool = False,
+) -> dict[str, Tensor]:
+    """Render B views of N Gaussians.
+
+    Returns ``rgb`` [B, H, W, 3] over ``background`` ([3], [B, 3] or an image [B, H, W, 3]; default
+    black), ``alpha`` [B, H, W, 1], ``depth`` [B, H, W, 1] (expected camera z, 0 where empty),
+    ``radii`` [B, N, 2] int32 (0: not visible) and ``means2d`` [B, N, 2] pixels (its ``.grad`` after
+    backward is the image-space gradient densification uses). Colours come from the SH coefficients
+    at ``sh_degree`` (default: all of them), or from ``colors`` [N, 3] / [B, N, 3] when given.
+    ``width``/``height`` default to the cameras' own size; other sizes scale the intrinsics.
+    """
+    width, height = width or cameras.width, height or cameras.height
+    if (width, height) != (cameras.width, cameras.height):
+        cameras = cameras.resized(width, height)
+    means = gaussians.means
+    device, B = means.device, len(cameras)
+    cameras = cameras.to(device)
+    if colors is None:
+        sh = gaussians.sh
+        sh_degree = round(sh.shape[-2] ** 0.5) - 1 if sh_degree is None else sh_degree
+        features = sh
+    else:
+        features, sh_degree = colors, None
+    bg_colors, bg_image = _backgrounds(background, B, features.shape[-1] if colors is not None else 3, means)
+    # world-to-camera in OpenCV axes; inv_ex skips the error check that would stall a GPU every call
+    viewmats = torch.linalg.inv_ex(opengl_to_opencv(cameras.c2w))[0]
+    args = (means, gaussians.quats, gaussians.scales, gaussians.opacities, features, viewmats,
+            cameras.intrinsics, width, height, bg_colors)
+    kwargs: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane, "eps2d": eps2d}
+    chosen = choose_backend(backend, device)
+    out = None
+    if chosen == "gsplat":
+        try:
+            out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad)
+        except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
+            if backend == "gsplat":
+                raise RuntimeError(f"gsplat rasterization failed: {error}") from error
+            _gsplat_broken.append(str(error))
+            _log_once(f"splat rasterizer: gsplat failed ({str(error).splitlines()[0][:200]}); using pure PyTorch",
+                      logging.WARNING)
+    if out is None:
+        if absgrad:
+            raise ValueError("absgrad needs the gsplat backend; the torch rasterizer computes plain gradients")
+        out = rasterize_torch(*args, **kwargs, tile_size=tile_size, chunk_elements=chunk_elements,
+                              save_elements=save_elements)
+    render, alpha = out["render"], out["alpha"]
+    rgb = render[..., :-1]
+    if bg_image is not None:
+        rgb = rgb + (1 - alpha) * bg_image
+    depth = render[..., -1:] / alpha.clamp_min(1e-6)
+    means2d = out["means2d"]
+    if means2d.requires_grad:
+        means2d.retain_grad()
+    return {"rgb": rgb, "alpha": alpha, "depth": depth, "radii": out["radii"], "means2d": means2d}
+
+
+@dataclass
+class SplatRendererConfig:
+    """Options of the Gaussian rasterizer."""
+
+    backend: str = "auto"  # auto (gsplat on CUDA when installed, else torch), torch or gsplat
+    near_plane: float = 0.01  # Gaussians with camera z below this are culled
+    far_plane: float = 1e10  # ... and above this
+    eps2d: float = 0.3  # low-pass dilation added to the 2D covariance (pixels^2), as 3DGS
+    tile_size: int = 16  # torch backend: tile side in pixels (results do not depend on it; 8 is faster on CPU)
+    chunk_elements: int = 4194304  # torch backend: pixel x Gaussian pairs processed at once (memory bound)
+    save_elements: int = 67108864  # torch backend: pairs whose intermediates are kept for backward
+    absgrad: bool = False  # gsplat backend: also accumulate absolute image-space gradients (AbsGS)
+
+
+@register("splat-rasterizer")
+class SplatRenderer(Configurable):
+    """``rasterize`` with options from config: ``renderer(gaussians, cameras, background, sh_degree)``."""
+
+    Config = SplatRendererConfig
+
+    def __call__(self, gaussians: SplatSource, cameras: Cameras, background: Tensor | None = None,
+                 sh_degree: int | None = None, **kwargs: Any) -> dict[str, Tensor]:
+        c = self.cfg
+        options = {"backend": c.backend, "near_plane": c.near_plane, "far_plane": c.far_plane, "eps2d": c.eps2d,
+                   "tile_size": c.tile_size, "chunk_elements": c.chunk_elements, "save_elements": c.save_elements,
+                   "absgrad": c.absgrad, **kwargs}
+        return rasterize(gaussians, cameras, background=background, sh_degree=sh_degree, **options)

@@ -1,0 +1,194 @@
+"""Recipe ``reconstruct-gaussians``: 3D Gaussian Splatting from posed photos (Kerbl et al. 2023).
+
+Loss (1 - lambda) L1 + lambda D-SSIM with lambda = 0.2, per-parameter Adam learning rates with the
+position rate decaying log-linearly and scaled by the scene extent, 3DGS densification, progressive
+SH degree. Writes the Gaussians as a 3DGS .ply into ``save/`` when training ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.cameras import Cameras
+from lift3d.config import scheduled
+from lift3d.gaussians.ply import save_ply
+from lift3d.metrics import ssim
+from lift3d.registry import register
+from lift3d.saving import OutputSaver
+from lift3d.schedule import is_schedule
+from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+
+log = logging.getLogger("lift3d.systems.reconstruct_gaussians")
+# the pinned, non-blocking batch transfer below is meant to override the data module's default
+warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+EXPORT_FORMATS = ("ply",)
+
+
+@dataclass
+class ReconstructGaussiansLoss(LossConfig):
+    lambda_l1: Any = scheduled(0.8)  # weight of the L1 photometric term
+    lambda_ssim: Any = scheduled(0.2)  # weight of D-SSIM = 1 - SSIM
+
+
+@dataclass
+class ReconstructGaussiansConfig(SystemConfig):
+    gaussians_type: str = "gaussians"  # the Gaussian model part
+    gaussians: dict = field(default_factory=dict)  # its config
+    renderer_type: str = "splat-rasterizer"  # the rasterizer part
+    renderer: dict = field(default_factory=dict)  # its config
+    densify_type: str = "densify-3dgs"  # the densification strategy part
+    densify: dict = field(default_factory=dict)  # its config
+    extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
+    scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
+    export_formats: list = field(default_factory=lambda: ["ply"])  # assets written when training ends
+    cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
+    loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
+
+
+def _scale_schedule(value: Any, factor: float) -> Any:
+    """A number or schedule (see lift3d.schedule) with its values multiplied by ``factor``."""
+    if not is_schedule(value):
+        return value * factor
+    items = list(value)
+    mode = [items.pop()] if isinstance(items[-1], str) else []
+    if items and is_schedule(items[0]):
+        return [[step, v * factor] for step, v in items] + mode
+    start, v0, v1, end = items
+    return [start, v0 * factor, v1 * factor, end] + mode
+
+
+@register("reconstruct-gaussians")
+class ReconstructGaussiansSystem(BaseSystem):
+    """Optimise Gaussians so their renders match posed photos."""
+
+    Config = ReconstructGaussiansConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        self.gaussians = self.build_part(self.cfg.gaussians_type, self.cfg.gaussians)
+        self.renderer = self.build_part(self.cfg.renderer_type, self.cfg.renderer)
+        self.densify = self.build_part(self.cfg.densify_type, self.cfg.densify)
+        self.add_unsaved_part("densify", self.densify)
+        self.extent = self.cfg.scene_extent or 1.0
+        self._last_render: dict[str, Tensor] | None = None
+
+    # ----------------------------------------------------------------------------------- set-up
+    def setup(self, stage: str) -> None:
+        on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
+        if self.cfg.cpu_threads > 0 and on_cpu:
+            torch.set_num_threads(self.cfg.cpu_threads)
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if not self.cfg.scene_extent and hasattr(datamodule, "extent"):
+            self.extent = float(datamodule.extent)
+            if self.extent < 1e-6:  # a single view: fall back to its distance from the scene centre
+                self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
+        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
+        if stage == "fit" and len(self.gaussians) == 0 and not resuming:
+            self._initialize(datamodule)
+
+    def _initialize(self, datamodule: Any) -> None:
+        from lift3d.gaussians import init
+
+        c = self.gaussians.cfg
+        scene = getattr(datamodule, "train", None)
+        generator = torch.Generator().manual_seed(torch.initial_seed() % (2**31))
+        method = c.init
+        if method == "auto":
+            has_masks = scene is not None and bool((scene.rgba[..., 3] < 255).any())
+            method = "hull" if has_masks else "random"
+        radius = c.init_radius or (init.visible_radius(scene.cameras) if scene is not None else 1.0)
+        colors = None
+        if method == "random":
+            points = init.random_in_sphere(c.init_points, radius, generator)
+        elif method == "hull":
+            if scene is None:
+                raise ValueError("gaussians.init: hull needs a posed-images data module (images with alpha masks)")
+            points, colors = init.carve_by_masks(scene.cameras, scene.rgba, c.init_points, radius, generator)
+        elif method == "points":
+            points, colors = init.read_point_cloud(c.init_path)
+        elif method == "mesh":
+            points, colors = init.sample_mesh(c.init_path, c.init_points)
+        else:
+            raise ValueError(f"gaussians.init must be auto, random, hull, points or mesh, got '{c.init}'")
+        self.gaussians.initialize(points, colors, generator)
+        log.info("initialised %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
+
+    def configure_optimizers(self) -> Any:
+        configured = super().configure_optimizers()
+        optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
+        for group in optimizer.param_groups:
+            if group.get("name") in self.cfg.extent_scaled_params:
+                group["lr"] *= self.extent
+                if "lr_schedule" in group:
+                    group["lr_schedule"] = _scale_schedule(group["lr_schedule"], self.extent)
+        return configured
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """On CUDA, copy through pinned memory without blocking the host (keeps the GPU queue full)."""
+        if device.type != "cuda" or not isinstance(batch, dict):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+        def move(x: Any) -> Any:
+            if torch.is_tensor(x):
+                return x.pin_memory().to(device, non_blocking=True)
+            if isinstance(x, Cameras):
+                return Cameras(move(x.c2w), move(x.intrinsics), x.width, x.height)
+            return x
+
+        return {key: move(value) for key, value in batch.items()}
+
+    # ----------------------------------------------------------------------------------- training
+    def render(self, cameras: Cameras, background: Tensor | None) -> dict[str, Tensor]:
+        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        out = self.render(batch["cameras"], batch["background"])
+        self._last_render = out
+        target = batch["rgb"]
+        l1 = (out["rgb"] - target).abs().mean()
+        dssim = 1.0 - ssim(out["rgb"], target).mean()
+        self.log("train/gaussians", float(len(self.gaussians)), on_step=True, logger=True)
+        return self.total_loss({"l1": l1, "ssim": dssim})
+
+    def on_after_backward(self) -> None:
+        step = self.true_global_step
+        if self._last_render is None or not self.densify.active(step):
+            self._last_render = None
+            return
+        self.densify.update(self._last_render)
+        self._last_render = None
+        optimizers = self._all_optimizers()
+        report = self.densify.step(self.gaussians, optimizers[0] if optimizers else None, step, self.extent)
+        if report.get("cloned") or report.get("split") or report.get("pruned"):
+            log.debug("step %d: %s -> %d Gaussians", step, report, len(self.gaussians))
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.gaussians.resize_to_state_dict(checkpoint["state_dict"], prefix="gaussians.")
+
+    # ----------------------------------------------------------------------------------- evaluation
+    def render_views(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        self.gaussians.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
+        out = self.render(batch["cameras"], batch.get("background"))
+        return {"rgb": out["rgb"], "alpha": out["alpha"], "depth": out["depth"]}
+
+    def on_fit_end(self) -> None:
+        super().on_fit_end()
+        if self.trainer.is_global_zero and self.cfg.export_formats:
+            for path in self.export(self.saver, list(self.cfg.export_formats)):
+                print(f"lift3d: wrote {path} ({len(self.gaussians)} Gaussians)", flush=True)
+
+    def export(self, saver: OutputSaver, formats: list[str] | None) -> list[Path]:
+        formats = list(formats or ["ply"])
+        unknown = [f for f in formats if f not in EXPORT_FORMATS]
+        if unknown:
+            raise ValueError(f"reconstruct-gaussians exports {', '.join(EXPORT_FORMATS)}; not {', '.join(unknown)}")
+        return [save_ply(saver.path(f"it{self.true_global_step}-gaussians.ply"), self.gaussians)]
