@@ -17,7 +17,7 @@ METHODS = {  # --method -> recipe config
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("prompt", help='what to make, e.g. "a DSLR photo of a hamburger"')
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+    parser.add_argument("config", nargs="*", metavar="KEY=VALUE",  # "config": lift3d.cli appends stray overrides there
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=list(METHODS), default="gaussian-sds",
                         help="recipe: gaussian-sds (3D Gaussians, minutes), dreamfusion (NeRF + SDS) or "
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runner import run_experiment
 
     config: Path = recipe_config(METHODS[args.method])
-    overrides = generate_overrides(args.prompt, list(args.overrides))
+    overrides = generate_overrides(args.prompt, list(args.config))
     gpus = parse_gpus(args.gpus)
     if gpus is not None:
         overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
