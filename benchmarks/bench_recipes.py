@@ -82,11 +82,12 @@ class StepTimer(Callback):
             torch.cuda.synchronize()
         now = time.perf_counter()
         done = trainer.global_step
-        if done == self.warmup:
-            self.warmup_s = now - self.started
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()  # steady state: compile/autotune workspaces left out
-        elif done > self.warmup and self.last is not None:
+        if self.warmup_s == 0.0:
+            # warm-up ends after --warmup steps, or early (but after 2 steps) when slow steps would eat the cap
+            if done >= self.warmup or (done >= 2 and now - self.started > 0.4 * self.cap_s):
+                self.warmup_s = now - self.started
+                self.warmup = done
+        elif self.last is not None:
             self.times.append(now - self.last)
         self.last = now
         if len(self.times) >= 3 and now - self.started > self.cap_s:
@@ -134,7 +135,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         "bench": "recipes", "case": name, "recipe": recipe,
         "resolution": [cfg.data["height"], cfg.data["width"]], "batch": cfg.data["batch_size"],
         "steps_per_s": round(steps_per_s, 3), "median_ms": round(median * 1000, 2),
-        "p90_ms": round(times[(len(times) * 9) // 10] * 1000, 2), "timed_steps": len(times), "warmup_steps": args.warmup,
+        "p90_ms": round(times[(len(times) * 9) // 10] * 1000, 2), "timed_steps": len(times), "warmup_steps": timer.warmup,
         "warmup_s": round(timer.warmup_s, 1), "full_run_steps": full,
         "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
         "precision": trainer.precision,

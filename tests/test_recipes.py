@@ -13,6 +13,8 @@ from lift3d.cli import main
 from lift3d.commands.generate import generate_overrides, prompt_tag
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
+from lift3d.registry import find
+from lift3d.runner import build_parts, load_system, run_experiment
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (fixture)
 
 SIZE = 32
@@ -84,3 +86,42 @@ def test_switching_the_guidance_type_drops_the_old_guidance_options(tmp_path):
     cfg = load_config(recipe_config("dreamfusion-sd"), overrides=["system.guidance_type=analytic", f"system.guidance.root={tmp_path}"])
     assert cfg.system["guidance_type"] == "analytic"
     assert dict(cfg.system["guidance"]) == {"root": str(tmp_path)}  # no Stable Diffusion options left over
+
+
+def test_gaussian_sds_starts_from_a_user_mesh_fitted_into_the_init_ball(data_dir):
+    import trimesh
+
+    mesh_path = data_dir / "meshes" / "suzanne" / "suzanne.obj"
+    overrides = ["system.gaussians.init=mesh", f"system.gaussians.init_path={mesh_path}", "system.gaussians.init_points=400",
+                 "system.gaussians.init_radius=0.6"]
+    cfg = load_config(recipe_config("gaussian-sds"), overrides=overrides)
+    system = find(cfg.system_type)(cfg.system)
+    torch.manual_seed(0)
+    system.initialize_gaussians()
+    means = system.gaussians.means.detach()
+    assert means.shape == (400, 3)
+    centre = (means.amin(0) + means.amax(0)) / 2
+    assert torch.allclose(centre, torch.zeros(3), atol=1e-5)
+    assert float(means.norm(dim=-1).max()) == pytest.approx(0.6, rel=1e-4)
+    # the same shape: the mesh's own points, mapped by the same centring and scale, lie on the surface
+    mesh = trimesh.load(str(mesh_path), force="mesh")
+    lo, hi = torch.tensor(mesh.bounds[0]).float(), torch.tensor(mesh.bounds[1]).float()
+    extent_ratio = (means.amax(0) - means.amin(0)) / (hi - lo)
+    assert torch.allclose(extent_ratio, extent_ratio.mean().expand(3), rtol=0.05)  # uniform scale, no distortion
+
+
+def test_dreamfusion_latent_warm_up_renders_latents_then_rgb(tmp_path):
+    overrides = [f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}", "system.guidance.prompt=a cube",
+                 f"output_root={tmp_path}", *TINY, *NERF,
+                 f"data.height={SIZE}", f"data.width={SIZE}", "system.latent_steps=1", "system.field.n_feature_dims=4",
+                 "trainer.run_test_after_fit=false", "trainer.val_check_interval=0"]
+    cfg = load_config(recipe_config("dreamfusion-sd"), overrides=overrides)
+    datamodule, system = build_parts(cfg)
+    batch = next(iter(datamodule.train_dataloader()))
+    assert system.render_for_training(batch)["rgb"].shape == (1, SIZE, SIZE, 4)  # step 0: latents
+    assert system.guidance.latent_input
+    trial = run_experiment("train", cfg, [recipe_config("dreamfusion-sd")], overrides)  # a latent step, then an RGB step
+    trained = load_system(cfg, trial / "ckpts" / "last.ckpt")
+    assert trained.true_global_step == 2
+    assert trained.render_for_training(batch)["rgb"].shape == (1, SIZE, SIZE, 3)  # after the warm-up: RGB
+    assert not trained.guidance.latent_input

@@ -35,10 +35,20 @@ class GaussianSDSConfig(TextTo3DConfig):
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
     densify_type: str = "densify-3dgs"  # the densification strategy part
     densify: dict = dataclasses.field(default_factory=dict)  # its config
+    init_fit_radius: bool = True  # init points/mesh: centre the user's shape and scale it into a ball of gaussians.init_radius
     scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
     background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
     random_background_probability: float = 0.0  # per view: a random solid colour instead (the background cannot explain the object)
     cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
+
+
+def fit_in_ball(points: Tensor, radius: float) -> Tensor:
+    """Points [N, 3] moved so their bounding box is centred on the origin and scaled so the farthest
+    lies at ``radius`` (a user's shape in any units starts where the cameras look)."""
+    centre = (points.amin(0) + points.amax(0)) / 2
+    centred = points - centre
+    far = centred.norm(dim=-1).max().clamp_min(1e-12)
+    return centred * (radius / far)
 
 
 @register("gaussian-sds")
@@ -86,6 +96,8 @@ class GaussianSDSSystem(TextTo3DSystem):
             points, colors = init.sample_mesh(c.init_path, c.init_points)
         else:
             raise ValueError(f"system.gaussians.init must be random, points or mesh for gaussian-sds, got '{c.init}'")
+        if c.init in ("points", "mesh") and self.cfg.init_fit_radius:
+            points = fit_in_ball(points, c.init_radius or 0.5)
         self.gaussians.initialize(points, colors, generator)
         log.info("initialised %d Gaussians (%s)", len(self.gaussians), c.init)
 
