@@ -90,4 +90,5 @@ class ProgressFileCallback(Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:
             status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
-            self.write(status=status, error=f"{type(exception).__name__}: {exception}")
+            # the step reached: training writes it at most once a second, a checkpoint may be newer
+            self.write(status=status, step=trainer.global_step, error=f"{type(exception).__name__}: {exception}")
