@@ -57,3 +57,17 @@ def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert _shared_trial_dir() == tmp_path / "from-rank-0"
 
+
+
+@pytest.mark.slow
+def test_bench_ddp_compares_one_and_two_ranks():
+    command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "tests/configs/fit-image.yaml", "--steps", "4",
+               "--warmup", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=TEST_CONFIGS.parents[1], timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    one, two, summary = records
+    assert (one["world_size"], two["world_size"]) == (1, 2) and one["steps"] == two["steps"] == 4
+    assert two["views_per_s"] == pytest.approx(two["steps_per_s"] * 2 * two["views_per_step_per_rank"], rel=0.01)
+    assert summary["views_per_s_ratio"] == pytest.approx(two["views_per_s"] / one["views_per_s"], rel=0.01)
