@@ -63,7 +63,7 @@ def guidance_case(kind: str, options: dict[str, Any]) -> Callable[[Context], Pre
         resolution = 64 if ctx.tiny else 512
         guidance = bg.make_guidance(kind, options, models, resolution, ctx.device)
         dtype = options.get("dtype", "fp16")
-        precision = dtype if ctx.device.type == "cuda" else "fp32"
+        precision = {"fp32": "tf32"}.get(dtype, dtype) if ctx.device.type == "cuda" else "fp32"  # cuDNN convs use TF32
         return Prepared(bind(guidance, resolution, ctx.device), precision, {"resolution": resolution, "options": options})
 
     return setup
@@ -184,6 +184,8 @@ def all_cases() -> list[Case]:
         Case("sds-compile-max-autotune", "guidance", 200,
              guidance_case("sds", {**fast, "compile": True, "compile_mode": "max-autotune-no-cudagraphs"}), warmup=4,
              flops_from="sds-eager"),
+        Case("sds-eager-fp32", "guidance", 25, guidance_case("sds", {"dtype": "fp32"}), flops_from="sds-eager",
+             note="context only: diffusers' default dtype (the summary compares with fp16 sds-eager)"),
         Case("vsd-compile-cudagraphs", "guidance", 200, guidance_case("vsd", {**fast, "compile": True, "cuda_graphs": True}), warmup=4,
              flops_from="vsd-eager"),
     ]
