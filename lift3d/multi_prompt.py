@@ -110,3 +110,22 @@ def generate_many(prompts_file: str | Path, method: str, overrides: Sequence[str
     summary.write_text(json.dumps({"method": method, "overrides": list(overrides), "devices": devices, "results": results}, indent=1))
     print(f"lift3d: summary in {summary}")
     return summary, results
+
+
+# ---------------------------------------------------------------------------------------------- CLI glue
+PROMPTS_HELP = ("a text file with one prompt per line (# comments): one asset per prompt, sharded across the GPUs "
+                "(--gpus, else every visible GPU); writes generate-<time>.json with each prompt's trial folder")
+
+
+def run_prompt_list(args: Any) -> int:
+    """``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides]`` (args as parsed by generate's parser:
+    ``prompt`` optional, ``config`` the overrides, ``method``, ``gpus``, ``prompts``). 0 when every asset finished."""
+    from lift3d.commands.common import parse_gpus
+
+    overrides = list(args.config)
+    if args.prompt:  # argparse gives the first override to the optional positional prompt
+        if "=" not in args.prompt:
+            raise ValueError(f"give either a prompt or --prompts FILE, not both (got the prompt {args.prompt!r})")
+        overrides.insert(0, args.prompt)
+    _, results = generate_many(args.prompts, args.method, overrides, parse_gpus(args.gpus))
+    return 0 if all(r["returncode"] == 0 for r in results) else 1

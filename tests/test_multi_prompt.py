@@ -61,3 +61,19 @@ def test_generate_many_writes_a_summary(tmp_path, monkeypatch):
     assert record["devices"] == ["2", "5"] and [r["prompt"] for r in record["results"]] == ["a cat", "a cow"]
     assert [r["trial_dir"] for r in results] == ["trial-a_cat-gpu2", "trial-a_cow-gpu5"]
     assert seen == [("a cat", "gaussian-sds", ("trainer.max_steps=10",), True), ("a cow", "gaussian-sds", ("trainer.max_steps=10",), True)]
+
+
+def test_run_prompt_list_takes_overrides_from_the_prompt_slot(tmp_path, monkeypatch):
+    from argparse import Namespace
+
+    from lift3d.multi_prompt import run_prompt_list
+
+    calls = []
+    monkeypatch.setattr(multi_prompt, "generate_many", lambda *a: calls.append(a) or (None, [{"returncode": 0}]))
+    args = Namespace(prompt="trainer.max_steps=5", config=["seed=1"], method="dreamfusion", gpus="0,1", prompts="p.txt")
+    assert run_prompt_list(args) == 0
+    assert calls == [("p.txt", "dreamfusion", ["trainer.max_steps=5", "seed=1"], [0, 1])]
+    with pytest.raises(ValueError, match="not both"):
+        run_prompt_list(Namespace(prompt="a cat", config=[], method="dreamfusion", gpus=None, prompts="p.txt"))
+    monkeypatch.setattr(multi_prompt, "generate_many", lambda *a: (None, [{"returncode": 0}, {"returncode": 1}]))
+    assert run_prompt_list(Namespace(prompt=None, config=[], method="gaussian-sds", gpus=None, prompts="p.txt")) == 1
