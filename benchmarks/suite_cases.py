@@ -94,6 +94,8 @@ def raster_case(backend: str, backward: bool) -> Callable[[Context], Prepared]:
         splats, cams = br.scene(n, ctx.device), br.cameras(resolution, ctx.device)
         params = [t.requires_grad_() for t in (splats.means, splats.quats, splats.scales, splats.opacities, splats.sh)]
         options: dict[str, Any] = {"backend": backend, "sh_degree": 3}
+        if ctx.device.type == "cuda":
+            options["chunk_elements"] = 1 << 25  # as bench_rasterizer.py: larger chunks on a GPU
 
         def step() -> None:
             if not backward:
