@@ -5,8 +5,8 @@ that command), trains ``--warmup`` untimed steps then ``--steps`` timed ones wit
 and the final test off, and reports rank 0's rate. views/s = steps/s x views per step per rank x ranks.
 Prints one JSON line per device set, then a summary with the 2-GPU / 1-GPU views/s ratio (target >= 1.8).
 
-    python benchmarks/bench_ddp.py --config dreamfusion                       # on nvidia-h200-x2
-    python benchmarks/bench_ddp.py --config gaussian-sds --steps 200 system.guidance.compile=true
+    python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
+    python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21 --steps 200 system.guidance.compile=true
     python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
 """
 
@@ -104,12 +104,14 @@ def environment(cpu: bool) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="dreamfusion", help="recipe name or YAML path")
+    parser.add_argument("--config", default="dreamfusion-sd", help="recipe name or YAML path")
     parser.add_argument("--steps", type=int, default=300, help="timed steps")
     parser.add_argument("--warmup", type=int, default=50, help="untimed steps first (compilation, occupancy warm-up)")
     parser.add_argument("--device-sets", default="0;0,1", help="';'-separated GPU id lists to compare (CPU: process counts)")
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU; --device-sets are process counts (default 1;2)")
     parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per device set")
+    parser.add_argument("--random-sd21", default="", metavar="DIR",
+                        help="write (once) a random-weight SD-2.1-base-shaped model to DIR and point system.guidance at it")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--devices", default="", help=argparse.SUPPRESS)
     parser.add_argument("--result", default="", help=argparse.SUPPRESS)
@@ -120,6 +122,11 @@ def main() -> int:
         return worker(args)
     sets = args.device_sets.split(";") if not (args.cpu and args.device_sets == "0;0,1") else ["1", "2"]
     env = environment(args.cpu)
+    if args.random_sd21:
+        from benchmarks.random_sd import write_random_sd21
+
+        folder = write_random_sd21(args.random_sd21)
+        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", *args.overrides]
     records: list[dict[str, Any]] = []
     for devices in sets:
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
