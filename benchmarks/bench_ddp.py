@@ -126,7 +126,8 @@ def main() -> int:
         from benchmarks.random_sd import write_random_sd21
 
         folder = write_random_sd21(args.random_sd21)
-        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", *args.overrides]
+        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", 'system.guidance.prompt="a DSLR photo of a hamburger"',
+                          *args.overrides]  # the user's overrides come later and win
     records: list[dict[str, Any]] = []
     for devices in sets:
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
