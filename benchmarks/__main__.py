@@ -202,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx.shared.clear()
     if with_recipes:
         left = args.budget_s - (time.perf_counter() - started)
-        for record in recipe_records(max(left, 10.0), args.tiny):
+        try:
+            recipes = recipe_records(max(left, 10.0), args.tiny)
+        except Exception as error:  # noqa: BLE001  (the table of the other cases must still print)
+            traceback.print_exc(file=sys.stderr)
+            recipes = [{"case": "recipes", "group": "recipes", "error": repr(error)[:400]}]
+        for record in recipes:
             record = recipe_floor(record, rates)
             records.append(record)
             emit({**record, **env})
