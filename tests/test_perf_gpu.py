@@ -12,9 +12,9 @@ from tests.test_guidance_gpu import CUDA, cuda_views, make
 pytestmark = pytest.mark.gpu
 
 
-def step(guidance) -> None:
+def step(guidance, views: dict) -> None:
     rgb = torch.rand(2, 16, 16, 3, device=CUDA, requires_grad=True)
-    out = guidance(rgb, cuda_views([0, 10], [0, 100]))  # timesteps and noise drawn on the device, as in training
+    out = guidance(rgb, views)  # timesteps and noise drawn on the device, as in training
     out["loss_sds"].backward()
 
 
@@ -22,13 +22,14 @@ def step(guidance) -> None:
 def test_sds_step_has_no_host_sync(tmp_path, options):
     """After warm-up an SDS step never waits for the GPU (no .item(), no Python-side NaN checks, no D2H copies)."""
     guidance = make(tmp_path, **options)
+    views = cuda_views([0, 10], [0, 100])  # the batch arrives on the device (Lightning copies it before the step)
     for _ in range(3):  # compile, record CUDA graphs, embed prompts
-        step(guidance)
+        step(guidance, views)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(2):
-            step(guidance)
+            step(guidance, views)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     if options:
