@@ -22,6 +22,7 @@ from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.saving import OutputSaver
 
 log = logging.getLogger("lift3d")
+TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
 
 
 class RNGStateCallback(Callback):
@@ -88,6 +89,21 @@ def _rank() -> int:
     return 0
 
 
+def _shared_trial_dir() -> Path | None:
+    """In a DDP rank other than 0: the trial folder rank 0 chose (its timestamp may differ from ours)."""
+    if _rank() > 0 and os.environ.get(TRIAL_DIR_ENV):
+        return Path(os.environ[TRIAL_DIR_ENV])
+    return None
+
+
+def _device_count(devices: Any) -> int:
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()):
+        return int(devices)
+    return 1  # "auto", -1: Lightning decides
+
+
 def _progress_bar() -> Callback:
     return RichProgressBar(leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
 
@@ -145,8 +161,10 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         kwargs["logger"] = False
         kwargs["limit_val_batches"] = tcfg.limit_val_batches
     strategy = tcfg.strategy
-    if strategy == "auto" and isinstance(devices, (list, tuple)) and len(devices) > 1:
-        strategy = "ddp"
+    if strategy == "auto" and _device_count(devices) > 1:
+        # DDP: each rank renders its own views (per-rank seeds), gradients are all-reduced; parameters a step
+        # leaves without gradient (a background or shading branch not taken) must not stall the reduction
+        strategy = "ddp_find_unused_parameters_true"
     return L.Trainer(
         max_steps=tcfg.max_steps,
         max_epochs=-1,
@@ -165,6 +183,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         plugins=[AtomicCheckpointIO()],
         default_root_dir=str(trial_dir),
         enable_checkpointing=train,
+        use_distributed_sampler=False,  # training samples per step and rank; evaluation runs on rank 0 (one writer)
         **kwargs,
     )
 
@@ -189,8 +208,9 @@ def run_experiment(
     if mode != "train" and not cfg.resume:
         raise ValueError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
     existing = trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None
-    trial_dir = existing or make_trial_dir(cfg)
+    trial_dir = existing or _shared_trial_dir() or make_trial_dir(cfg)
     if _rank() == 0:
+        os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
         trial_dir.mkdir(parents=True, exist_ok=True)
         if mode == "train":
             _write_configs(trial_dir, cfg, config_paths, overrides)

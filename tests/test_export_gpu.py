@@ -1,5 +1,7 @@
 """The exporters on CUDA give what they give on CPU (CPU twins: the other test_export_* files)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -18,8 +20,14 @@ def test_gaussian_field_on_cuda_matches_cpu():
     points = torch.rand(100000, 3, generator=torch.Generator().manual_seed(2)) * 2.4 - 1.2
     cpu = GaussianField(g)
     gpu = GaussianField(g).to(CUDA)
-    assert torch.allclose(gpu.density(points.to(CUDA)).cpu(), cpu.density(points), atol=1e-4, rtol=1e-4)
-    assert torch.allclose(gpu.colour(points.to(CUDA)).cpu(), cpu.colour(points), atol=1e-4)
+    # each Gaussian is cut off at 3 sigma, where its weight jumps from opacity * exp(-4.5) to 0: a point within
+    # rounding of that shell may count it on one device and not the other; every other point agrees closely
+    jump = float(g.opacities.max()) * math.exp(-0.5 * cpu.cutoff_sigma**2)
+    density_gpu, density_cpu = gpu.density(points.to(CUDA)).cpu(), cpu.density(points)
+    off = ~torch.isclose(density_gpu, density_cpu, atol=1e-4, rtol=1e-4)
+    assert off.float().mean() < 1e-3 and ((density_gpu - density_cpu)[off].abs() <= 2 * jump + 1e-4).all()
+    colour_off = ((gpu.colour(points.to(CUDA)).cpu() - cpu.colour(points)).abs() > 1e-4).any(-1)
+    assert colour_off.float().mean() < 1e-3
 
 
 def test_field_mesh_on_cuda_matches_cpu():
@@ -27,8 +35,25 @@ def test_field_mesh_on_cuda_matches_cpu():
     cpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox, 96, threshold=25.0, colour_fn=position_colour)
     gpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox.to(CUDA), 96, threshold=25.0, colour_fn=position_colour)
     assert gpu.faces.shape == cpu.faces.shape
-    assert np.abs(gpu.vertices - cpu.vertices).max() < 1e-4
-    assert np.abs(gpu.vertex_colours - cpu.vertex_colours).max() < 1e-4
+    # the same surface, whatever order the devices number the vertices in: compare sorted (vertex, colour) rows
+    # and sorted triangles given by their corner positions
+    np.testing.assert_allclose(_sorted_rows(np.hstack([gpu.vertices, gpu.vertex_colours])),
+                               _sorted_rows(np.hstack([cpu.vertices, cpu.vertex_colours])), atol=1e-4)
+    np.testing.assert_allclose(_triangles(gpu), _triangles(cpu), atol=1e-4)
+
+
+def _sorted_rows(rows: np.ndarray) -> np.ndarray:
+    """Rows in lexicographic order of their values rounded to 1e-3 (robust to tiny rounding differences)."""
+    keys = np.round(rows, 3)
+    return rows[np.lexsort(keys.T[::-1])]
+
+
+def _triangles(mesh) -> np.ndarray:
+    """Each face as its 9 corner coordinates (corners in lexicographic order), faces sorted."""
+    corners = mesh.vertices[mesh.faces]  # [F, 3, 3]
+    order = np.lexsort(np.round(corners, 3).transpose(2, 0, 1)[::-1], axis=-1)
+    corners = np.take_along_axis(corners, order[..., None], axis=1).reshape(len(corners), 9)
+    return _sorted_rows(corners)
 
 
 def test_gaussian_mesh_and_back_projection_on_cuda():

@@ -61,3 +61,41 @@ def test_incompatible_options_are_rejected(tmp_path):
         make(tmp_path, fuse_qkv=True, attention_slicing=True)
     with pytest.raises(ValueError, match="guidance.attention"):
         make(tmp_path, attention="flash")
+
+
+def test_compile_failure_falls_back_to_eager(caplog):
+    """A compiler error (here: an inductor-style exception) switches to the eager function, once, with a warning."""
+    from lift3d.guidance.options import CompileFallback, ModelOptionsConfig, compile_fn
+
+    class InductorError(RuntimeError):
+        pass
+
+    calls = {"compiled": 0, "eager": 0}
+
+    def compiled(x):
+        calls["compiled"] += 1
+        raise InductorError("no working C++ compiler")
+
+    def eager(x):
+        calls["eager"] += 1
+        return x * 2
+
+    wrapped = CompileFallback(compiled, eager, "unet")
+    with caplog.at_level(logging.WARNING, logger="lift3d"):
+        assert wrapped(torch.tensor(3.0)) == 6.0 and wrapped(torch.tensor(1.0)) == 2.0
+    assert wrapped.failed and calls == {"compiled": 1, "eager": 2}
+    assert caplog.text.count("running it eagerly") == 1
+
+    def bad_input(x):  # an error of the inputs is not a compiler error: it propagates
+        raise ValueError("wrong shape")
+
+    with pytest.raises(ValueError, match="wrong shape"):
+        CompileFallback(bad_input, eager, "unet")(torch.tensor(1.0))
+    # compile_fn wraps only when compile_fallback is on; on CPU torch.compile itself is lazy (nothing compiles here)
+    assert isinstance(compile_fn(eager, ModelOptionsConfig()), CompileFallback)
+    assert not isinstance(compile_fn(eager, ModelOptionsConfig(compile_fallback=False)), CompileFallback)
+
+
+def test_compile_mode_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="compile_mode"):
+        make(tmp_path, compile=True, compile_mode="fastest")

@@ -85,7 +85,11 @@ def test_torch_backend_is_the_same_on_gpu_and_cpu():
     gpu = rasterize(scene, cameras, sh_degree=3, backend="torch")
     cpu_scene = Splats(*(t.cpu() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)))
     cpu = rasterize(cpu_scene, cameras.to("cpu"), sh_degree=3, backend="torch")
-    assert (gpu["rgb"].cpu() - cpu["rgb"]).abs().max() < 1e-4
+    difference = (gpu["rgb"].cpu() - cpu["rgb"]).abs()
+    # a splat whose alpha rounds to either side of the 1/255 skip threshold on the two devices shifts a pixel by
+    # at most that alpha; everything else agrees to float32 rounding
+    assert difference.max() < 1.0 / 255.0 + 1e-4
+    assert (difference > 1e-4).float().mean() < 1e-3, float((difference > 1e-4).float().mean())
 
 
 def test_reconstruct_the_sample_scene_with_gsplat(tmp_path):

@@ -194,6 +194,10 @@ def _compare(table: Tensor, layout: HashGridLayout, n_points: int) -> None:
     value_error = float((fast - reference).abs().max())
     grad_error = float((grad_fast - grad_reference).abs().max())
     scale = float(grad_reference.abs().max()) + 1e-12
-    if value_error > 1e-5 + 1e-4 * float(reference.abs().max()) or grad_error > 1e-4 * scale:
+    # float32 positions scaled to the finest level keep only ~2^-24 x resolution of their cell fraction, so
+    # the two paths' interpolation weights may differ by that much (FMA vs separate multiply-add)
+    weight_precision = 8.0 * 2.0**-24 * max(layout.resolutions)
+    tolerance = 1e-4 + weight_precision
+    if value_error > 1e-5 + tolerance * float(reference.abs().max()) or grad_error > tolerance * scale:
         raise RuntimeError(f"Triton and PyTorch hash grids disagree (value error {value_error:.3g}, "
                            f"gradient error {grad_error:.3g})")

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 ATTENTION = ("sdpa", "xformers", "default")
 OFFLOAD = ("none", "model", "sequential")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
 
 
 @dataclass
@@ -30,7 +31,8 @@ class ModelOptionsConfig:
     fuse_qkv: bool = False  # fuse the attention q/k/v projections into one matmul (not with VSD's LoRA)
     compile: bool = False  # torch.compile the UNet (and the VAE encoder, see compile_vae); CUDA only, skipped on CPU
     compile_vae: bool = True  # with compile: also compile the VAE encode (forward and backward)
-    compile_mode: str = "default"  # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs
+    compile_mode: str = "default"  # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs, ...
+    compile_fallback: bool = True  # if compiling fails (no compiler, unsupported op), warn once and run eagerly
     cuda_graphs: bool = False  # with compile: replay CUDA graphs (mode reduce-overhead) to remove kernel-launch overhead
     cudnn_benchmark: bool = True  # let cuDNN time and pick the fastest convolution algorithms (CUDA only)
 
@@ -43,6 +45,8 @@ def check_options(cfg: ModelOptionsConfig) -> None:
         raise ValueError(f"guidance.cpu_offload must be one of {', '.join(OFFLOAD)}, got '{cfg.cpu_offload}'")
     if cfg.cpu_offload != "none" and cfg.compile:
         raise ValueError("guidance.cpu_offload moves the UNet's weights every call, which defeats guidance.compile: turn one off")
+    if cfg.compile_mode not in COMPILE_MODES:
+        raise ValueError(f"guidance.compile_mode must be one of {', '.join(COMPILE_MODES)}, got '{cfg.compile_mode}'")
     if cfg.fuse_qkv and cfg.attention_slicing:
         raise ValueError("guidance.fuse_qkv and guidance.attention_slicing each replace the attention kernel: pick one")
 
@@ -75,9 +79,53 @@ def set_memory_format(modules: list[Any], channels_last: bool) -> None:
 
 
 def compile_fn(fn: Callable[..., Any], cfg: ModelOptionsConfig) -> Callable[..., Any]:
-    """``fn`` compiled with the configured mode (reduce-overhead when cuda_graphs is on)."""
+    """``fn`` compiled with the configured mode (reduce-overhead when cuda_graphs is on), falling back to
+    ``fn`` itself when compilation fails and ``compile_fallback`` is on."""
     mode = "reduce-overhead" if cfg.cuda_graphs else cfg.compile_mode
-    return torch.compile(fn, mode=mode, dynamic=False)
+    compiled = torch.compile(fn, mode=mode, dynamic=False)
+    return CompileFallback(compiled, fn, getattr(fn, "__name__", type(fn).__name__)) if cfg.compile_fallback else compiled
+
+
+class CompileFallback:
+    """Calls ``compiled``; if it raises a compiler error (not an error of the inputs, which the eager ``fn``
+    would raise too), logs one warning and calls ``fn`` from then on. ``failed`` says which one runs."""
+
+    def __init__(self, compiled: Callable[..., Any], fn: Callable[..., Any], what: str) -> None:
+        self.compiled, self.fn, self.what = compiled, fn, what
+        self.failed = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failed:
+            return self.fn(*args, **kwargs)
+        try:
+            return self.compiled(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001  (compiler failures come in many types; the eager call re-raises real errors)
+            if not is_compiler_error(error):
+                raise
+            self.failed = True
+            log.warning("torch.compile of %s failed (%s: %s); running it eagerly (guidance.compile_fallback)",
+                        self.what, type(error).__name__, str(error).strip().splitlines()[0][:200] if str(error).strip() else "")
+            return self.fn(*args, **kwargs)
+
+
+def is_compiler_error(error: BaseException) -> bool:
+    """True for errors raised by torch.compile's machinery (dynamo, inductor, triton, the C++ toolchain)."""
+    for e in _chain(error):
+        module, name = type(e).__module__, type(e).__name__
+        if module.startswith(("torch._dynamo", "torch._inductor", "triton")) or name in COMPILER_ERRORS:
+            return True
+    return False
+
+
+COMPILER_ERRORS = ("BackendCompilerFailed", "InductorError", "CompilationError", "CppCompileError")
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
 
 
 class ModelOffload:

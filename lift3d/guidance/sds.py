@@ -108,14 +108,18 @@ class StableDiffusionGuidance(DistillationGuidance):
         self.vae.to(device)
         if cuda and self.cfg.cudnn_benchmark:
             torch.backends.cudnn.benchmark = True
-        self._unet_fn, self._encode_fn = self.unet, self._encode_images
+        unet_fn, encode_fn = self.unet, self._encode_images
         self._cuda_graphs = bool(self.cfg.compile and self.cfg.cuda_graphs and cuda)
         if self.cfg.compile and cuda:
-            self._unet_fn = compile_fn(self.unet, self.cfg)
+            unet_fn = compile_fn(self.unet, self.cfg)
             if self.cfg.compile_vae:
-                self._encode_fn = compile_fn(self._encode_images, self.cfg)
+                encode_fn = compile_fn(self._encode_images, self.cfg)
         elif self.cfg.compile:
             log.info("guidance.compile needs CUDA; running the UNet eagerly on %s", device)
+        # plain attributes, not child modules: the UNet is registered once (as .unet), and a compile fallback
+        # wrapper is a callable, not an nn.Module
+        object.__setattr__(self, "_unet_fn", unet_fn)
+        object.__setattr__(self, "_encode_fn", encode_fn)
         self._placed = device
 
     def unet_forward(self, x: Tensor, t: Tensor, context: Tensor, class_labels: Tensor | None = None) -> Tensor:

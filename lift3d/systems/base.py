@@ -260,7 +260,12 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             self._val_scores.append(scores.detach())
 
     def _evaluate(self, batch: dict[str, Any], batch_idx: int, split: str) -> dict[int, Tensor]:
-        """Render, score against ground truth if any, save one grid per view; rgb by view index."""
+        """Render, score against ground truth if any, save one grid per view; rgb by view index.
+
+        Under DDP only rank 0 evaluates (every view: the runner turns off distributed sampling), so one
+        process writes the images; the other ranks meet it in the metric all-gather with no scores."""
+        if self._trainer is not None and self.trainer.world_size > 1 and not self.trainer.is_global_zero:
+            return {}
         out = self.render_views(batch)
         self._score(out, batch)
         n = next(iter(out.values())).shape[0]

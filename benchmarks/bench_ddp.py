@@ -1,0 +1,162 @@
+"""Multi-GPU scaling: training steps/s and views/s of one config on 1 GPU and on 2 GPUs (DDP), in one call.
+
+Each device set runs in its own process (``--worker``; Lightning starts the other DDP ranks by re-running
+that command), trains ``--warmup`` untimed steps then ``--steps`` timed ones with validation, checkpoints
+and the final test off, and reports rank 0's rate. views/s = steps/s x views per step per rank x ranks.
+Prints one JSON line per device set, then a summary with the 2-GPU / 1-GPU views/s ratio (target >= 1.8).
+
+    python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
+    python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21 --steps 200 system.guidance.compile=true
+    python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def config_path(name: str) -> Path:
+    """A recipe name (configs/<name>.yaml) or a path to a YAML file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path.resolve()
+    from lift3d.recipes import recipe_config
+
+    return recipe_config(name)
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Train on ``args.devices`` and write rank 0's timing to ``args.result``."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from lift3d.config import load_config
+    from lift3d.runner import build_parts, build_trainer
+
+    cpu = args.cpu
+    devices: Any = int(args.devices) if cpu else [int(d) for d in args.devices.split(",")]
+    n_devices = devices if cpu else len(devices)
+    total = args.warmup + args.steps
+    overrides = [f"trainer.max_steps={total}", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
+                 "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
+                 f"output_root={args.output}", "use_timestamp=false", f"trainer.accelerator={'cpu' if cpu else 'gpu'}",
+                 *args.overrides]
+    cfg = load_config(config_path(args.config), overrides=overrides)
+
+    def sync() -> None:
+        if torch.cuda.is_available() and not cpu:
+            torch.cuda.synchronize()
+
+    class Timer(Callback):
+        def __init__(self) -> None:
+            self.start = self.views = None
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if trainer.global_step == args.warmup:
+                sync()
+                self.start = time.perf_counter()
+            cameras = batch.get("cameras") if isinstance(batch, dict) else None
+            self.views = len(cameras) if cameras is not None else 1
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            sync()
+            if not trainer.is_global_zero or self.start is None:
+                return
+            seconds = time.perf_counter() - self.start
+            steps = trainer.global_step - args.warmup
+            record = {"devices": n_devices, "world_size": trainer.world_size, "steps": steps, "seconds": round(seconds, 3),
+                      "steps_per_s": round(steps / seconds, 3), "views_per_step_per_rank": self.views,
+                      "views_per_s": round(steps * self.views * trainer.world_size / seconds, 3)}
+            if torch.cuda.is_available() and not cpu:
+                record["peak_mem_gib_rank0"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+            Path(args.result).write_text(json.dumps(record))
+
+    trial = Path(args.output) / "trial"
+    trainer = build_trainer(cfg, trial, train=True, devices=devices)
+    trainer.callbacks.append(Timer())
+    L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
+    datamodule, system = build_parts(cfg)
+    system.set_save_dir(trial / "save")
+    trainer.fit(system, datamodule=datamodule)
+    return 0
+
+
+def environment(cpu: bool) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"torch": torch.__version__, "device": "cpu" if cpu else "cuda"}
+    if not cpu and torch.cuda.is_available():
+        info.update(gpu=torch.cuda.get_device_name(0), gpus_visible=torch.cuda.device_count(), cuda=torch.version.cuda)
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="dreamfusion-sd", help="recipe name or YAML path")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed steps first (compilation, occupancy warm-up)")
+    parser.add_argument("--device-sets", default="0;0,1", help="';'-separated GPU id lists to compare (CPU: process counts)")
+    parser.add_argument("--cpu", action="store_true", help="gloo on the CPU; --device-sets are process counts (default 1;2)")
+    parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per device set")
+    parser.add_argument("--random-sd21", default="", metavar="DIR",
+                        help="write (once) a random-weight SD-2.1-base-shaped model to DIR and point system.guidance at it")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--devices", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--result", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--output", default="", help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help="config overrides (key=value)")
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    sets = args.device_sets.split(";") if not (args.cpu and args.device_sets == "0;0,1") else ["1", "2"]
+    env = environment(args.cpu)
+    if args.random_sd21:
+        from benchmarks.random_sd import write_random_sd21
+
+        folder = write_random_sd21(args.random_sd21)
+        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", 'system.guidance.prompt="a DSLR photo of a hamburger"',
+                          *args.overrides]  # the user's overrides come later and win
+    records: list[dict[str, Any]] = []
+    for devices in sets:
+        with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
+            result = Path(tmp) / "result.json"
+            command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", args.config, "--devices", devices,
+                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--result", str(result), "--output", tmp,
+                       *(["--cpu"] if args.cpu else []), *args.overrides]
+            record: dict[str, Any] = {"bench": "ddp", "config": args.config, "device_set": devices}
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO)
+                if done.returncode == 0 and result.exists():
+                    record.update(json.loads(result.read_text()))
+                else:
+                    record["error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:400]
+                    print(done.stderr[-3000:], file=sys.stderr)
+            except subprocess.TimeoutExpired:
+                record["error"] = f"timed out after {args.timeout_s:.0f}s"
+        records.append(record)
+        print(json.dumps({**record, **env}), flush=True)
+    done_records = [r for r in records if "views_per_s" in r]
+    if len(done_records) >= 2:
+        one, many = done_records[0], done_records[-1]
+        ratio = many["views_per_s"] / one["views_per_s"]
+        print(json.dumps({"bench": "ddp", "summary": True, "config": args.config, "views_per_s_ratio": round(ratio, 3),
+                          "steps_per_s_ratio": round(many["steps_per_s"] / one["steps_per_s"], 3),
+                          "scaling_efficiency": round(ratio / (many["world_size"] / one["world_size"]), 3),
+                          "target_1.8x_met": ratio >= 1.8, **env}), flush=True)
+    return 0 if len(done_records) == len(records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

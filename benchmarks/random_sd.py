@@ -1,0 +1,57 @@
+"""A Stable Diffusion 2.1-base-shaped model folder with random weights, for benchmarks on machines that
+cannot download the real one: the UNet and VAE have the real architecture (same compute), the text
+encoder is a 2-layer CLIP of the right width (prompts are embedded once per run, so its size does not
+matter) with a byte-level tokenizer. Point a recipe at it with
+``system.guidance.pretrained_model_name_or_path=DIR``.
+
+    python benchmarks/random_sd.py /tmp/random-sd21          # writes the folder (~1.9 GB in fp16)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_guidance import SD21_UNET, SD21_VAE, TINY_UNET, TINY_VAE  # noqa: E402
+from tests.tiny_diffusion import write_tokenizer  # noqa: E402
+
+
+def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype = torch.float16) -> Path:
+    """Write the folder (diffusers layout) at ``path`` unless it is already complete; return it."""
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    root = Path(path)
+    if (root / "model_index.json").exists():
+        return root
+    unet_cfg, vae_cfg = (TINY_UNET, TINY_VAE) if tiny else (SD21_UNET, SD21_VAE)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # random init of 865M weights: faster on a GPU
+    torch.manual_seed(0)
+    with torch.device(device):
+        unet, vae = UNet2DConditionModel(**unet_cfg), AutoencoderKL(**vae_cfg)
+    width = unet_cfg["cross_attention_dim"]
+    vocab = write_tokenizer(root / "tokenizer")
+    text = CLIPTextModel(CLIPTextConfig(vocab_size=vocab, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=2,
+                                        num_attention_heads=max(width // 64, 1), max_position_embeddings=77, projection_dim=width,
+                                        bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1))
+    scheduler = DDPMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                              prediction_type="epsilon", clip_sample=False)
+    for name, model in (("unet", unet), ("vae", vae), ("text_encoder", text)):
+        model.to(dtype=dtype if device.type == "cuda" else torch.float32).save_pretrained(root / name)
+    scheduler.save_pretrained(root / "scheduler")
+    index = {"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
+             "vae": ["diffusers", "AutoencoderKL"], "text_encoder": ["transformers", "CLIPTextModel"],
+             "tokenizer": ["transformers", "CLIPTokenizer"], "scheduler": ["diffusers", "DDPMScheduler"]}
+    (root / "model_index.json").write_text(json.dumps(index, indent=1))  # last: marks the folder complete
+    return root
+
+
+if __name__ == "__main__":
+    print(write_random_sd21(sys.argv[1], tiny="--tiny" in sys.argv))

@@ -1,0 +1,73 @@
+"""Multi-process training (DDP through Lightning, gloo on the CPU): per-rank views, shared gradients, one writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lift3d.config import load_config
+from lift3d.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer
+from tests.conftest import TEST_CONFIGS
+
+
+@pytest.mark.slow
+def test_two_ranks_train_on_their_own_views_and_one_writes(tmp_path):
+    out, probe = tmp_path / "out", tmp_path / "probe"
+    command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "fit-image-ddp.yaml"), "trainer.accelerator=cpu",
+               "trainer.devices=2", f"output_root={out}", f"system.probe_dir={probe}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2] and ranks[0]["pid"] != ranks[1]["pid"]
+    # both ranks trained every step, each on its own views (the step sampler's seed includes the rank)
+    assert [[s["step"] for s in r["seen"]] for r in ranks] == [list(range(12))] * 2
+    assert all(a["view"] != b["view"] for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]))
+    # different views and dropout masks per rank, yet identical weights: the gradients were all-reduced
+    assert ranks[0]["param_sum"] == ranks[1]["param_sum"] and ranks[0]["param_abs_sum"] == ranks[1]["param_abs_sum"]
+    # one trial folder (rank 1 used rank 0's, whatever its clock said), written by rank 0 only
+    trials = list((out / "fit-image-ddp").iterdir())
+    assert len(trials) == 1
+    trial = trials[0]
+    assert ranks[1]["written"] == []
+    assert sorted(ranks[0]["written"]) == sorted(f"it{s}-val/{i:04d}.png" for s in (6, 12) for i in range(3))
+    assert json.loads((trial / "progress.json").read_text())["status"] == "finished"
+    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt", "step0000006.ckpt", "step0000012.ckpt"]
+    assert sorted(p.name for p in (trial / "save").iterdir()) == ["it12-test", "it12-test.mp4", "it12-val", "it6-val"]
+
+
+def test_multi_device_runs_use_ddp_and_no_distributed_sampler(tmp_path):
+    cfg = load_config(TEST_CONFIGS / "fit-image.yaml", overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu"])
+    trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)
+    assert type(trainer.strategy).__name__ == "DDPStrategy" and trainer.strategy._ddp_kwargs.get("find_unused_parameters")
+    assert trainer._accelerator_connector.use_distributed_sampler is False
+    single = build_trainer(cfg, tmp_path / "trial", train=True, devices=1)
+    assert type(single.strategy).__name__ == "SingleDeviceStrategy"
+
+
+def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv(TRIAL_DIR_ENV, str(tmp_path / "from-rank-0"))
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    assert _shared_trial_dir() is None  # rank 0 (or a plain run) never reuses a previous run's folder
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert _shared_trial_dir() == tmp_path / "from-rank-0"
+
+
+
+@pytest.mark.slow
+def test_bench_ddp_compares_one_and_two_ranks():
+    command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "tests/configs/fit-image.yaml", "--steps", "4",
+               "--warmup", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=TEST_CONFIGS.parents[1], timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    one, two, summary = records
+    assert (one["world_size"], two["world_size"]) == (1, 2) and one["steps"] == two["steps"] == 4
+    assert two["views_per_s"] == pytest.approx(two["steps_per_s"] * 2 * two["views_per_step_per_rank"], rel=0.01)
+    assert summary["views_per_s_ratio"] == pytest.approx(two["views_per_s"] / one["views_per_s"], rel=0.01)

@@ -1,0 +1,29 @@
+"""DDP on two GPUs through NCCL (run on nvidia-h200-x2: pytest -m gpu tests/test_ddp_gpu.py). CPU twin: test_ddp.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import TEST_CONFIGS
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
+
+
+def test_gpus_0_1_trains_with_ddp_on_nccl(tmp_path):
+    command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "fit-image-ddp.yaml"), "--gpus", "0,1",
+               f"output_root={tmp_path / 'out'}", f"system.probe_dir={tmp_path / 'probe'}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "nccl" in (done.stdout + done.stderr)
+    ranks = [json.loads((tmp_path / "probe" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert all(a["view"] != b["view"] for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]))
+    assert ranks[0]["param_sum"] == ranks[1]["param_sum"] and ranks[1]["written"] == []
+    assert len(list((tmp_path / "out" / "fit-image-ddp").iterdir())) == 1
