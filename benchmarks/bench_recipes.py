@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         "p90_ms": round(times[(len(times) * 9) // 10] * 1000, 2), "timed_steps": len(times), "warmup_steps": timer.warmup,
         "warmup_s": round(timer.warmup_s, 1), "full_run_steps": full,
         "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
-        "precision": trainer.precision,
+        "trainer_precision": trainer.precision,
     }
     if hasattr(system, "gaussians"):
         from lift3d.render.splat import choose_backend
@@ -155,7 +156,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated cases, in order ({', '.join(CASES)})")
     parser.add_argument("--steps", type=int, default=25, help="timed steps per case (fewer if a case reaches its time cap)")
@@ -164,39 +165,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
     args = parser.parse_args(argv)
     if args.tiny:
-        torch.set_num_threads(1)  # tiny models are all overhead
         args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)
+    return args
+
+
+def run_cases(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """One record per case (measured, skipped for the budget, or failed), then the ProlificDreamer stage-1 total."""
+    if args.tiny:
+        torch.set_num_threads(1)  # tiny models are all overhead
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     env = environment(device)
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
-    failed = 0
     for name in [n for n in args.cases.split(",") if n]:
         if name not in CASES:
-            print(json.dumps({"bench": "recipes", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}), flush=True)
-            failed += 1
+            yield {"bench": "recipes", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}
             continue
         cost = 0.0 if args.tiny else CASES[name][3]
         elapsed = time.perf_counter() - started
         if elapsed + cost > args.budget_s:
-            print(json.dumps({"bench": "recipes", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}), flush=True)
+            yield {"bench": "recipes", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}
             continue
         cap = max(10.0, min(cost, args.budget_s - elapsed)) if not args.tiny else 60.0
         try:
             record = run_case(name, args, device, cap)
         except Exception as error:  # noqa: BLE001  (one failing case must not hide the others)
             traceback.print_exc(file=sys.stderr)
-            print(json.dumps({"bench": "recipes", "case": name, "error": repr(error)[:500], **env}), flush=True)
-            failed += 1
+            yield {"bench": "recipes", "case": name, "error": repr(error)[:500], **env}
             continue
         record["case_s"] = round(time.perf_counter() - started - elapsed, 1)
         results[name] = record
-        print(json.dumps({**record, **env}), flush=True)
+        yield {**record, **env}
     if "prolificdreamer-64" in results and "prolificdreamer-512" in results:
         total = results["prolificdreamer-64"]["projected_full_run_s"] + results["prolificdreamer-512"]["projected_full_run_s"]
-        print(json.dumps({"bench": "recipes", "case": "prolificdreamer-stage1-total", "projected_full_run_s": round(total, 1),
-                          "projected_full_run_min": round(total / 60, 2), **env}), flush=True)
-    print(json.dumps({"bench": "recipes", "total_s": round(time.perf_counter() - started, 1), "cases_run": len(results),
+        yield {"bench": "recipes", "case": "prolificdreamer-stage1-total", "projected_full_run_s": round(total, 1),
+               "projected_full_run_min": round(total / 60, 2), **env}
+
+
+def suite_records(budget_s: float, tiny: bool) -> Iterator[dict[str, Any]]:
+    """The records of every case within ``budget_s`` (``python -m benchmarks`` takes the recipe cases from here)."""
+    for record in run_cases(parse_args(["--budget-s", str(budget_s), *(["--tiny"] if tiny else [])])):
+        yield {k: v for k, v in record.items() if k != "bench"}  # the suite labels its own lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    failed = measured = 0
+    for record in run_cases(args):
+        print(json.dumps(record), flush=True)
+        failed += "error" in record
+        measured += "steps_per_s" in record
+    print(json.dumps({"bench": "recipes", "total_s": round(time.perf_counter() - started, 1), "cases_run": measured,
                       "failed": failed}), flush=True)
     return 1 if failed else 0
 

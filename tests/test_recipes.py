@@ -154,3 +154,14 @@ def test_a_stage_starts_from_the_previous_stage_checkpoint(tmp_path):
     system = find("dreamfusion")(load_config(recipe_config("prolificdreamer"), overrides=missing).system)
     with pytest.raises(Exception, match="does not exist"):
         system.setup("fit")
+
+
+def test_generate_with_a_prompt_file_goes_to_the_multi_prompt_runner(tmp_path, monkeypatch):
+    from lift3d import multi_prompt
+
+    calls = []
+    monkeypatch.setattr(multi_prompt, "generate_many", lambda *a: calls.append(a) or (None, [{"returncode": 0}]))
+    assert main(["generate", "--prompts", "p.txt", "--method", "dreamfusion", "trainer.max_steps=5", "seed=1"]) == 0
+    assert calls == [("p.txt", "dreamfusion", ["trainer.max_steps=5", "seed=1"], None)]
+    assert main(["generate", "trainer.max_steps=5"]) == 2  # an override where the prompt goes: a clear error
+    assert main(["generate"]) == 2

@@ -1,4 +1,7 @@
-"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer] [overrides...]``: text -> 3D."""
+"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer] [overrides...]``: text -> 3D.
+
+``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides...]`` makes one asset per line of FILE,
+sharded across the GPUs (``lift3d.multi_prompt``)."""
 
 from __future__ import annotations
 
@@ -16,13 +19,16 @@ METHODS = {  # --method -> recipe config
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("prompt", help='what to make, e.g. "a DSLR photo of a hamburger"')
+    from lift3d.multi_prompt import PROMPTS_HELP
+
+    parser.add_argument("prompt", nargs="?", default=None, help='what to make, e.g. "a DSLR photo of a hamburger"')
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",  # "config": lift3d.cli appends stray overrides there
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=list(METHODS), default="gaussian-sds",
                         help="recipe: gaussian-sds (3D Gaussians, minutes), dreamfusion (NeRF + SDS) or "
                              "prolificdreamer (NeRF + VSD, slowest, most detail); default: gaussian-sds")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    parser.add_argument("--prompts", metavar="FILE", default=None, help=PROMPTS_HELP)
 
 
 def prompt_tag(prompt: str, limit: int = 48) -> str:
@@ -38,6 +44,9 @@ def generate_overrides(prompt: str, overrides: list[str]) -> list[str]:
 
     if not prompt.strip():
         raise ConfigError('give a prompt: lift3d generate "a DSLR photo of a hamburger"')
+    if re.fullmatch(r"[A-Za-z_][\w.]*=\S*", prompt):
+        raise ConfigError(f"{prompt!r} looks like an override, not a prompt: give the prompt first, "
+                          'e.g. lift3d generate "a DSLR photo of a hamburger" trainer.max_steps=500')
     bad = [item for item in overrides if "=" not in item]
     if bad:
         raise ConfigError(f"overrides are KEY=VALUE, got {' '.join(bad)} (quote the prompt if it has spaces)")
@@ -46,10 +55,16 @@ def generate_overrides(prompt: str, overrides: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from lift3d.commands.common import parse_gpus
-    from lift3d.config import load_config
+    from lift3d.config import ConfigError, load_config
     from lift3d.recipes import recipe_config
     from lift3d.runner import run_experiment
 
+    if args.prompts:
+        from lift3d.multi_prompt import run_prompt_list
+
+        return run_prompt_list(args)
+    if args.prompt is None:
+        raise ConfigError('give a prompt: lift3d generate "a DSLR photo of a hamburger" (or --prompts FILE)')
     config: Path = recipe_config(METHODS[args.method])
     overrides = generate_overrides(args.prompt, list(args.config))
     gpus = parse_gpus(args.gpus)
