@@ -19,6 +19,7 @@ COMMAND_MODULES: dict[str, str] = {
     "export": "export",
     "reconstruct": "reconstruct",
     "info": "info",
+    "app": "app",
 }
 
 

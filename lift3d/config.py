@@ -269,6 +269,37 @@ def import_plugins(modules: Sequence[str]) -> None:
                 raise ConfigError(f"could not import plugin module '{entry}' listed in 'imports': {error}") from None
 
 
+def _part_type_changes(new: Any, old: Any, path: str, found: list[str]) -> None:
+    """Paths of part configs ``<x>`` whose ``<x>_type`` the layer ``new`` changes from its value in ``old``."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return
+    for key, value in new.items():
+        key = str(key)
+        if key.endswith("_type") and isinstance(value, str):
+            part, before = key[: -len("_type")], old.get(key)
+            if isinstance(before, str) and before != value and isinstance(old.get(part), dict) and old[part]:
+                found.append(_join(path, part))
+        elif isinstance(value, dict):
+            _part_type_changes(value, old.get(key), _join(path, key), found)
+
+
+def merge_layers(layers: Sequence[DictConfig]) -> DictConfig:
+    """Merge config layers in order (later wins). A layer that switches a part to another type
+    (``<x>_type``) drops the options earlier layers gave the old part under ``<x>``: they belong to a
+    part that is no longer used (so ``system.guidance_type=analytic`` works over a Stable Diffusion recipe)."""
+    merged = OmegaConf.create()
+    for layer in layers:
+        resets: list[str] = []
+        _part_type_changes(OmegaConf.to_container(layer, resolve=False), OmegaConf.to_container(merged, resolve=False), "", resets)
+        for path in resets:
+            OmegaConf.update(merged, path, None, merge=False)
+        merged = OmegaConf.merge(merged, layer)
+        for path in resets:
+            if OmegaConf.select(merged, path, throw_on_resolution_failure=False) is None:
+                OmegaConf.update(merged, path, {}, merge=False)
+    return merged
+
+
 def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Merge YAML files (later wins) and dotlist overrides, resolve interpolations, validate."""
     _register_resolvers()
@@ -282,7 +313,7 @@ def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> Exper
         sources.layers.append((COMMAND_LINE, OmegaConf.from_dotlist(list(overrides))))
     except OmegaConfBaseException as error:
         raise ConfigError(f"could not parse the overrides {list(overrides)}: {error}") from None
-    merged = OmegaConf.merge(*[layer for _, layer in sources.layers]) if sources.layers else OmegaConf.create()
+    merged = merge_layers([layer for _, layer in sources.layers])
     try:
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as error:

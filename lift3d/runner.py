@@ -90,6 +90,18 @@ def _progress_bar() -> Callback:
     return RichProgressBar(leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
 
 
+def resolve_precision(precision: str, accelerator: str) -> str:
+    """The configured precision, or 32-true where mixed/half precision would run on the CPU (Lightning
+    would turn 16-mixed into slow bf16 autocast there), with one log line."""
+    import torch
+
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and precision not in ("32-true", "32", "64-true", "64"):
+        log.info("trainer.precision=%s needs a CUDA GPU; running 32-true on the CPU", precision)
+        return "32-true"
+    return precision
+
+
 def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None) -> L.Trainer:
     """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus)."""
     tcfg = cfg.trainer
@@ -138,7 +150,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         max_epochs=-1,
         check_val_every_n_epoch=None,
         log_every_n_steps=tcfg.log_every_n_steps,
-        precision=tcfg.precision,
+        precision=resolve_precision(tcfg.precision, tcfg.accelerator),
         accelerator=tcfg.accelerator,
         devices=devices,
         strategy=strategy,

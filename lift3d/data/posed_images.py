@@ -121,6 +121,32 @@ def _intrinsics(meta: dict, frame: dict, width: int, height: int, downscale: int
     return intrinsics_matrix(torch.tensor(fx), torch.tensor(fy), torch.tensor(cx), torch.tensor(cy))
 
 
+def read_cameras(root: str | Path, split: str) -> Cameras:
+    """The cameras of ``root/transforms_<split>.json`` without decoding the images (their size comes from
+    the first image's header)."""
+    root = Path(root).expanduser()
+    path = root / f"transforms_{split}.json"
+    if not path.is_file():
+        raise SceneFormatError(f"no {path.name} in {root}: a scene folder holds transforms_<split>.json as in NeRF-synthetic")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SceneFormatError(f"{path} is not valid JSON: {error}") from None
+    frames = meta.get("frames")
+    if not isinstance(frames, list) or not frames or any("transform_matrix" not in f for f in frames):
+        raise SceneFormatError(f"{path} needs a 'frames' list whose entries have 'transform_matrix'")
+    first = _find_image(root, frames[0].get("file_path", ""))
+    if first is None:
+        raise SceneFormatError(f"{path}: the image of the first frame ({frames[0].get('file_path')}) is missing")
+    with Image.open(first) as image:
+        width, height = image.size
+    c2w = torch.tensor(np.array([f["transform_matrix"] for f in frames], dtype=np.float32))
+    if c2w.shape[1:] == (3, 4):
+        c2w = torch.cat([c2w, torch.tensor([0.0, 0.0, 0.0, 1.0]).expand(len(frames), 1, 4)], dim=1)
+    intrinsics = torch.stack([_intrinsics(meta, f, width, height, 1, path) for f in frames])
+    return Cameras(c2w, intrinsics, width, height)
+
+
 def scene_extent(cameras: Cameras) -> float:
     """Radius of the camera centres around their mean, x1.1 (the 3DGS scene-extent heuristic)."""
     positions = cameras.positions

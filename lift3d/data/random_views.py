@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,9 +13,19 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at, normalize, spherical_to_position
+from lift3d.cameras import (
+    Cameras,
+    c2w_to_spherical,
+    fov_from_focal,
+    intrinsics_from_fovy,
+    look_at,
+    normalize,
+    spherical_to_position,
+)
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
 from lift3d.registry import register
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,6 +55,9 @@ class RandomViewsConfig:
     eval_fovy: float = 70.0  # field of view of evaluation views, degrees
     n_val_views: int = 4  # views per validation check (evenly spaced in azimuth)
     n_test_views: int = 120  # views of the test orbit video
+    reference_scene: str = ""  # posed-image scene folder: its train cameras set the elevation, distance and fovy ranges (and the eval orbit's distance and fovy)
+    reference_eval_split: str = ""  # with reference_scene: validate on this split's views, scored against its images (metrics.json)
+    reference_background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the reference images are composited on for scoring
 
 
 def _stage(values: Any, stage: int) -> int:
@@ -128,11 +143,75 @@ def orbit_views(n_views: int, elevation_deg: float, distance: float, fovy_deg: f
     return views
 
 
+def match_reference_cameras(cfg: RandomViewsConfig) -> RandomViewsConfig:
+    """``cfg`` with its elevation, distance and fovy ranges (and the eval orbit's distance and fovy) taken
+    from the train cameras of ``cfg.reference_scene``, so random views look like the references."""
+    from lift3d.data.posed_images import read_cameras
+
+    cameras = read_cameras(cfg.reference_scene, "train")
+    elevation, _, distance = c2w_to_spherical(cameras.c2w)
+    elevation = torch.rad2deg(elevation)
+    fovy = torch.rad2deg(fov_from_focal(cameras.intrinsics[:, 1, 1], cameras.height))
+    matched = dataclasses.replace(
+        cfg,
+        elevation_range=[float(elevation.min()), float(elevation.max())],
+        camera_distance_range=[float(distance.min()), float(distance.max())],
+        fovy_range=[float(fovy.min()), float(fovy.max())],
+        eval_camera_distance=float(distance.mean()),
+        eval_fovy=float(fovy.mean()),
+    )
+    log.info(
+        "random views match %s: elevation %.1f..%.1f deg, distance %.3f..%.3f, fovy %.1f..%.1f deg",
+        cfg.reference_scene, *matched.elevation_range, *matched.camera_distance_range, *matched.fovy_range,
+    )
+    return matched
+
+
+def reference_views(cfg: RandomViewsConfig) -> list[dict[str, Any]]:
+    """Single-view dicts of ``cfg.reference_eval_split`` at the eval size, with ground-truth ``rgb``
+    (composited on ``reference_background``) for scoring, and the view angles guidance uses."""
+    import torch.nn.functional as F
+
+    from lift3d.data.posed_images import read_transforms
+
+    scene = read_transforms(cfg.reference_scene, cfg.reference_eval_split, 1, cfg.n_val_views)
+    rgba = scene.rgba.float().permute(0, 3, 1, 2) / 255.0
+    if rgba.shape[-2:] != (cfg.eval_height, cfg.eval_width):
+        rgba = F.interpolate(rgba, (cfg.eval_height, cfg.eval_width), mode="bilinear", align_corners=False, antialias=True)
+    background = torch.tensor([float(v) for v in cfg.reference_background])
+    rgba = rgba.permute(0, 2, 3, 1)
+    rgb = rgba[..., :3] * rgba[..., 3:] + background * (1 - rgba[..., 3:])
+    cameras = scene.cameras.resized(cfg.eval_width, cfg.eval_height)
+    elevation, azimuth, distance = c2w_to_spherical(cameras.c2w)
+    fovy = torch.rad2deg(fov_from_focal(cameras.intrinsics[:, 1, 1], cameras.height))
+    return [
+        {
+            "cameras": cameras[i],
+            "rgb": rgb[i : i + 1],
+            "background": background[None],
+            "elevation_deg": torch.rad2deg(elevation[i : i + 1]),
+            "azimuth_deg": torch.rad2deg(azimuth[i : i + 1]),
+            "distance": distance[i : i + 1],
+            "fovy_deg": fovy[i : i + 1],
+            "light_positions": cameras.positions[i : i + 1].clone(),
+            "index": torch.tensor([i]),
+        }
+        for i in range(len(cameras))
+    ]
+
+
 @register("random-views")
 class RandomViewsDataModule(BaseDataModule):
     """Random cameras on a sphere for training; evenly spaced orbit views for validation and test."""
 
     Config = RandomViewsConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        if self.cfg.reference_eval_split and not self.cfg.reference_scene:
+            raise ValueError("data.reference_eval_split needs data.reference_scene (the scene folder whose views are scored)")
+        if self.cfg.reference_scene:
+            self.cfg = match_reference_cameras(self.cfg)
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         return sample_random_views(self.cfg, step, generator)
@@ -146,6 +225,8 @@ class RandomViewsDataModule(BaseDataModule):
         return view_loader(views, cfg.eval_batch_size)
 
     def val_dataloader(self) -> DataLoader:
+        if self.cfg.reference_eval_split:
+            return view_loader(reference_views(self.cfg), self.cfg.eval_batch_size)
         return self._orbit(self.cfg.n_val_views)
 
     def test_dataloader(self) -> DataLoader:

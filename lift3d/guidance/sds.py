@@ -71,6 +71,7 @@ class StableDiffusionGuidance(DistillationGuidance):
         self._unet_fn: Any = None
         self._encode_fn: Any = None
         self._cuda_graphs = False  # compiled with CUDA graphs: mark each step, copy outputs
+        self.latent_input = cfg.latent_input  # systems may switch it per step (a latent warm-up, then RGB)
 
     # ------------------------------------------------------------------ placement and speed options
     @property
@@ -141,7 +142,7 @@ class StableDiffusionGuidance(DistillationGuidance):
         if self._cuda_graphs:  # encode starts every step: a new CUDA-graph generation
             torch.compiler.cudagraph_mark_step_begin()
         size = self.cfg.resolution
-        if self.cfg.latent_input:
+        if self.latent_input:
             if rgb.shape[-1] != 4:
                 raise ValueError(f"guidance.latent_input expects [B,h,w,4] latents, got {tuple(rgb.shape)}")
             latents = rgb.permute(0, 3, 1, 2)

@@ -25,3 +25,15 @@ def opacity_entropy(alpha: Tensor, eps: float = 1e-5) -> Tensor:
     """Mean binary entropy of accumulated opacity (pushes each ray's alpha to 0 or 1)."""
     a = alpha.clamp(eps, 1 - eps)
     return (-a * torch.log(a) - (1 - a) * torch.log(1 - a)).mean()
+
+
+def depth_variance(weights: Tensor, t: Tensor, ray_indices: Tensor, n_rays: int, alpha_min: float = 0.5) -> Tensor:
+    """Variance of the sample distances along each ray under its weights, averaged over rays whose
+    opacity exceeds ``alpha_min`` (Magic3D/threestudio's z-variance: pulls each ray's mass onto one surface).
+
+    ``weights``, ``t`` (sample distances) and ``ray_indices`` are the renderer's per-sample [S] outputs."""
+    alpha = torch.zeros(n_rays, device=weights.device, dtype=weights.dtype).index_add(0, ray_indices, weights)
+    mean = torch.zeros_like(alpha).index_add(0, ray_indices, weights * t) / alpha.clamp_min(1e-6)
+    spread = torch.zeros_like(alpha).index_add(0, ray_indices, weights * (t - mean[ray_indices]) ** 2) / alpha.clamp_min(1e-6)
+    mask = (alpha > alpha_min).to(spread.dtype)
+    return (spread * mask).sum() / mask.sum().clamp_min(1.0)

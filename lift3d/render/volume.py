@@ -207,7 +207,7 @@ class VolumeRenderer(BaseModule):
 
     # ------------------------------------------------------------------------------ rendering
     def _render_chunk(self, rays_o: Tensor, rays_d: Tensor, background: Tensor, light_positions: Tensor | None,
-                      shading: str | None, compute_normals: bool) -> dict[str, Tensor]:
+                      shading: str | None, compute_normals: bool, material: Any = None) -> dict[str, Tensor]:
         training = self.training and torch.is_grad_enabled()
         n_rays = rays_o.shape[0]
         t_near, t_far = ray_box(rays_o, rays_d, self.field.bbox, self.cfg.near_plane)
@@ -219,7 +219,7 @@ class VolumeRenderer(BaseModule):
         t_mid = 0.5 * (lo + hi)
         dirs = rays_d[ray]
         positions = rays_o[ray] + dirs * t_mid[:, None]
-        material = self.parts.material
+        material = self.parts.material if material is None else material
         need_normals = compute_normals or material.requires_normals
         out = self._field(positions, need_normals, training)
         sigma_delta = out["density"] * (hi - lo)
@@ -238,6 +238,7 @@ class VolumeRenderer(BaseModule):
             "depth": depth,
             "weights": weights,
             "ray_indices": ray,
+            "sample_t": t_mid,
             "num_samples": torch.full((), float(ray.numel()), device=rays_o.device),  # no host-to-device copy
         }
         if normals is not None:
@@ -260,10 +261,11 @@ class VolumeRenderer(BaseModule):
 
     def render_rays(self, rays_o: Tensor, rays_d: Tensor, background: Tensor | None = None,
                     light_positions: Tensor | None = None, shading: str | None = None,
-                    compute_normals: bool = False) -> dict[str, Tensor]:
+                    compute_normals: bool = False, material: Any = None) -> dict[str, Tensor]:
         """Render rays [N, 3] (unit directions) -> {"rgb", "alpha", "depth" (distance along the ray), ...} [N, C].
 
-        ``background`` [N, 3] (default: the background part on the ray directions); ``light_positions`` [N, 3]."""
+        ``background`` [N, C] (default: the background part on the ray directions); ``light_positions`` [N, 3];
+        ``material`` replaces the configured material for this call (e.g. one giving C = 4 latent channels)."""
         if rays_o.ndim != 2 or rays_o.shape[-1] != 3 or rays_d.shape != rays_o.shape:
             raise ValueError(f"rays_o and rays_d must both be [N, 3], got {tuple(rays_o.shape)} and {tuple(rays_d.shape)}")
         if background is None:
@@ -280,25 +282,26 @@ class VolumeRenderer(BaseModule):
             end = start + chunk
             lights = None if light_positions is None else light_positions[start:end]
             pieces.append(self._render_chunk(rays_o[start:end], rays_d[start:end], background[start:end], lights,
-                                             shading, compute_normals))
+                                             shading, compute_normals, material))
         return _join_chunks(pieces, chunk)
 
     def forward(self, cameras: Cameras, background: Tensor | None = None, light_positions: Tensor | None = None,
-                shading: str | None = None, compute_normals: bool = False) -> dict[str, Tensor]:
+                shading: str | None = None, compute_normals: bool = False, material: Any = None) -> dict[str, Tensor]:
         """Render every pixel of ``cameras`` -> {"rgb", "alpha", "depth" (camera z), "normal"?, ...} [B, H, W, C].
 
-        ``background``: [B, 3] or [B, H, W, 3] (default: the background part); ``light_positions`` [B, 3]."""
+        ``background``: [B, C] or [B, H, W, C] (default: the background part); ``light_positions`` [B, 3];
+        ``material`` replaces the configured material for this call."""
         b, h, w = len(cameras), cameras.height, cameras.width
         rays_o, rays_d = cameras.rays()
         if background is None:
             background = self.parts.background(rays_d)
         elif background.ndim == 2:
-            background = background[:, None, None, :].expand(b, h, w, 3)
+            background = background[:, None, None, :].expand(b, h, w, background.shape[-1])
         lights = None
         if light_positions is not None:
             lights = light_positions[:, None, :].expand(b, h * w, 3).reshape(-1, 3)
-        out = self.render_rays(rays_o.reshape(-1, 3), rays_d.reshape(-1, 3), background.reshape(-1, 3).to(rays_o),
-                               lights, shading, compute_normals)
+        out = self.render_rays(rays_o.reshape(-1, 3), rays_d.reshape(-1, 3), background.reshape(-1, background.shape[-1]).to(rays_o),
+                               lights, shading, compute_normals, material)
         forward_axis = -cameras.c2w[:, :3, 2]
         cosine = (rays_d * forward_axis[:, None, None, :]).sum(-1, keepdim=True)  # [B, H, W, 1]
         images = {}

@@ -1,3 +1,3 @@
 """Systems: training recipes, each a LightningModule built from config."""
 
-from lift3d.systems import reconstruct_gaussians, reconstruct_nerf  # noqa: F401  (register the recipes)
+from lift3d.systems import dreamfusion, reconstruct_gaussians, reconstruct_nerf  # noqa: F401  (register the recipes)

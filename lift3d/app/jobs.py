@@ -1,0 +1,343 @@
+"""A queue of ``lift3d train`` runs in subprocesses, one at a time per GPU (one at a time on CPU).
+
+Each run is followed through its ``progress.json`` (step, loss, ETA, latest grid, status). Cancelling sends
+SIGINT (then SIGTERM, then SIGKILL after a grace period); checkpoints are written atomically, so the last
+one stays. When training ends, ``lift3d export`` writes the recipe's assets from the last checkpoint. Job
+state lives here, server-side, so any page can find a job again by its id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lift3d.app.recipes import quote
+from lift3d.progress import read_progress
+
+log = logging.getLogger("lift3d")
+
+QUEUED, RUNNING, EXPORTING = "queued", "running", "exporting"
+FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
+ACTIVE = (QUEUED, RUNNING, EXPORTING)
+
+VIEWER_SUFFIXES = (".glb", ".gltf", ".ply", ".splat", ".obj")  # what the 3D viewer shows, best first
+_EVAL_FOLDER = re.compile(r"^it\d+-(val|test)$")
+_TEST_VIDEO = re.compile(r"^it(\d+)-test\.mp4$")
+
+
+def default_slots() -> list[str]:
+    """One slot per visible GPU (``cuda:0`` ...), or a single ``cpu`` slot."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:  # a broken CUDA set-up still runs on CPU
+        count = 0
+    return [f"cuda:{i}" for i in range(count)] or ["cpu"]
+
+
+@dataclass
+class JobSpec:
+    """What to run: a config with overrides, written under ``output_root``."""
+
+    config: Path  # the recipe YAML
+    overrides: list[str]  # dotlist overrides (the prompt or scene and the page's options)
+    output_root: Path  # trials go to <output_root>/<name>/<tag>@<time>/
+    recipe: str = ""  # friendly recipe name, for display
+    title: str = ""  # the prompt or the scene, for display and the trial tag
+    export: bool = True  # run `lift3d export` after training
+    export_formats: list[str] | None = None  # `--format` list (None: the recipe's own)
+
+
+@dataclass
+class Results:
+    """What a trial's ``save/`` holds for the page."""
+
+    model: Path | None  # the asset for the 3D viewer (.glb first, then Gaussian/mesh .ply, ...)
+    video: Path | None  # the latest test orbit video
+    files: list[Path]  # every exported file (assets and videos), for download
+
+
+def result_files(trial_dir: Path | None) -> Results:
+    """Exported assets and videos under ``trial_dir/save`` (validation and test frame folders left out)."""
+    save = trial_dir / "save" if trial_dir else None
+    if save is None or not save.is_dir():
+        return Results(None, None, [])
+    files = sorted(
+        (p for p in save.rglob("*") if p.is_file() and not p.name.startswith(".") and p.name != "metrics.json"
+         and not any(_EVAL_FOLDER.match(part) for part in p.relative_to(save).parts[:-1])),
+        key=lambda p: str(p.relative_to(save)),
+    )
+    videos = [(int(m.group(1)), p) for p in files if (m := _TEST_VIDEO.match(p.name)) and p.parent == save]
+    model = None
+    for suffix in VIEWER_SUFFIXES:
+        candidates = [p for p in files if p.suffix.lower() == suffix]
+        if candidates:
+            model = max(candidates, key=lambda p: p.stat().st_mtime)
+            break
+    return Results(model, max(videos)[1] if videos else None, files)
+
+
+def error_from_log(path: Path | None, max_bytes: int = 20_000) -> str | None:
+    """The error a crashed run reported: its ``lift3d: error:`` line, else the last line (a traceback's)."""
+    if path is None or not path.is_file():
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(max(path.stat().st_size - max_bytes, 0))
+        lines = [line.strip() for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("lift3d: error:"):
+            return line[len("lift3d: error:"):].strip()
+    return lines[-1] if lines else None
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-")
+    return slug or "run"
+
+
+@dataclass
+class Job:
+    """One run and what is known about it; updated by the worker thread, read by the page."""
+
+    id: str
+    spec: JobSpec
+    tag: str  # the trial tag: <output_root>/<name>/<tag>@<time>/
+    state: str = QUEUED
+    device: str | None = None  # the slot it ran on (cuda:N or cpu)
+    trial_dir: Path | None = None
+    progress: dict[str, Any] = field(default_factory=dict)  # the trial's last progress.json record
+    error: str | None = None  # why it failed
+    note: str | None = None  # a remark: the cancel point, an export that failed
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    ended: float | None = None
+    log_path: Path | None = None
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def results(self) -> Results:
+        return result_files(self.trial_dir)
+
+
+class JobQueue:
+    """Runs jobs in subprocesses, one per slot at a time, first come first served."""
+
+    def __init__(self, slots: list[str] | None = None, *, python: str | None = None, poll_s: float = 0.5,
+                 cancel_grace_s: float = 30.0, env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.slots = list(slots or default_slots())
+        self.python = python or sys.executable
+        self.poll_s = poll_s
+        self.cancel_grace_s = cancel_grace_s
+        self.env = env
+        self.cwd = cwd
+        self._cond = threading.Condition()
+        self._pending: deque[Job] = deque()
+        self._jobs: dict[str, Job] = {}
+        self._closed = False
+        self._threads = [threading.Thread(target=self._worker, args=(slot,), name=f"lift3d-job-{slot}", daemon=True)
+                         for slot in self.slots]
+        for thread in self._threads:
+            thread.start()
+
+    # ----------------------------------------------------------------------------------- the page's calls
+    def submit(self, spec: JobSpec) -> Job:
+        """Queue a run; it starts when a slot is free."""
+        job_id = uuid.uuid4().hex[:10]
+        job = Job(job_id, spec, tag=f"{_slug(spec.title)}-{job_id}")
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the job queue is closed")
+            self._jobs[job_id] = job
+            self._pending.append(job)
+            self._cond.notify_all()
+        log.info("job %s queued: %s %s", job_id, spec.recipe or spec.config, spec.title)
+        return job
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a queued job, or interrupt a running one (its last checkpoint stays); False if not active."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            if job is None or not job.active:
+                return False
+            job.cancel_event.set()
+            if job.state == QUEUED:
+                self._pending.remove(job)
+                job.state, job.ended, job.note = CANCELLED, time.time(), "cancelled before it started"
+            self._cond.notify_all()
+        return True
+
+    def get(self, job_id: str | None) -> Job | None:
+        return self._jobs.get(job_id) if job_id else None
+
+    def jobs(self) -> list[Job]:
+        """Every job, oldest first."""
+        with self._cond:
+            return list(self._jobs.values())
+
+    def latest(self, active_only: bool = False) -> Job | None:
+        """The newest job that is running or queued (or, unless ``active_only``, the newest of all)."""
+        jobs = self.jobs()
+        running = [j for j in jobs if j.state in (RUNNING, EXPORTING)]
+        queued = [j for j in jobs if j.state == QUEUED]
+        if running or queued:
+            return (running or queued)[-1]
+        return None if active_only or not jobs else jobs[-1]
+
+    def position(self, job: Job) -> int:
+        """1-based place of a queued job in the queue; 0 when it is not queued."""
+        with self._cond:
+            return next((i + 1 for i, j in enumerate(self._pending) if j is job), 0)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Block until the job is done (or ``timeout`` seconds pass); return it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            job = self._jobs[job_id]
+            while job.active or job.ended is None:  # ended is set last, once the job is wholly done
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._cond.wait(0.2 if left is None else min(left, 0.2))
+        return job
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Cancel everything (running jobs keep their last checkpoint) and stop the workers."""
+        with self._cond:
+            self._closed = True
+            active = [j.id for j in self._jobs.values() if j.active]
+        for job_id in active:
+            self.cancel(job_id)
+        with self._cond:
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+
+    # ----------------------------------------------------------------------------------- the workers
+    def _worker(self, slot: str) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                job = self._pending.popleft()
+                job.state, job.device, job.started = RUNNING, slot, time.time()
+            try:
+                self._run(job, slot)
+            except Exception as error:  # a bug here must not kill the worker: the job fails, the queue goes on
+                log.exception("job %s failed inside the app", job.id)
+                job.state, job.error = FAILED, f"the app could not run the job: {type(error).__name__}: {error}"
+            finally:
+                with self._cond:
+                    job.ended = time.time()
+                    self._cond.notify_all()
+            log.info("job %s %s%s", job.id, job.state, f": {job.error}" if job.error else "")
+
+    def _env(self, slot: str) -> dict[str, str]:
+        env = dict(self.env if self.env is not None else os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if slot.startswith("cuda:"):
+            index = int(slot.split(":", 1)[1])
+            visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+            env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
+        return env
+
+    def _log_path(self, job: Job, stage: str) -> Path:
+        folder = job.spec.output_root / "app-logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{job.tag}-{stage}.log"
+
+    def _find_trial(self, job: Job) -> Path | None:
+        root = job.spec.output_root
+        found = [p for p in root.glob(f"*/{job.tag}") if p.is_dir()] + [p for p in root.glob(f"*/{job.tag}@*") if p.is_dir()]
+        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+    def _refresh(self, job: Job) -> None:
+        if job.trial_dir is None:
+            job.trial_dir = self._find_trial(job)
+        if job.trial_dir is not None:
+            job.progress = read_progress(job.trial_dir) or job.progress
+
+    def _follow(self, job: Job, command: list[str], log_path: Path, slot: str) -> int:
+        """Run ``command``, refreshing the job's progress; on cancel signal INT, then TERM, then KILL."""
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=self._env(slot), cwd=self.cwd, start_new_session=True)
+            signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+            last_signal = 0.0
+            while True:
+                try:
+                    code = process.wait(timeout=self.poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                self._refresh(job)
+                if job.cancel_event.is_set() and signals and time.monotonic() - last_signal > (self.cancel_grace_s if last_signal else 0):
+                    sig = signals.pop(0)
+                    log.info("job %s: sending %s", job.id, sig.name)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, sig)
+                    last_signal = time.monotonic()
+        self._refresh(job)
+        return code
+
+    def _lift3d(self, *args: str) -> list[str]:
+        return [self.python, "-m", "lift3d", *args]
+
+    def _run(self, job: Job, slot: str) -> None:
+        spec = job.spec
+        job.log_path = self._log_path(job, "train")
+        command = self._lift3d("train", str(spec.config), *spec.overrides, f"output_root={quote(str(spec.output_root))}",
+                               f"tag={job.tag}", "trainer.enable_progress_bar=false")
+        code = self._follow(job, command, job.log_path, slot)
+        status = job.progress.get("status")
+        if job.cancel_event.is_set():
+            self._cancelled(job)
+            return
+        if code != 0 or status == "failed":
+            job.state = FAILED
+            job.error = (job.progress.get("error") if status == "failed" else None) or error_from_log(job.log_path) \
+                or f"the run exited with code {code}"
+            return
+        if spec.export:
+            self._export(job, slot)
+        if job.cancel_event.is_set():
+            self._cancelled(job)
+            return
+        job.state = FINISHED
+
+    def _export(self, job: Job, slot: str) -> None:
+        checkpoint = job.trial_dir / "ckpts" / "last.ckpt" if job.trial_dir else None
+        if checkpoint is None or not checkpoint.is_file():
+            job.note = "training finished without a last checkpoint, so nothing was exported"
+            return
+        job.state = EXPORTING
+        formats = ["--format", *job.spec.export_formats] if job.spec.export_formats else []
+        command = self._lift3d("export", str(job.trial_dir / "configs" / "parsed.yaml"), "--resume", str(checkpoint), *formats)
+        export_log = self._log_path(job, "export")
+        if self._follow(job, command, export_log, slot) != 0 and not job.cancel_event.is_set():
+            job.note = f"training finished, but the export failed: {error_from_log(export_log)}"
+
+    def _cancelled(self, job: Job) -> None:
+        job.state = CANCELLED
+        step = job.progress.get("step")
+        checkpoint = job.trial_dir / "ckpts" / "last.ckpt" if job.trial_dir else None
+        kept = f"; the last checkpoint is kept: {checkpoint}" if checkpoint and checkpoint.is_file() else ""
+        job.note = f"cancelled{f' at step {step}' if step is not None else ''}{kept}"

@@ -1,0 +1,48 @@
+"""``lift3d app``: the web app (prompt or photos in, live progress, 3D result in the browser)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+HELP = "start the web app: a page to run recipes from a prompt or photos and see the 3D result"
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only; 0.0.0.0 for the LAN)")
+    parser.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
+    parser.add_argument("--share", action="store_true", help="also open a public Gradio share link (off by default)")
+    parser.add_argument("--output-root", default="outputs", metavar="DIR", help="where runs write their trials (default: outputs)")
+    parser.add_argument("--recipes", nargs="+", default=[], metavar="YAML",
+                        help="extra app recipe files (a YAML list of label/config/input/options entries); "
+                             "$LIFT3D_APP_RECIPES adds more")
+    parser.add_argument("--gpus", default=None, metavar="IDS",
+                        help="comma-separated GPU ids to run jobs on, one job per GPU at a time (default: every visible GPU, else CPU)")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM shuts down like Ctrl-C: jobs are cancelled, their checkpoints stay
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        print("lift3d: error: the web app needs gradio: pip install 'lift3d[app]'", file=sys.stderr)
+        return 2
+    from lift3d.app.jobs import JobQueue
+    from lift3d.app.recipes import offered_recipes, recipe_table
+    from lift3d.app.ui import launch
+    from lift3d.commands.common import parse_gpus
+
+    gpus = parse_gpus(args.gpus)
+    recipes = offered_recipes(recipe_table(files=args.recipes))
+    if not recipes:
+        print("lift3d: no recipe config is installed yet; the page will say so")
+    queue = JobQueue([f"cuda:{i}" for i in gpus] if gpus else None)
+    print(f"lift3d: {len(recipes)} recipe(s); jobs run one at a time on each of: {', '.join(queue.slots)}", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    launch(queue, recipes, Path(args.output_root), host=args.host, port=args.port, share=args.share)
+    return 0

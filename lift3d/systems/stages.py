@@ -1,0 +1,59 @@
+"""Chaining stages: a run starts from a previous run's checkpoint (``system.geometry_convert_from``).
+
+The previous run's trial folder holds its config (``configs/parsed.yaml``) beside its checkpoints, so
+its system can be rebuilt exactly and its weights loaded (``weights_only``). The new system then takes
+what it needs through its ``convert_from(previous, previous_cfg)`` hook: a NeRF copies a field, a mesh
+stage meshes the previous density, a texture stage inherits colours.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from lift3d.checkpoints import CheckpointError, load_checkpoint
+from lift3d.config import ExperimentConfig, load_config
+from lift3d.registry import find
+
+log = logging.getLogger(__name__)
+
+
+def previous_config_path(checkpoint: str | Path) -> Path:
+    """``<trial>/configs/parsed.yaml`` of a checkpoint at ``<trial>/ckpts/<name>.ckpt``."""
+    checkpoint = Path(checkpoint).expanduser()
+    if not checkpoint.is_file():
+        raise CheckpointError(
+            f"system.geometry_convert_from names {checkpoint}, which does not exist: give the previous stage's "
+            "checkpoint, e.g. outputs/<name>/<tag>/ckpts/last.ckpt"
+        )
+    config = checkpoint.resolve().parent.parent / "configs" / "parsed.yaml"
+    if not config.is_file():
+        raise CheckpointError(
+            f"no {config} beside the checkpoint {checkpoint}: a stage starts from a checkpoint inside its trial "
+            "folder (<trial>/ckpts/x.ckpt with <trial>/configs/parsed.yaml), so its config can be read"
+        )
+    return config
+
+
+def _dotlist(prefix: str, value: Any) -> list[str]:
+    """``{"a": {"b": 1}}`` under ``prefix`` -> ``["prefix.a.b=1"]`` (values as JSON, which YAML reads)."""
+    if isinstance(value, dict) and value:
+        return [item for key, sub in value.items() for item in _dotlist(f"{prefix}.{key}", sub)]
+    return [f"{prefix}={json.dumps(value)}"]
+
+
+def load_previous_stage(checkpoint: str | Path, system_override: dict | None = None) -> tuple[ExperimentConfig, Any]:
+    """The previous stage's experiment config and its system with the checkpoint's weights (on the CPU).
+
+    ``system_override`` changes the previous system's config before it is built (e.g. an export threshold)."""
+    config = previous_config_path(checkpoint)
+    overrides = _dotlist("system", system_override) if system_override else []
+    cfg = load_config(config, overrides=overrides)
+    system = find(cfg.system_type)(cfg.system)
+    state = load_checkpoint(checkpoint)
+    system.on_load_checkpoint(state)
+    system.load_state_dict(state["state_dict"])
+    log.info("starting from %s (a %s run at step %d)", checkpoint, cfg.system_type, system.true_global_step)
+    return cfg, system.eval()
