@@ -123,3 +123,42 @@ def test_magic3d_refine_from_nerf_stage_exports_glb_and_resumes(tmp_path):
     assert after["global_step"] == 5
     # steps 3 and 4 draw textureless shading (white albedo, lit): the shape learns, the texture rests
     assert not torch.equal(after["state_dict"]["geometry.deformation"], state["state_dict"]["geometry.deformation"])
+
+
+def stage_overrides(tmp_path, tag: str, steps: int, previous: str = "") -> list[str]:
+    small_texture = ["system.geometry.texture.encoding.n_levels=4", "system.geometry.texture.encoding.log2_hashmap_size=10",
+                     "system.geometry.texture.encoding.base_resolution=4"]
+    convert = [f"system.geometry_convert_from={previous}"] if previous else []
+    return COMMON + guidance_overrides() + convert + [
+        f"output_root={tmp_path}", f"tag={tag}", f"trainer.max_steps={steps}", "system.export.texture_size=64",
+    ] + (small_texture if tag != "nerf" else [])
+
+
+@pytest.mark.slow
+def test_prolificdreamer_geometry_then_texture_stage(tmp_path):
+    nerf = stage_overrides(tmp_path, "nerf", 2) + [
+        "trainer.run_test_after_fit=false", "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
+        "system.field.encoding.base_resolution=4", "system.renderer.steps_per_diagonal=64", "system.renderer.occupancy.resolution=16",
+    ]
+    nerf_trial = run_experiment("train", load_config(recipe_config("prolificdreamer"), overrides=nerf), overrides=nerf)
+
+    geometry = stage_overrides(tmp_path, "geometry", 2, str(nerf_trial / "ckpts" / "last.ckpt")) + [
+        "system.geometry.grid_resolution=16", "system.inherit_texture_steps=10", "system.inherit_texture_points=2048",
+        "trainer.run_test_after_fit=false",
+    ]
+    cfg = load_config(recipe_config("prolificdreamer-geometry"), overrides=geometry)
+    assert cfg.system["guidance_input"] == "normal"
+    geometry_trial = run_experiment("train", cfg, overrides=geometry)
+    geometry_state = load_checkpoint(geometry_trial / "ckpts" / "last.ckpt")["state_dict"]
+
+    texture = stage_overrides(tmp_path, "texture", 2, str(geometry_trial / "ckpts" / "last.ckpt")) + ["system.geometry.grid_resolution=16"]
+    texture_trial = run_experiment("train", load_config(recipe_config("prolificdreamer-texture"), overrides=texture), overrides=texture)
+    checkpoint = load_checkpoint(texture_trial / "ckpts" / "last.ckpt")
+    state = checkpoint["state_dict"]
+    # geometry frozen at the geometry stage's; the texture field (started from it) learned by VSD; LoRA state saved
+    for key in ("geometry.sdf", "geometry.deformation"):
+        assert torch.equal(state[key], geometry_state[key]), key
+    assert not torch.equal(state["geometry.texture.mlp.layers.0.weight"], geometry_state["geometry.texture.mlp.layers.0.weight"])
+    assert "part:guidance" in checkpoint
+    glbs = sorted((texture_trial / "save").rglob("*.glb"))
+    assert glbs and validate_gltf(glbs[-1])[0]["issues"]["numErrors"] == 0
