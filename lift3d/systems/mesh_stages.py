@@ -206,7 +206,11 @@ class MeshStageSystem(TextTo3DSystem):
                                  positions=points, light_positions=light)
 
         background = self._background(batch) if colour else torch.zeros(3, device=self.device)
-        return self.renderer(mesh, batch["cameras"], background=background, color_fn=color_fn if colour else None, topology=topology)
+        # rasterize in float32 under mixed precision too: clip coordinates and z-buffer depths need the bits
+        with torch.autocast(self.device.type, enabled=False):
+            mesh = Mesh(mesh.vertices.float(), mesh.faces)
+            return self.renderer(mesh, batch["cameras"], background=background.float(), color_fn=color_fn if colour else None,
+                                 topology=topology)
 
     def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         out = self.render_mesh(self.geometry(), batch)
