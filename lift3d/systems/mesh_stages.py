@@ -110,14 +110,28 @@ class MeshStageSystem(TextTo3DSystem):
 
     # ------------------------------------------------------------------------------ stages
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
-        """Start from a NeRF run (mesh its density, inherit its albedo) or a mesh run (copy its geometry)."""
-        if hasattr(previous, "density_at"):
-            self._convert_from_density(previous, previous_cfg)
-        elif isinstance(getattr(previous, "geometry", None), nn.Module):
-            self._convert_from_mesh(previous, previous_cfg)
-        else:
-            super().convert_from(previous, previous_cfg)
+        """Start from a NeRF run (mesh its density, inherit its albedo) or a mesh run (copy its geometry).
+
+        Runs on the trainer's device (Lightning calls ``setup`` before it moves the system there): the
+        density queries on the grid and the texture fit are GPU work."""
+        home = self.device
+        work = self.trainer.strategy.root_device if self._trainer is not None else home
+        previous.to(work)
+        self.geometry.to(work)
+        self.material.to(work)
+        try:
+            if hasattr(previous, "density_at"):
+                self._convert_from_density(previous, previous_cfg)
+            elif isinstance(getattr(previous, "geometry", None), nn.Module):
+                self._convert_from_mesh(previous, previous_cfg)
+            else:
+                super().convert_from(previous, previous_cfg)
+        finally:
+            self.geometry.to(home)
+            self.material.to(home)
+            previous.to("cpu")
         self._copy_matching(previous, ("material", "background"))
+        self.reset_mesh_cache()
 
     def _convert_from_density(self, previous: Any, previous_cfg: Any) -> None:
         geometry = self.geometry
@@ -126,7 +140,7 @@ class MeshStageSystem(TextTo3DSystem):
                 f"system.geometry_convert_from: a {previous_cfg.system_type} run is a density field, which only a "
                 f"dmtet geometry can start from (this run's geometry_type is {self.cfg.geometry_type})"
             )
-        device = next(previous.parameters()).device
+        device = geometry.grid_vertices.device
         threshold = self.cfg.isosurface_threshold
         if threshold is None:
             threshold = getattr(getattr(previous.cfg, "export", None), "threshold", None)  # the validated config
@@ -140,7 +154,6 @@ class MeshStageSystem(TextTo3DSystem):
             source = "given" if self.cfg.isosurface_threshold is not None else "the previous run's export.threshold"
         log.info("meshing the previous density at %.4g (%s)", threshold, source)
         geometry.initialize_from_density(lambda p: previous.density_at(p.to(device)).to(p.device), float(threshold))
-        self.isosurface_threshold_used = float(threshold)
         if self.cfg.inherit_texture and hasattr(previous, "albedo_at"):
             self._inherit_albedo(previous.albedo_at, device)
 
