@@ -18,6 +18,7 @@ COMMAND_MODULES: dict[str, str] = {
     "test": "run_modes",
     "export": "export",
     "reconstruct": "reconstruct",
+    "generate": "generate",
     "info": "info",
     "app": "app",
 }

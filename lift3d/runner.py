@@ -74,7 +74,9 @@ def _write_configs(trial_dir: Path, cfg: ExperimentConfig, config_paths: Sequenc
     configs.mkdir(parents=True, exist_ok=True)
     OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
     for path in config_paths:
-        shutil.copyfile(path, configs / Path(path).name)
+        target = configs / Path(path).name
+        if Path(path).resolve() != target.resolve():  # resuming from the trial's own configs/parsed.yaml
+            shutil.copyfile(path, target)
     if overrides:
         OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
 

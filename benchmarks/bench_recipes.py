@@ -1,0 +1,205 @@
+"""Steps/s, peak GPU memory and projected full-run wall time of the text-to-3D recipes at their default configs.
+
+Each case builds the recipe exactly as ``lift3d generate`` does (its YAML, Lightning trainer, mixed
+precision, optimizer, densification) but hands the system a Stable Diffusion 2.1-base-shaped UNet and
+VAE with random weights (bench_guidance.build_models: the same compute as the real model, nothing
+downloaded). It trains ``--warmup`` untimed steps, then times ``--steps`` steps (wall time between
+consecutive step ends, GPU synchronised: render + guidance + backward + optimizer + densification);
+steps/s is 1 / median step time, and the full run is projected as full_run_steps / steps_per_s
+(validation, test video and export not included). One JSON line per case.
+
+    python benchmarks/bench_recipes.py                               # one H100: all cases in ~250 s
+    python benchmarks/bench_recipes.py --cases dreamfusion,gaussian-sds --budget-s 120
+    python benchmarks/bench_recipes.py --tiny                        # seconds on a CPU: smoke test of the script
+
+Caveats: random weights give random gradients, so the representation does not evolve as in a real run
+(a NeRF's occupancy grid stays near its blob; densification grows Gaussians differently).
+``gaussian-sds-100k`` times the Gaussian recipe with 100k Gaussians to bound the rate late in a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import lightning as L  # noqa: E402
+from bench_guidance import build_models, environment  # noqa: E402
+from lightning.pytorch.callbacks import Callback  # noqa: E402
+
+from lift3d.config import load_config  # noqa: E402
+from lift3d.recipes import recipe_config  # noqa: E402
+from lift3d.registry import find  # noqa: E402
+from lift3d.runner import build_parts, build_trainer  # noqa: E402
+
+PROMPT = ["system.guidance.prompt=a DSLR photo of a hamburger", "system.guidance.prompt_cache_dir=none"]
+PD64 = ["data.height=64", "data.width=64", "data.batch_size=1", "data.resolution_milestones=[]"]
+PD512 = ["data.height=512", "data.width=512", "data.batch_size=1", "data.resolution_milestones=[]"]
+# name -> (recipe, overrides over its defaults, steps of the full run at this setting (None: trainer.max_steps),
+#          rough cost in seconds on an H100 for the --budget-s check); run in this order (VSD last: it adds adapters)
+CASES: dict[str, tuple[str, list[str], int | None, float]] = {
+    "dreamfusion": ("dreamfusion-sd", [], None, 35),
+    "gaussian-sds": ("gaussian-sds", [], None, 35),
+    "gaussian-sds-100k": ("gaussian-sds", ["system.gaussians.init_points=100000"], None, 40),
+    "prolificdreamer-64": ("prolificdreamer", PD64, 5000, 40),  # stage 1 before its 64 -> 512 milestone
+    "prolificdreamer-512": ("prolificdreamer", PD512, 20000, 60),  # ... and after it
+}
+TINY_NERF = [  # --tiny: tiny renders, fields and Gaussians for the tiny models
+    "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
+    "system.field.encoding.base_resolution=4", "system.field.encoding.per_level_scale=2.0", "system.field.hidden_dim=16",
+    "system.renderer.steps_per_diagonal=32", "system.renderer.occupancy.resolution=16",
+]
+TINY_GAUSSIANS = ["system.gaussians.init_points=500", "system.renderer.tile_size=8"]
+TINY_SIZE = ["data.height=32", "data.width=32"]
+
+
+class StepTimer(Callback):
+    """Wall time between consecutive training-step ends (GPU synchronised); stops the fit past a time cap."""
+
+    def __init__(self, warmup: int, cap_s: float) -> None:
+        self.warmup, self.cap_s = warmup, cap_s
+        self.times: list[float] = []
+        self.last: float | None = None
+        self.started = time.perf_counter()
+        self.warmup_s = 0.0
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        done = trainer.global_step
+        if self.warmup_s == 0.0:
+            # warm-up ends after --warmup steps, or early (but after 2 steps) when slow steps would eat the cap
+            if done >= self.warmup or (done >= 2 and now - self.started > 0.4 * self.cap_s):
+                self.warmup_s = now - self.started
+                self.warmup = done
+        elif self.last is not None:
+            self.times.append(now - self.last)
+        self.last = now
+        if len(self.times) >= 3 and now - self.started > self.cap_s:
+            trainer.should_stop = True
+
+
+def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
+    recipe, overrides, _, _ = CASES[name]
+    steps = args.warmup + args.steps
+    run = [f"trainer.max_steps={steps}", "trainer.val_check_interval=0", "checkpoint.every_n_train_steps=0",
+           "checkpoint.save_last=false", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1000000"]
+    tiny: list[str] = []
+    if args.tiny:
+        tiny = ["system.guidance.resolution=64", *(TINY_GAUSSIANS if recipe == "gaussian-sds" else TINY_NERF)]
+        tiny += TINY_SIZE if recipe != "prolificdreamer" else []
+        overrides = [o.replace("=512", "=32").replace("=64", "=32").replace("init_points=100000", "init_points=800")
+                     for o in overrides]
+    return [*PROMPT, *overrides, *tiny, *run]
+
+
+def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: float) -> dict[str, Any]:
+    recipe, _, full_steps, _ = CASES[name]
+    full_cfg = load_config(recipe_config(recipe))
+    cfg = load_config(recipe_config(recipe), overrides=case_overrides(name, args))
+    models = build_models(args.tiny, device)  # fresh per case: VSD adds LoRA adapters to its UNet
+    with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
+        trainer = build_trainer(cfg, Path(folder), train=True)
+        timer = StepTimer(args.warmup, cap_s)
+        trainer.callbacks.append(timer)
+        L.seed_everything(cfg.seed, verbose=False)
+        datamodule, system = build_parts(cfg)
+        c = system.cfg
+        system.build_guidance = functools.partial(find(c.guidance_type), c.guidance, models=models)
+        system.set_save_dir(Path(folder) / "save")
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        trainer.fit(system, datamodule=datamodule)
+    if not timer.times:
+        raise RuntimeError(f"no timed steps (ran {trainer.global_step} steps)")
+    times = sorted(timer.times)
+    median = statistics.median(times)
+    steps_per_s = 1.0 / median
+    full = full_steps or full_cfg.trainer.max_steps
+    record: dict[str, Any] = {
+        "bench": "recipes", "case": name, "recipe": recipe,
+        "resolution": [cfg.data["height"], cfg.data["width"]], "batch": cfg.data["batch_size"],
+        "steps_per_s": round(steps_per_s, 3), "median_ms": round(median * 1000, 2),
+        "p90_ms": round(times[(len(times) * 9) // 10] * 1000, 2), "timed_steps": len(times), "warmup_steps": timer.warmup,
+        "warmup_s": round(timer.warmup_s, 1), "full_run_steps": full,
+        "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
+        "precision": trainer.precision,
+    }
+    if hasattr(system, "gaussians"):
+        from lift3d.render.splat import choose_backend
+
+        record["gaussians"] = len(system.gaussians)  # after the run's densification
+        record["splat_backend"] = choose_backend(system.renderer.cfg.backend, device)
+    if device.type == "cuda":
+        record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        record["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+    del system, trainer, models
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated cases, in order ({', '.join(CASES)})")
+    parser.add_argument("--steps", type=int, default=25, help="timed steps per case (fewer if a case reaches its time cap)")
+    parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (cuDNN autotuning, text embeddings)")
+    parser.add_argument("--budget-s", type=float, default=250.0, help="skip cases whose rough cost would exceed this total")
+    parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        torch.set_num_threads(1)  # tiny models are all overhead
+        args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    env = environment(device)
+    started = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    failed = 0
+    for name in [n for n in args.cases.split(",") if n]:
+        if name not in CASES:
+            print(json.dumps({"bench": "recipes", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}), flush=True)
+            failed += 1
+            continue
+        cost = 0.0 if args.tiny else CASES[name][3]
+        elapsed = time.perf_counter() - started
+        if elapsed + cost > args.budget_s:
+            print(json.dumps({"bench": "recipes", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}), flush=True)
+            continue
+        cap = max(10.0, min(cost, args.budget_s - elapsed)) if not args.tiny else 60.0
+        try:
+            record = run_case(name, args, device, cap)
+        except Exception as error:  # noqa: BLE001  (one failing case must not hide the others)
+            traceback.print_exc(file=sys.stderr)
+            print(json.dumps({"bench": "recipes", "case": name, "error": repr(error)[:500], **env}), flush=True)
+            failed += 1
+            continue
+        record["case_s"] = round(time.perf_counter() - started - elapsed, 1)
+        results[name] = record
+        print(json.dumps({**record, **env}), flush=True)
+    if "prolificdreamer-64" in results and "prolificdreamer-512" in results:
+        total = results["prolificdreamer-64"]["projected_full_run_s"] + results["prolificdreamer-512"]["projected_full_run_s"]
+        print(json.dumps({"bench": "recipes", "case": "prolificdreamer-stage1-total", "projected_full_run_s": round(total, 1),
+                          "projected_full_run_min": round(total / 60, 2), **env}), flush=True)
+    print(json.dumps({"bench": "recipes", "total_s": round(time.perf_counter() - started, 1), "cases_run": len(results),
+                      "failed": failed}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

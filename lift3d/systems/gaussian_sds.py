@@ -1,0 +1,170 @@
+"""Recipe ``gaussian-sds``: 3D Gaussians distilled from a 2D prior (GaussianDreamer / DreamGaussian class).
+
+Gaussians start uniformly in a ball (or at the points of a user's point cloud / mesh file:
+``system.gaussians.init=points|mesh`` with ``init_path``), are rendered by the splat rasterizer from a
+batch of random views on a solid background, and follow the guidance's gradient (SDS, with the timestep
+range annealed by the guidance's scheduled ``max_step_percent``). 3DGS densification grows and prunes
+them on a short schedule. Exports the Gaussians (.ply / .splat) and a mesh of their density (.glb).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.export import ExportSources, GaussianTensors, gaussian_sources
+from lift3d.export.splat import rgb_from_sh_dc
+from lift3d.gaussians.ply import save_ply
+from lift3d.registry import register
+from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GaussianSDSConfig(TextTo3DConfig):
+    gaussians_type: str = "gaussians"  # the Gaussian model part
+    gaussians: dict = dataclasses.field(default_factory=lambda: {"sh_degree": 0, "init": "random", "init_radius": 0.5,
+                                                                 "init_points": 5000, "init_color": [0.5, 0.5, 0.5]})  # its config
+    renderer_type: str = "splat-rasterizer"  # the rasterizer part
+    renderer: dict = dataclasses.field(default_factory=dict)  # its config
+    densify_type: str = "densify-3dgs"  # the densification strategy part
+    densify: dict = dataclasses.field(default_factory=dict)  # its config
+    init_fit_radius: bool = True  # init points/mesh: centre the user's shape and scale it into a ball of gaussians.init_radius
+    scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
+    background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
+    random_background_probability: float = 0.0  # per view: a random solid colour instead (the background cannot explain the object)
+    cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
+
+
+def fit_in_ball(points: Tensor, radius: float) -> Tensor:
+    """Points [N, 3] moved so their bounding box is centred on the origin and scaled so the farthest
+    lies at ``radius`` (a user's shape in any units starts where the cameras look)."""
+    centre = (points.amin(0) + points.amax(0)) / 2
+    centred = points - centre
+    far = centred.norm(dim=-1).max().clamp_min(1e-12)
+    return centred * (radius / far)
+
+
+@register("gaussian-sds")
+class GaussianSDSSystem(TextTo3DSystem):
+    """Gaussians distilled by SDS from random views, with 3DGS densification."""
+
+    Config = GaussianSDSConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        c = self.cfg
+        if not 0.0 <= c.random_background_probability <= 1.0:
+            raise ValueError(f"system.random_background_probability must be in [0, 1], got {c.random_background_probability}")
+        if len(c.background_color) != 3:
+            raise ValueError(f"system.background_color must be an RGB triple, got {list(c.background_color)}")
+        self.gaussians = self.build_part(c.gaussians_type, c.gaussians)
+        self.renderer = self.build_part(c.renderer_type, c.renderer)
+        self.densify = self.build_part(c.densify_type, c.densify)
+        self.add_unsaved_part("densify", self.densify)  # its statistics go into checkpoints through checkpoint_state
+        self._last_render: dict[str, Tensor] | None = None
+
+    # ----------------------------------------------------------------------------------- set-up
+    def setup(self, stage: str) -> None:
+        on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
+        if self.cfg.cpu_threads > 0 and on_cpu:
+            torch.set_num_threads(self.cfg.cpu_threads)
+        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
+        if stage == "fit" and len(self.gaussians) == 0 and not resuming and not self.cfg.geometry_convert_from:
+            self.initialize_gaussians()
+        super().setup(stage)
+
+    @torch.no_grad()
+    def initialize_gaussians(self) -> None:
+        """Gaussians in a ball of ``gaussians.init_radius`` (init: random) or from ``gaussians.init_path``."""
+        from lift3d.gaussians import init
+
+        c = self.gaussians.cfg
+        generator = torch.Generator().manual_seed(torch.initial_seed() % (2**31))
+        colors = None
+        if c.init in ("random", "auto"):
+            points = init.random_in_sphere(c.init_points, c.init_radius or 0.5, generator)
+        elif c.init == "points":
+            points, colors = init.read_point_cloud(c.init_path)
+        elif c.init == "mesh":
+            points, colors = init.sample_mesh(c.init_path, c.init_points)
+        else:
+            raise ValueError(f"system.gaussians.init must be random, points or mesh for gaussian-sds, got '{c.init}'")
+        if c.init in ("points", "mesh") and self.cfg.init_fit_radius:
+            points = fit_in_ball(points, c.init_radius or 0.5)
+        self.gaussians.initialize(points, colors, generator)
+        log.info("initialised %d Gaussians (%s)", len(self.gaussians), c.init)
+
+    def convert_from(self, previous: Any, previous_cfg: Any) -> None:
+        """Continue from a previous Gaussian run: take its Gaussians."""
+        theirs = getattr(previous, "gaussians", None)
+        if theirs is None or not hasattr(theirs, "parameters_dict"):
+            super().convert_from(previous, previous_cfg)
+        self.gaussians.set_parameters({k: v.detach() for k, v in theirs.parameters_dict().items()})
+        log.info("took %d Gaussians from the previous stage", len(self.gaussians))
+
+    # ----------------------------------------------------------------------------------- training
+    def backgrounds(self, n: int, generator_step: int | None = None) -> Tensor:
+        """[n, 3] background colours: the configured one, or random for a fraction of views during training."""
+        colour = torch.tensor([float(v) for v in self.cfg.background_color], device=self.device).expand(n, 3)
+        p = self.cfg.random_background_probability
+        if generator_step is None or p <= 0:
+            return colour.contiguous()
+        generator = torch.Generator().manual_seed(int(torch.initial_seed() % (2**31)) + 7919 * generator_step)
+        pick = (torch.rand(n, 1, generator=generator) < p).to(self.device)
+        random = torch.rand(n, 3, generator=generator).to(self.device)
+        return torch.where(pick, random, colour)
+
+    def render_gaussians(self, cameras: Any, background: Tensor) -> dict[str, Tensor]:
+        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree)
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        cameras = batch["cameras"]
+        out = self.render_gaussians(cameras, self.backgrounds(len(cameras), self.true_global_step))
+        self._last_render = out
+        terms = self.distill(out["rgb"], batch)
+        self.log("train/gaussians", float(len(self.gaussians)), on_step=True)
+        return self.total_loss(terms)
+
+    def on_after_backward(self) -> None:
+        step = self.true_global_step
+        if self._last_render is None or not self.densify.active(step):
+            self._last_render = None
+            return
+        self.densify.update(self._last_render)
+        self._last_render = None
+        optimizers = self._all_optimizers()
+        report = self.densify.step(self.gaussians, optimizers[0] if optimizers else None, step, self.cfg.scene_extent)
+        if report.get("cloned") or report.get("split") or report.get("pruned"):
+            log.debug("step %d: %s -> %d Gaussians", step, report, len(self.gaussians))
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.gaussians.resize_to_state_dict(checkpoint["state_dict"], prefix="gaussians.")
+
+    # ----------------------------------------------------------------------------------- evaluation and export
+    def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        self.gaussians.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
+        cameras = batch["cameras"]
+        background = batch.get("background")
+        if background is None:
+            background = self.backgrounds(len(cameras))
+        out = self.render_gaussians(cameras, background.to(self.device))
+        return {"rgb": out["rgb"], "alpha": out["alpha"], "depth": out["depth"]}
+
+    def gaussian_tensors(self) -> GaussianTensors:
+        g = self.gaussians
+        return GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
+                               colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
+
+    def export_sources(self) -> ExportSources:
+        return gaussian_sources(self.gaussian_tensors(), self.cfg.export,
+                                write_3dgs_ply=lambda path: save_ply(path, self.gaussians),
+                                render_fn=lambda cameras: self.render({"cameras": cameras}), device=self.device)

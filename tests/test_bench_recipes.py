@@ -1,0 +1,47 @@
+"""benchmarks/bench_recipes.py --tiny runs every case on the CPU, so the GPU benchmark script cannot rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_recipes", REPO / "benchmarks" / "bench_recipes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def records(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_tiny_benchmark_measures_every_case(bench, capsys):
+    assert bench.main(["--tiny"]) == 0
+    lines = records(capsys.readouterr().out)
+    cases = {r["case"]: r for r in lines if "steps_per_s" in r}
+    assert set(cases) == set(bench.CASES)
+    for record in cases.values():
+        assert record["timed_steps"] == 3 and record["steps_per_s"] > 0
+        assert record["projected_full_run_s"] == pytest.approx(record["full_run_steps"] / record["steps_per_s"], rel=1e-2)
+    assert cases["dreamfusion"]["full_run_steps"] == 10000  # the recipe's trainer.max_steps
+    assert cases["gaussian-sds"]["full_run_steps"] == 1500 and cases["gaussian-sds"]["batch"] == 4
+    assert cases["prolificdreamer-64"]["full_run_steps"] + cases["prolificdreamer-512"]["full_run_steps"] == 25000
+    total = next(r for r in lines if r.get("case") == "prolificdreamer-stage1-total")
+    assert total["projected_full_run_s"] == pytest.approx(
+        cases["prolificdreamer-64"]["projected_full_run_s"] + cases["prolificdreamer-512"]["projected_full_run_s"], abs=0.2)
+    assert lines[-1]["failed"] == 0 and lines[-1]["cases_run"] == len(bench.CASES)
+
+
+def test_budget_and_case_filter(bench, capsys):
+    assert bench.main(["--tiny", "--budget-s", "0", "--cases", "gaussian-sds"]) == 0
+    lines = records(capsys.readouterr().out)
+    assert [r["case"] for r in lines if "case" in r] == ["gaussian-sds"] and "skipped" in lines[0]
+    assert bench.main(["--tiny", "--cases", "nope"]) == 1
+    assert "unknown case" in records(capsys.readouterr().out)[0]["error"]
