@@ -76,6 +76,8 @@ def refine_overrides(tmp_path, nerf_ckpt: str, steps: int) -> list[str]:
         f"trainer.max_steps={steps}",
         f"system.geometry_convert_from={nerf_ckpt}",
         "system.geometry.grid_resolution=16",
+        "system.geometry.radius=0.6",  # a 16^3 grid around the blob's THRESHOLD level (radius ~0.25)
+        "system.geometry.texture.radius=0.6",
         "system.geometry.texture.encoding.n_levels=4",
         "system.geometry.texture.encoding.log2_hashmap_size=10",
         "system.geometry.texture.encoding.base_resolution=4",
