@@ -180,8 +180,9 @@ def test_prolificdreamer_geometry_then_texture_stage(tmp_path):
 
 def test_texture_mesh_recipe_textures_spot_and_exports_a_textured_glb(tmp_path, data_dir):
     spot = data_dir / "meshes" / "spot" / "spot.obj"
-    overrides = stage_overrides(tmp_path, "spot", 2) + [f"system.geometry.path={spot}"]
+    overrides = stage_overrides(tmp_path, "spot", 2) + [f"system.geometry.path={spot}", "trainer.val_check_interval=2"]
     trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    assert list((trial / "save" / "it2-val").glob("*.png"))  # a validation grid (with the guidance panel)
     state = load_checkpoint(trial / "ckpts" / "last.ckpt")["state_dict"]
     assert not any(k.startswith("geometry.") and not k.startswith("geometry.texture.") for k in state)  # the file is the shape
     glbs = sorted((trial / "save").rglob("*.glb"))
