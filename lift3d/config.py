@@ -270,12 +270,14 @@ def import_plugins(modules: Sequence[str]) -> None:
 
 
 def _part_type_changes(new: Any, old: Any, path: str, found: list[str]) -> None:
-    """Paths of part configs ``<x>`` whose ``<x>_type`` the layer ``new`` changes from its value in ``old``."""
+    """Paths of part configs ``<x>`` whose ``<x>_type`` the layer ``new`` changes from its value in ``old``
+    (inside the system or data config only: a recipe that switches ``system_type`` over a base recipe
+    usually picks a subclass that shares the base's options)."""
     if not isinstance(new, dict) or not isinstance(old, dict):
         return
     for key, value in new.items():
         key = str(key)
-        if key.endswith("_type") and isinstance(value, str):
+        if key.endswith("_type") and isinstance(value, str) and path:
             part, before = key[: -len("_type")], old.get(key)
             if isinstance(before, str) and before != value and isinstance(old.get(part), dict) and old[part]:
                 found.append(_join(path, part))
@@ -284,9 +286,10 @@ def _part_type_changes(new: Any, old: Any, path: str, found: list[str]) -> None:
 
 
 def merge_layers(layers: Sequence[DictConfig]) -> DictConfig:
-    """Merge config layers in order (later wins). A layer that switches a part to another type
-    (``<x>_type``) drops the options earlier layers gave the old part under ``<x>``: they belong to a
-    part that is no longer used (so ``system.guidance_type=analytic`` works over a Stable Diffusion recipe)."""
+    """Merge config layers in order (later wins). A layer that switches a part of the system or data
+    config to another type (``<x>_type``) drops the options earlier layers gave the old part under ``<x>``:
+    they belong to a part that is no longer used (so ``system.guidance_type=analytic`` works over a
+    Stable Diffusion recipe). Top-level ``system_type`` / ``data_type`` switches keep their options."""
     merged = OmegaConf.create()
     for layer in layers:
         resets: list[str] = []

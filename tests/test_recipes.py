@@ -125,3 +125,32 @@ def test_dreamfusion_latent_warm_up_renders_latents_then_rgb(tmp_path):
     assert trained.true_global_step == 2
     assert trained.render_for_training(batch)["rgb"].shape == (1, SIZE, SIZE, 3)  # after the warm-up: RGB
     assert not trained.guidance.latent_input
+
+
+def test_a_stage_starts_from_the_previous_stage_checkpoint(tmp_path):
+    stage1 = [f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}", "system.guidance.prompt=a cube",
+              f"output_root={tmp_path}", *TINY, *NERF, f"data.height={SIZE}", f"data.width={SIZE}", "data.resolution_milestones=[]",
+              "trainer.run_test_after_fit=false", "trainer.val_check_interval=0", "tag=stage1"]
+    cfg = load_config(recipe_config("prolificdreamer"), overrides=stage1)
+    trial = run_experiment("train", cfg, [recipe_config("prolificdreamer")], stage1)
+    ckpt = trial / "ckpts" / "last.ckpt"
+    trained = load_checkpoint(ckpt)["state_dict"]
+
+    # a NeRF stage from it: the field (and material, background, occupancy grid) are taken over
+    stage2 = [o for o in stage1 if not o.startswith("tag=")] + [f"system.geometry_convert_from={ckpt}"]
+    system = find("dreamfusion")(load_config(recipe_config("prolificdreamer"), overrides=stage2).system)
+    before = {k: v.clone() for k, v in system.field.state_dict().items()}
+    system.setup("fit")
+    after = system.field.state_dict()
+    assert all(torch.equal(after[k], trained[f"field.{k}"]) for k in after)
+    assert any(not torch.equal(before[k], after[k]) for k in after)
+
+    # a field of another shape cannot continue: a clear error
+    other = [*stage2, "system.field.encoding.n_levels=3"]
+    system = find("dreamfusion")(load_config(recipe_config("prolificdreamer"), overrides=other).system)
+    with pytest.raises(ValueError, match="field does not match"):
+        system.setup("fit")
+    missing = [*stage1, f"system.geometry_convert_from={tmp_path / 'nope.ckpt'}"]
+    system = find("dreamfusion")(load_config(recipe_config("prolificdreamer"), overrides=missing).system)
+    with pytest.raises(Exception, match="does not exist"):
+        system.setup("fit")

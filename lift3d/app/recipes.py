@@ -38,9 +38,9 @@ _GUIDED = {
     "seed": ("seed",),
     "resolution": ("data.height", "data.width"),
     "guidance_scale": ("system.guidance.guidance_scale",),
-    "model_path": ("system.guidance.pretrained_model_name_or_path", "system.prompt_processor.pretrained_model_name_or_path"),
+    "model_path": ("system.guidance.pretrained_model_name_or_path",),
 }
-_PROMPT_KEYS = ("system.prompt_processor.prompt",)
+_PROMPT_KEYS = ("system.guidance.prompt",)  # the text-to-3D recipes read the prompt from their guidance config
 _RECONSTRUCT = {"steps": ("trainer.max_steps",), "seed": ("seed",)}
 
 

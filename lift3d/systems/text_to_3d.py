@@ -1,8 +1,24 @@
 """The shared base of text-to-3D recipes: a representation distilled from a 2D prior (SDS / VSD).
 
-A recipe subclass builds its representation and renderer and implements ``render(batch)`` (evaluation
-renders), ``training_step`` (usually: render, ``self.distill(images, batch)``, add its regularisers,
-``self.total_loss``) and ``export_sources()`` (what ``lift3d.export`` can write). The base gives them:
+Interface for recipe and stage systems (kept stable; mesh stages build on it):
+
+* ``render(batch) -> dict`` — evaluation renders of ``batch["cameras"]`` (``batch.get("background")``
+  [B, 3] and ``batch.get("light_positions")`` [B, 3] optional): ``rgb``, ``alpha``, ``depth`` and
+  optionally ``normal``, each [B, H, W, C]. Validation grids, test videos and exporters call it.
+* ``training_step(batch, batch_idx)`` — usually: render the training views, ``terms =
+  self.distill(images, batch)`` (the guidance's per-view loss, keyed ``sds`` / ``vsd``), add the
+  recipe's regularisers, ``return self.total_loss(terms)`` (weights ``system.loss.lambda_<term>``).
+* ``export_sources() -> ExportSources`` — what ``lift3d.export`` can write (mesh, colours, Gaussians,
+  render function); the base writes ``system.export.formats`` after the test views and on ``lift3d export``.
+* ``convert_from(previous, previous_cfg)`` — start from a previous stage: ``system.geometry_convert_from=
+  <previous trial>/ckpts/last.ckpt`` rebuilds that run from its ``configs/parsed.yaml`` (optionally changed
+  by ``system.geometry_convert_override``), loads its weights on the CPU and calls this hook in
+  ``setup("fit")`` before the guidance is built and before a resumed checkpoint is restored over it.
+  The default raises (no conversion). ``lift3d.systems.stages.load_previous_stage`` does the loading.
+* ``build_guidance()`` — builds the configured guidance; tests and benchmarks replace it (e.g. to pass
+  random-weight models).
+
+What the base gives them:
 
 * the guidance, held as an unsaved part (frozen weights never enter checkpoints; VSD's LoRA state does,
   through its ``checkpoint_state``), built when training starts (so an unreachable model fails before
@@ -11,8 +27,7 @@ renders), ``training_step`` (usually: render, ``self.distill(images, batch)``, a
 * validation grids rgb | normal | depth | opacity | the guidance's one-step denoised estimate of the render;
 * the final asset exported (``system.export.formats``) after the test views are rendered, and on
   ``lift3d export``;
-* stage chaining: ``system.geometry_convert_from=<previous run's ckpt>`` rebuilds that run from its
-  ``configs/parsed.yaml``, loads its weights and hands it to ``convert_from`` before training starts.
+* stage chaining as above.
 """
 
 from __future__ import annotations
