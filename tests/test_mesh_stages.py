@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lift3d.checkpoints import load_checkpoint
+from lift3d.cli import main
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
@@ -44,6 +45,10 @@ def glb_json(path) -> dict:
     length, kind = struct.unpack_from("<II", data, 12)
     assert kind == 0x4E4F534A  # "JSON"
     return json.loads(data[20 : 20 + length])
+
+
+def glb_faces(gltf: dict) -> int:
+    return sum(gltf["accessors"][p["indices"]]["count"] for m in gltf["meshes"] for p in m["primitives"]) // 3
 
 
 def guidance_overrides() -> list[str]:
@@ -128,6 +133,12 @@ def refine_chain(tmp_path, validate: bool) -> None:
     gltf = glb_json(glbs[-1])
     assert gltf["images"] and gltf["textures"] and "baseColorTexture" in gltf["materials"][0]["pbrMetallicRoughness"]
 
+    # `lift3d export` rebuilds the same DMTet mesh from the checkpoint alone (no conversion, no training)
+    assert main(["export", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt"),
+                 "--format", "obj", "system.export.stem=again"]) == 0
+    obj_faces = sum(line.startswith("f ") for line in (trial / "save" / "again.obj").read_text().splitlines())
+    assert obj_faces == glb_faces(gltf) > 100
+
     # resuming the refine stage from its own checkpoint continues at step 3
     resumed = refine_overrides(tmp_path, nerf_ckpt, steps=5) + [f"resume={trial / 'ckpts' / 'last.ckpt'}",
                                                                 "trainer.run_test_after_fit=false"]
@@ -191,5 +202,4 @@ def test_texture_mesh_recipe_textures_spot_and_exports_a_textured_glb(tmp_path, 
     assert report["issues"]["numErrors"] == 0, gltf_problems(report)
     gltf = glb_json(glbs[-1])
     assert "baseColorTexture" in gltf["materials"][0]["pbrMetallicRoughness"]
-    faces = sum(gltf["accessors"][p["indices"]]["count"] for m in gltf["meshes"] for p in m["primitives"]) // 3
-    assert faces == 5856  # Spot's triangles, exported as given
+    assert glb_faces(gltf) == 5856  # Spot's triangles, exported as given
