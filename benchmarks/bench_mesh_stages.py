@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        print(json.dumps({"bench": "mesh_stages", **record, "guidance": kind, **env}), flush=True)
+        mesh = next((o.split("=", 1)[1] for o in overrides if o.startswith("system.geometry.path=")), None)
+        print(json.dumps({"bench": "mesh_stages", **record, "guidance": kind, **({"mesh": Path(mesh).name} if mesh else {}), **env}),
+              flush=True)
     print(json.dumps({"bench": "mesh_stages", "summary": True, "total_s": round(time.perf_counter() - started, 1), **env}), flush=True)
     return 0
 
