@@ -1,3 +1,9 @@
 """Systems: training recipes, each a LightningModule built from config."""
 
-from lift3d.systems import dreamfusion, gaussian_sds, reconstruct_gaussians, reconstruct_nerf  # noqa: F401  (register the recipes)
+from lift3d.systems import (  # noqa: F401  (register the recipes)
+    dreamfusion,
+    gaussian_sds,
+    mesh_stages,
+    reconstruct_gaussians,
+    reconstruct_nerf,
+)

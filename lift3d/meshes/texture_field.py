@@ -1,0 +1,104 @@
+"""A texture field for mesh geometries: a hash grid and a small MLP from world points to material
+features (Magic3D's and ProlificDreamer's mesh stages colour the surface this way, not with a UV image).
+
+Features are pre-activation, as a NeRF field's are: the material turns them into colour (e.g.
+``sigmoid(features[:, :3])``), so a mesh stage can share the materials of the NeRF stage before it.
+``fit_texture`` regresses the field onto colours given at points (a previous stage's albedo).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.base import BaseModule
+from lift3d.fields.encodings import HashGrid, HashGridConfig
+from lift3d.fields.mlp import MLP
+from lift3d.registry import register
+
+
+@dataclass
+class HashGridTextureConfig:
+    """Features over the cube [-radius, radius]^3."""
+
+    radius: float = 1.0  # half side of the cube the hash grid covers, scene units (match the geometry's)
+    n_output_dims: int = 3  # features handed to the material (3: albedo)
+    encoding: HashGridConfig = field(default_factory=HashGridConfig)  # the multiresolution hash grid
+    hidden_dim: int = 64  # width of the MLP
+    n_hidden_layers: int = 1  # hidden layers of the MLP
+    query_chunk: int = 262144  # points per chunk in ``features`` queries (bounds memory)
+
+
+@register("hash-grid-texture")
+class HashGridTexture(BaseModule):
+    """Features [N, n_output_dims] at world points [N, 3] (the ``texture`` of dmtet and custom-mesh)."""
+
+    Config = HashGridTextureConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        c = self.cfg
+        if c.radius <= 0 or c.n_output_dims < 1:
+            raise ValueError(f"hash-grid-texture needs radius > 0 and n_output_dims >= 1, got {c.radius}, {c.n_output_dims}")
+        self.encoding = HashGrid(c.encoding)
+        self.mlp = MLP(self.encoding.output_dim, c.n_output_dims, c.hidden_dim, c.n_hidden_layers)
+
+    def update_step(self, epoch: int, global_step: int) -> None:
+        self.encoding.set_step(global_step)
+
+    def forward(self, points: Tensor) -> Tensor:
+        """Features [N, C] at world ``points`` [N, 3] (points outside the cube read its border)."""
+        unit = (points + self.cfg.radius) / (2.0 * self.cfg.radius)
+        return self.mlp(self.encoding(unit))
+
+    def features(self, points: Tensor) -> Tensor:
+        """``forward`` in chunks of ``query_chunk`` points."""
+        parts = [self(p) for p in points.split(max(self.cfg.query_chunk, 1))]
+        return torch.cat(parts) if parts else points.new_zeros(0, self.cfg.n_output_dims)
+
+
+def fit_texture(
+    features_fn: Callable[[Tensor], Tensor],
+    params: list[Tensor],
+    points: Tensor,
+    targets: Tensor,
+    steps: int = 200,
+    lr: float = 0.01,
+    batch_size: int = 65536,
+    seed: int = 0,
+) -> float:
+    """Regress ``features_fn(points)`` onto ``targets`` [N, C] by Adam on ``params`` (mean squared error,
+    random mini-batches drawn from a seeded generator); returns the last batch's loss."""
+    if points.shape[0] == 0 or points.shape[0] != targets.shape[0]:
+        raise ValueError(f"fit_texture needs matching non-empty points and targets, got {points.shape[0]} and {targets.shape[0]}")
+    optimizer = torch.optim.Adam(params, lr=lr)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    loss = torch.zeros(())
+    with torch.enable_grad():
+        for _ in range(steps):
+            index = torch.randint(0, points.shape[0], (min(batch_size, points.shape[0]),), generator=generator).to(points.device)
+            loss = (features_fn(points[index]) - targets[index]).square().mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return float(loss.detach())
+
+
+def sample_surface(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> Tensor:
+    """``n`` points [n, 3] drawn uniformly by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3]
+    (seeded, so a converted stage starts the same every time)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    tri = vertices.detach()[faces]  # [F, 3, 3]
+    area = torch.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1).norm(dim=-1)
+    if faces.shape[0] == 0 or float(area.sum()) <= 0:
+        raise ValueError("sample_surface needs a mesh with non-zero area")
+    face = torch.multinomial(area.cpu().double(), n, replacement=True, generator=generator).to(vertices.device)
+    u, v = torch.rand(2, n, 1, generator=generator).to(vertices)
+    flip = (u + v) > 1  # fold the unit square onto the triangle
+    u, v = torch.where(flip, 1 - u, u), torch.where(flip, 1 - v, v)
+    t = tri[face]
+    return t[:, 0] + u * (t[:, 1] - t[:, 0]) + v * (t[:, 2] - t[:, 0])

@@ -1,0 +1,276 @@
+"""Mesh stages of text-to-3D: a triangle mesh (DMTet, or a user's mesh) rendered by the mesh rasterizer
+and distilled from a 2D prior.
+
+One system, ``mesh-stage``, serves the recipes (configs):
+
+* ``magic3d-refine``: DMTet + texture field, SDS on shaded 512x512 renders, started from a
+  ``dreamfusion`` run (``system.geometry_convert_from``);
+* ``prolificdreamer-geometry``: DMTet from a ``prolificdreamer`` NeRF run, SDS on normal maps
+  (``guidance_input: normal``), normal-consistency and Laplacian regularisers;
+* ``prolificdreamer-texture``: the geometry stage's mesh frozen (``geometry.fix_geometry``), its texture
+  field distilled by VSD;
+* ``texture-mesh``: a user's .obj/.glb (``custom-mesh`` geometry) textured against a prompt.
+
+Converting from a NeRF stage sets the DMTet SDF from the previous density at the isosurface threshold
+(``isosurface_threshold``; unset: the previous run's ``export.threshold``; unset too: chosen
+automatically as the exporter does) and, with ``inherit_texture``, regresses the texture field onto
+the previous albedo at the new surface. Converting from a mesh stage copies its geometry.
+Each stage exports its mesh with a baked texture (``export.formats: [glb]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from lift3d.config import scheduled
+from lift3d.export import ExportSources
+from lift3d.export import Mesh as ExportMesh
+from lift3d.export.grid import auto_threshold
+from lift3d.meshes.mesh import Mesh
+from lift3d.meshes.regularizers import laplacian_smoothing, normal_consistency
+from lift3d.meshes.texture_field import fit_texture, sample_surface
+from lift3d.meshes.topology import EdgeTopology, edge_topology
+from lift3d.registry import register
+from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MeshStageLoss(TextTo3DLoss):
+    lambda_normal_consistency: Any = scheduled(0.0)  # 1 - cos between normals of adjacent faces (smooth surfaces)
+    lambda_laplacian_smoothness: Any = scheduled(0.0)  # squared uniform Laplacian of the vertices (even triangles)
+    lambda_sdf_flip: Any = scheduled(0.0)  # DMTet: sign agreement across the surface's grid edges (fewer floaters)
+
+
+@dataclass
+class MeshStageConfig(TextTo3DConfig):
+    geometry_type: str = "dmtet"  # registered mesh geometry: dmtet or custom-mesh
+    geometry: dict = dataclasses.field(default_factory=lambda: {"texture_type": "hash-grid-texture"})  # its config
+    material_type: str = "diffuse"  # registered material (features from the texture field -> colour)
+    material: dict = dataclasses.field(default_factory=dict)  # its config
+    background_type: str = "neural-environment"  # registered background (colour per view direction)
+    background: dict = dataclasses.field(default_factory=dict)  # its config
+    renderer_type: str = "mesh-rasterizer"  # registered mesh renderer
+    renderer: dict = dataclasses.field(default_factory=dict)  # its config
+    guidance_input: str = "rgb"  # what the guidance sees: rgb (shaded render) or normal (world normals as (n + 1) / 2)
+    normal_background: list = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])  # RGB behind normal maps
+    isosurface_threshold: float | None = None  # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
+    inherit_texture: bool = True  # on conversion: fit the texture field to the previous stage's albedo (NeRF) or copy it (mesh)
+    inherit_texture_steps: int = 500  # Adam steps of that fit
+    inherit_texture_points: int = 262144  # surface points it fits on
+    loss: MeshStageLoss = dataclasses.field(default_factory=MeshStageLoss)  # loss weights
+
+
+def normal_image(normal: Tensor, alpha: Tensor, background: Tensor) -> Tensor:
+    """Normal map [B, H, W, 3] in 0..1 from alpha-weighted world normals [B, H, W, 3] and ``alpha``
+    [B, H, W, 1], over ``background`` [3]: ``(n + 1) / 2`` where covered."""
+    return 0.5 * (normal + alpha) + (1.0 - alpha) * background.to(normal)
+
+
+@register("mesh-stage")
+class MeshStageSystem(TextTo3DSystem):
+    """A mesh distilled from a 2D prior (Magic3D refine, ProlificDreamer geometry / texture, texturing a mesh)."""
+
+    Config = MeshStageConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        c = self.cfg
+        if c.guidance_input not in ("rgb", "normal"):
+            raise ValueError(f"system.guidance_input must be rgb or normal, got '{c.guidance_input}'")
+        self.geometry = self.build_part(c.geometry_type, c.geometry)
+        self.material = self.build_part(c.material_type, c.material)
+        self.background = self.build_part(c.background_type, c.background)
+        self.renderer = self.build_part(c.renderer_type, c.renderer)
+        self.register_buffer("normal_bg", torch.tensor([float(v) for v in c.normal_background]), persistent=False)
+
+    # ------------------------------------------------------------------------------ surface queries
+    @property
+    def geometry_fixed(self) -> bool:
+        return bool(getattr(self.geometry, "fixed_geometry", False) or getattr(self.geometry.cfg, "fix_geometry", False))
+
+    def features_at(self, points: Tensor) -> Tensor:
+        """Texture features [N, C] at surface points [N, 3]."""
+        return self.geometry.color(points)
+
+    @torch.no_grad()
+    def albedo_at(self, points: Tensor) -> Tensor:
+        """View- and light-independent colour [N, 3] at points [N, 3] (baked into exported textures)."""
+        chunk = 262144
+        return torch.cat([self.material.albedo(self.features_at(p)) for p in points.split(chunk)]) if len(points) else points.new_zeros(0, 3)
+
+    # ------------------------------------------------------------------------------ stages
+    def convert_from(self, previous: Any, previous_cfg: Any) -> None:
+        """Start from a NeRF run (mesh its density, inherit its albedo) or a mesh run (copy its geometry).
+
+        Runs on the trainer's device (Lightning calls ``setup`` before it moves the system there): the
+        density queries on the grid and the texture fit are GPU work."""
+        home = self.device
+        work = self.trainer.strategy.root_device if self._trainer is not None else home
+        previous.to(work)
+        self.geometry.to(work)
+        self.material.to(work)
+        try:
+            if hasattr(previous, "density_at"):
+                self._convert_from_density(previous, previous_cfg)
+            elif isinstance(getattr(previous, "geometry", None), nn.Module):
+                self._convert_from_mesh(previous, previous_cfg)
+            else:
+                super().convert_from(previous, previous_cfg)
+        finally:
+            self.geometry.to(home)
+            self.material.to(home)
+            previous.to("cpu")
+        self._copy_matching(previous, ("material", "background"))
+        self.reset_mesh_cache()
+
+    def _convert_from_density(self, previous: Any, previous_cfg: Any) -> None:
+        geometry = self.geometry
+        if not hasattr(geometry, "initialize_from_density"):
+            raise ValueError(
+                f"system.geometry_convert_from: a {previous_cfg.system_type} run is a density field, which only a "
+                f"dmtet geometry can start from (this run's geometry_type is {self.cfg.geometry_type})"
+            )
+        device = geometry.grid_vertices.device
+        threshold = self.cfg.isosurface_threshold
+        if threshold is None:
+            threshold = getattr(getattr(previous.cfg, "export", None), "threshold", None)  # the validated config
+        if threshold is None:
+            grid = geometry.grid_vertices
+            with torch.no_grad():
+                density = torch.cat([previous.density_at(p.to(device)).cpu() for p in grid.split(262144)])
+            threshold = auto_threshold(density.numpy(), geometry.cell_size)
+            source = "chosen automatically"
+        else:
+            source = "given" if self.cfg.isosurface_threshold is not None else "the previous run's export.threshold"
+        log.info("meshing the previous density at %.4g (%s)", threshold, source)
+        geometry.initialize_from_density(lambda p: previous.density_at(p.to(device)).to(p.device), float(threshold))
+        if self.cfg.inherit_texture and hasattr(previous, "albedo_at"):
+            self._inherit_albedo(previous.albedo_at, device)
+
+    @torch.no_grad()
+    def _inherit_albedo(self, albedo_fn: Any, device: torch.device) -> None:
+        """Fit the texture field to ``albedo_fn`` at points on the (new) surface."""
+        mesh = self.geometry()
+        points = sample_surface(mesh.vertices, mesh.faces, self.cfg.inherit_texture_points, seed=0)
+        targets = torch.cat([albedo_fn(p.to(device)).to(points) for p in points.split(262144)])
+        params = [p for p in self.geometry.texture.parameters() if p.requires_grad]
+        loss = fit_texture(lambda p: self.material.albedo(self.features_at(p)), params, points, targets,
+                           steps=self.cfg.inherit_texture_steps)
+        log.info("texture field fitted to the previous albedo: mse %.4g after %d steps", loss, self.cfg.inherit_texture_steps)
+
+    def _convert_from_mesh(self, previous: Any, previous_cfg: Any) -> None:
+        skip = () if self.cfg.inherit_texture else ("texture.",)
+        source, target = previous.geometry.state_dict(), self.geometry.state_dict()
+        taken = {k: v for k, v in source.items() if k in target and v.shape == target[k].shape and not k.startswith(skip)}
+        geometry_keys = {k for k in target if not k.startswith("texture.")}
+        if not geometry_keys <= taken.keys():
+            raise ValueError(
+                f"system.geometry_convert_from: the {previous_cfg.system_type} run's geometry does not match this one "
+                f"(missing or reshaped: {sorted(geometry_keys - taken.keys())}); keep geometry_type and grid_resolution"
+            )
+        self.geometry.load_state_dict(taken, strict=False)
+        self.reset_mesh_cache()
+        log.info("took the geometry%s from the previous stage", " and texture" if any(k.startswith("texture.") for k in taken) else "")
+
+    def _copy_matching(self, previous: Any, names: tuple[str, ...]) -> None:
+        for name in names:
+            mine, theirs = getattr(self, name), getattr(previous, name, None)
+            if not isinstance(theirs, nn.Module) or type(theirs) is not type(mine):
+                continue
+            source, target = theirs.state_dict(), mine.state_dict()
+            if source.keys() == target.keys() and all(source[k].shape == target[k].shape for k in source):
+                mine.load_state_dict(source)
+
+    def reset_mesh_cache(self) -> None:
+        """Forget a frozen geometry's cached mesh (after its parameters were overwritten)."""
+        if hasattr(self.geometry, "_cached"):
+            self.geometry._cached = None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.reset_mesh_cache()
+
+    # ------------------------------------------------------------------------------ rendering
+    def _background(self, batch: dict[str, Any]) -> Tensor:
+        """Background [B, H, W, 3] (or [B, 3]) for the batch's views."""
+        if batch.get("background") is not None:
+            return batch["background"]
+        _, dirs = batch["cameras"].to(self.device).rays()
+        return self.background(dirs)
+
+    def render_mesh(self, mesh: Mesh, batch: dict[str, Any], topology: EdgeTopology | None = None, colour: bool = True) -> dict[str, Tensor]:
+        """The mesh renderer's outputs for the batch's cameras (``colour=False``: no texture queries)."""
+        lights = batch.get("light_positions")
+
+        def color_fn(surface: dict[str, Tensor]) -> Tensor:
+            points = surface["points"]
+            light = None if lights is None else lights.to(points)[surface["batch_index"]]
+            return self.material(self.features_at(points), surface["view_dirs"], normals=surface["normals"],
+                                 positions=points, light_positions=light)
+
+        background = self._background(batch) if colour else torch.zeros(3, device=self.device)
+        # rasterize in float32 under mixed precision too: clip coordinates and z-buffer depths need the bits
+        with torch.autocast(self.device.type, enabled=False):
+            mesh = Mesh(mesh.vertices.float(), mesh.faces)
+            return self.renderer(mesh, batch["cameras"], background=background.float(), color_fn=color_fn if colour else None,
+                                 topology=topology)
+
+    def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        out = self.render_mesh(self.geometry(), batch)
+        return {k: out[k] for k in ("rgb", "alpha", "depth", "normal")}
+
+    # ------------------------------------------------------------------------------ training
+    def regularisers(self, mesh: Mesh, topology: EdgeTopology) -> dict[str, Tensor]:
+        """The shape regularisers with a non-zero weight at this step (none for a fixed shape)."""
+        terms: dict[str, Tensor] = {}
+        if self.geometry_fixed:
+            return terms
+        if self.loss_weight("normal_consistency") != 0:
+            terms["normal_consistency"] = normal_consistency(mesh.vertices, mesh.faces, topology)
+        if self.loss_weight("laplacian_smoothness") != 0:
+            terms["laplacian_smoothness"] = laplacian_smoothing(mesh.vertices, mesh.faces, topology)
+        if self.loss_weight("sdf_flip") != 0 and hasattr(self.geometry, "sdf_regularizer"):
+            terms["sdf_flip"] = self.geometry.sdf_regularizer()
+        return terms
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        mesh = self.geometry()
+        topology = edge_topology(mesh.faces)  # once per step: the antialias pass and the regularisers share it
+        normals_only = self.cfg.guidance_input == "normal"
+        out = self.render_mesh(mesh, batch, topology, colour=not normals_only)
+        image = normal_image(out["normal"], out["alpha"], self.normal_bg) if normals_only else out["rgb"]
+        terms = self.distill(image, batch)
+        terms.update(self.regularisers(mesh, topology))
+        self.log("train/faces", float(mesh.num_faces), on_step=True)
+        return self.total_loss(terms)
+
+    # ------------------------------------------------------------------------------ export
+    @torch.no_grad()
+    def export_mesh(self) -> ExportMesh:
+        """The current mesh with vertex albedo, as the exporters take it."""
+        mesh = self.geometry()
+        vertices = mesh.vertices.detach()
+        return ExportMesh(
+            vertices=vertices.cpu().numpy(),
+            faces=mesh.faces.cpu().numpy().astype(np.int64),
+            vertex_colours=self.albedo_at(vertices).float().clamp(0, 1).cpu().numpy(),
+            normals=mesh.vertex_normals().detach().cpu().numpy(),
+        )
+
+    def export_sources(self) -> ExportSources:
+        return ExportSources(
+            mesh=self.export_mesh,
+            colour_fn=self.albedo_at,
+            render_fn=lambda cameras: self.render({"cameras": cameras}),
+            device=self.device,
+        )

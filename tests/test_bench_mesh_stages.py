@@ -1,0 +1,27 @@
+"""The mesh-stage benchmark runs end to end in its --tiny CPU mode and prints one JSON line per case."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.conftest import REPO
+from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
+
+
+def test_bench_mesh_stages_tiny_prints_one_record_per_case(capsys):
+    spec = importlib.util.spec_from_file_location("bench_mesh_stages", REPO / "benchmarks" / "bench_mesh_stages.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = ["magic3d-refine", "prolificdreamer-texture", "texture-mesh-spot"]
+    assert bench.main(["--tiny", "--steps", "2", "--warmup", "1", "--render-steps", "1", "--cases", ",".join(cases)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    by_case = {r["case"]: r for r in records if "case" in r}
+    assert list(by_case) == cases
+    for record in by_case.values():
+        assert "error" not in record, record
+        assert record["steps"] == 2 and record["steps_per_s"] > 0 and record["median_ms"] > 0
+        assert record["faces"] > 100 and record["resolution"] == 64
+    assert by_case["prolificdreamer-texture"]["guidance"] == "vsd"
+    assert by_case["magic3d-refine"]["grid_resolution"] == 16
+    assert records[-1]["summary"] is True
