@@ -143,7 +143,7 @@ def nerf_case(resolution: int, backward: bool) -> Callable[[Context], Prepared]:
         renderer.train(backward)
         params = [p for p in system.parameters() if p.requires_grad]
         if ctx.device.type == "cuda":
-            torch.set_float32_matmul_precision(cfg.system.matmul_precision)
+            torch.set_float32_matmul_precision(system.cfg.matmul_precision)
 
         def step() -> None:
             if not backward:
