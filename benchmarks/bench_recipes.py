@@ -52,13 +52,19 @@ PD64 = ["data.height=64", "data.width=64", "data.batch_size=1", "data.resolution
 PD512 = ["data.height=512", "data.width=512", "data.batch_size=1", "data.resolution_milestones=[]"]
 # name -> (recipe, overrides over its defaults, steps of the full run at this setting (None: trainer.max_steps),
 #          rough cost in seconds on an H100 for the --budget-s check); run in this order (VSD last: it adds adapters)
+EAGER = ["system.guidance.compile=false"]  # the recipes compile the guidance by default (CUDA); this turns it off
 CASES: dict[str, tuple[str, list[str], int | None, float]] = {
-    "dreamfusion": ("dreamfusion-sd", [], None, 35),
-    "gaussian-sds": ("gaussian-sds", [], None, 35),
-    "gaussian-sds-100k": ("gaussian-sds", ["system.gaussians.init_points=100000"], None, 40),
+    "dreamfusion": ("dreamfusion-sd", [], None, 200),
+    "dreamfusion-eager": ("dreamfusion-sd", EAGER, None, 35),
+    "gaussian-sds": ("gaussian-sds", [], None, 240),
+    "gaussian-sds-eager": ("gaussian-sds", EAGER, None, 35),
+    "gaussian-sds-100k": ("gaussian-sds", [*EAGER, "system.gaussians.init_points=100000"], None, 40),
+    "gaussian-sds-vae-slicing": ("gaussian-sds", [*EAGER, "system.guidance.vae_slicing=true"], None, 35),
     "prolificdreamer-64": ("prolificdreamer", PD64, 5000, 40),  # stage 1 before its 64 -> 512 milestone
     "prolificdreamer-512": ("prolificdreamer", PD512, 20000, 60),  # ... and after it
 }
+DEFAULT_CASES = ["gaussian-sds", "dreamfusion", "dreamfusion-eager", "gaussian-sds-eager", "prolificdreamer-64",
+                 "prolificdreamer-512", "gaussian-sds-100k"]
 TINY_NERF = [  # --tiny: tiny renders, fields and Gaussians for the tiny models
     "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
     "system.field.encoding.base_resolution=4", "system.field.encoding.per_level_scale=2.0", "system.field.hidden_dim=16",
@@ -158,10 +164,10 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated cases, in order ({', '.join(CASES)})")
+    parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated cases, in order ({', '.join(CASES)})")
     parser.add_argument("--steps", type=int, default=25, help="timed steps per case (fewer if a case reaches its time cap)")
     parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (cuDNN autotuning, text embeddings)")
-    parser.add_argument("--budget-s", type=float, default=250.0, help="skip cases whose rough cost would exceed this total")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
     args = parser.parse_args(argv)
     if args.tiny:
