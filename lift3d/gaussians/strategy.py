@@ -79,6 +79,15 @@ class DensifyStrategy(Configurable):
         self.count += visible.sum(0)
 
     # ----------------------------------------------------------------------------------- schedule
+    def after_backward(self, out: dict[str, Tensor] | None, model: GaussianModel, optimizer: torch.optim.Optimizer | None,
+                       step: int, extent: float) -> dict[str, int]:
+        """One training step's densification: accumulate the statistics of ``out`` (the step's render, its loss
+        backpropagated; None: nothing rendered) while refining is on, then grow/prune/reset on schedule."""
+        if out is None or not self.active(step):
+            return {}
+        self.update(out)
+        return self.step(model, optimizer, step, extent)
+
     @torch.no_grad()
     def step(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> dict[str, int]:
         """Grow/prune on refine steps, reset opacities on reset steps; returns what changed."""

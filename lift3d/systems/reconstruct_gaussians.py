@@ -158,16 +158,10 @@ class ReconstructGaussiansSystem(BaseSystem):
         return self.total_loss({"l1": l1, "ssim": dssim})
 
     def on_after_backward(self) -> None:
-        step = self.true_global_step
-        if self._last_render is None or not self.densify.active(step):
-            self._last_render = None
-            return
-        self.densify.update(self._last_render)
-        self._last_render = None
+        out, self._last_render = self._last_render, None
         optimizers = self._all_optimizers()
-        report = self.densify.step(self.gaussians, optimizers[0] if optimizers else None, step, self.extent)
-        if report.get("cloned") or report.get("split") or report.get("pruned"):
-            log.debug("step %d: %s -> %d Gaussians", step, report, len(self.gaussians))
+        self.densify.after_backward(out, self.gaussians, optimizers[0] if optimizers else None, self.true_global_step,
+                                    self.extent)
 
     # ----------------------------------------------------------------------------------- checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
