@@ -53,6 +53,7 @@ class SystemConfig:
     nonfinite_loss: str = "stop"  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
     nonfinite_check_every: int = 1  # check the loss every N steps (each check is one host sync; 0: never)
     video_fps: int = 30  # frame rate of the test orbit video
+    matmul_precision: str = ""  # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
 
 
 # the order panels appear in validation grids, with how each is drawn
@@ -225,6 +226,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     def on_fit_start(self) -> None:
         self._move_unsaved_parts()
+        if self.cfg.matmul_precision and self.device.type == "cuda":
+            torch.set_float32_matmul_precision(self.cfg.matmul_precision)
 
     def on_fit_end(self) -> None:
         self._loaded_step = self.trainer.global_step  # later test/export runs name files by this step

@@ -59,11 +59,6 @@ class ReconstructNerfSystem(BaseSystem):
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
 
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        if self.device.type == "cuda":
-            torch.set_float32_matmul_precision(self.cfg.matmul_precision)
-
     # ------------------------------------------------------------------------------ queries for exporters
     @torch.no_grad()
     def density_at(self, points: Tensor) -> Tensor:

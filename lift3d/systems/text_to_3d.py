@@ -142,11 +142,6 @@ class TextTo3DSystem(BaseSystem):
         )
 
     # ------------------------------------------------------------------------------ training helpers
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        if self.device.type == "cuda":
-            torch.set_float32_matmul_precision(self.cfg.matmul_precision)
-
     def distill(self, images: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
         """The guidance's loss on renders ``images`` [B, H, W, C] as a per-view mean, keyed by term
         ("sds" or "vsd"); logs the gradient norm, the mean timestep and VSD's LoRA loss."""
