@@ -158,6 +158,13 @@ def time_steps(name: str, guidance, options: dict[str, Any], args, device) -> di
     }
     if device.type == "cuda":
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        if args.profile:
+            from profiling import ProfiledSteps
+
+            with ProfiledSteps() as window:
+                for _ in range(args.profile):
+                    step(guidance, rgb, batch)
+            record["profile"] = window.summary(args.profile)
     return record
 
 
@@ -178,6 +185,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1, help="views per step")
     parser.add_argument("--budget-s", type=float, default=300.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models at 64x64: a CPU smoke test of this script")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="after timing, profile N more steps (CUDA; benchmarks/profiling.py)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.resolution = 64 if args.tiny else 512

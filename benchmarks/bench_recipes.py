@@ -11,6 +11,12 @@ steps/s is 1 / median step time, and the full run is projected as full_run_steps
     python benchmarks/bench_recipes.py                               # one H100: all cases in ~250 s
     python benchmarks/bench_recipes.py --cases dreamfusion,gaussian-sds --budget-s 120
     python benchmarks/bench_recipes.py --tiny                        # seconds on a CPU: smoke test of the script
+    python benchmarks/bench_recipes.py --cases dreamfusion --set trainer.precision=bf16-mixed --profile 6
+
+``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N steps
+after the warm-up (not timed) and adds a ``profile`` record: GPU busy time per step (union of kernel
+intervals) against the wall time, host-device syncs per step with the Python lines that caused them
+(``torch.cuda.set_sync_debug_mode``), and the top kernels and CPU ops.
 
 Caveats: random weights give random gradients, so the representation does not evolve as in a real run
 (a NeRF's occupancy grid stays near its blob; densification grows Gaussians differently).
@@ -41,6 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import lightning as L  # noqa: E402
 from bench_guidance import build_models, environment  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
+from profiling import ProfiledSteps  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
@@ -101,9 +108,28 @@ class StepTimer(Callback):
             trainer.should_stop = True
 
 
+class ProfileWindow(Callback):
+    """Profiles ``n`` training steps starting after ``start`` steps (benchmarks/profiling.py)."""
+
+    def __init__(self, start: int, n: int) -> None:
+        self.start, self.n = start, n
+        self.window: ProfiledSteps | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.start and self.window is None:
+            self.window = ProfiledSteps().__enter__()
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
+            self.window.__exit__(None, None, None)
+            self.summary = self.window.summary(self.n)
+
+
 def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
     recipe, overrides, _, _ = CASES[name]
-    steps = args.warmup + args.steps
+    overrides = [*overrides, *args.set]
+    steps = args.warmup + args.profile + args.steps
     run = [f"trainer.max_steps={steps}", "trainer.val_check_interval=0", "checkpoint.every_n_train_steps=0",
            "checkpoint.save_last=false", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1000000"]
     tiny: list[str] = []
@@ -122,8 +148,11 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     models = build_models(args.tiny, device)  # fresh per case: VSD adds LoRA adapters to its UNet
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
         trainer = build_trainer(cfg, Path(folder), train=True)
-        timer = StepTimer(args.warmup, cap_s)
+        timer = StepTimer(args.warmup + args.profile, cap_s)
         trainer.callbacks.append(timer)
+        window = ProfileWindow(args.warmup, args.profile) if args.profile and device.type == "cuda" else None
+        if window is not None:
+            trainer.callbacks.append(window)
         L.seed_everything(cfg.seed, verbose=False)
         datamodule, system = build_parts(cfg)
         c = system.cfg
@@ -147,6 +176,10 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
         "trainer_precision": trainer.precision,
     }
+    if args.set:
+        record["overrides"] = list(args.set)
+    if window is not None and window.summary is not None:
+        record["profile"] = window.summary
     if hasattr(system, "gaussians"):
         from lift3d.render.splat import choose_backend
 
@@ -169,6 +202,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (cuDNN autotuning, text embeddings)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every case (repeatable)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N untimed steps after the warm-up (CUDA)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)

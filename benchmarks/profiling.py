@@ -1,0 +1,76 @@
+"""Where a GPU step's time goes: torch.profiler over a few steps, summarised for one JSON record.
+
+``ProfiledSteps`` profiles the steps run inside it and records every synchronizing CUDA call with the
+Python line that made it (``torch.cuda.set_sync_debug_mode``). ``summary(n)`` gives: wall and GPU-busy
+milliseconds per step (busy = union of kernel intervals, so busy << wall means the step is bound by the
+host: launches, Python, syncs), CUDA runtime calls per step, sync sites, and the top kernels and CPU ops.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
+                 "cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+class ProfiledSteps:
+    """Context manager: profile (CPU + CUDA) and catch sync warnings; ``summary(n_steps)`` afterwards."""
+
+    def __init__(self) -> None:
+        self.profiler: Any = None
+        self.syncs: dict[str, int] = {}
+        self.wall_s = 0.0
+        self._catcher: Any = None
+        self._caught: list[Any] = []
+        self._started = 0.0
+
+    def __enter__(self) -> ProfiledSteps:
+        torch.cuda.synchronize()
+        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        self.profiler.__enter__()
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.cuda.synchronize()
+        self.wall_s = time.perf_counter() - self._started
+        torch.cuda.set_sync_debug_mode("default")
+        self._catcher.__exit__(None, None, None)
+        self.profiler.__exit__(None, None, None)
+        for w in self._caught:
+            if "synchroniz" in str(w.message):
+                where = f"{Path(w.filename).name}:{w.lineno}"
+                self.syncs[where] = self.syncs.get(where, 0) + 1
+
+    def summary(self, n: int) -> dict[str, Any]:
+        """Per-step figures over the ``n`` profiled steps."""
+        intervals = sorted((e.time_range.start, e.time_range.end) for e in self.profiler.events()
+                           if e.device_type == torch.autograd.DeviceType.CUDA)
+        busy, end = 0.0, float("-inf")
+        for a, b in intervals:
+            if b > end:
+                busy += b - max(a, end)
+                end = b
+        averages = self.profiler.key_averages()
+        kernels = sorted((e for e in averages if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+        cpu_ops = sorted(averages, key=lambda e: -e.self_cpu_time_total)
+        runtime = {e.key: (e.count, e.cpu_time_total) for e in averages if e.key in RUNTIME_CALLS}
+        return {
+            "profiled_steps": n,
+            "wall_ms_per_step": round(self.wall_s * 1000 / n, 2),  # includes the profiler's own overhead
+            "gpu_busy_ms_per_step": round(busy / 1000 / n, 2),
+            "cuda_runtime_per_step": {k: {"calls": round(c / n, 1), "cpu_ms": round(t / 1000 / n, 3)} for k, (c, t) in runtime.items()},
+            "sync_sites_per_step": {k: round(v / n, 2) for k, v in sorted(self.syncs.items(), key=lambda kv: -kv[1])[:12]},
+            "top_kernels_ms_per_step": [[e.key[:90], round(e.self_device_time_total / 1000 / n, 3)] for e in kernels[:15]],
+            "top_cpu_ops_ms_per_step": [[e.key[:90], round(e.self_cpu_time_total / 1000 / n, 3)] for e in cpu_ops[:15]],
+        }
