@@ -146,6 +146,17 @@ def test_given_threshold_wins_and_floaters_are_dropped(gaussian_run):
 
 
 def test_texture_stage_trains_checkpoints_and_exports_a_textured_glb(gaussian_run, tmp_path):
+    train_texture_stage(gaussian_run, tmp_path, validate=True)
+
+
+@pytest.mark.gpu
+def test_texture_stage_on_cuda(gaussian_run, tmp_path):
+    """The same on the GPU: the Gaussians' density and colours queried there during conversion, float32 rasterization."""
+    assert torch.cuda.is_available()
+    train_texture_stage(gaussian_run, tmp_path, validate=False)  # the device machine may have no node for the validator
+
+
+def train_texture_stage(gaussian_run: str, tmp_path, validate: bool) -> None:
     overrides = COMMON + SD + SMALL_STAGE + [
         f"output_root={tmp_path}", "tag=texture", "trainer.max_steps=2", f"system.geometry_convert_from={gaussian_run}",
         f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}",
@@ -162,8 +173,9 @@ def test_texture_stage_trains_checkpoints_and_exports_a_textured_glb(gaussian_ru
     assert not torch.equal(state["state_dict"][key], converted.state_dict()[key])
     glbs = sorted((trial / "save").rglob("*.glb"))
     assert glbs and glbs[-1].stat().st_size > 1000
-    report = validate_gltf(glbs[-1])[0]
-    assert report["issues"]["numErrors"] == 0, gltf_problems(report)
+    if validate:
+        report = validate_gltf(glbs[-1])[0]
+        assert report["issues"]["numErrors"] == 0, gltf_problems(report)
     import trimesh
 
     scene = trimesh.load(glbs[-1])
