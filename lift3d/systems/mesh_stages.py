@@ -135,7 +135,8 @@ class MeshStageSystem(TextTo3DSystem):
             else:
                 raise ValueError(
                     f"system.geometry_convert_from: a {previous_cfg.system_type} run cannot start a mesh stage: it needs a "
-                    "density field (dreamfusion, prolificdreamer, gaussian-sds, reconstruct-nerf) or a mesh-stage run"
+                    "density field to mesh (a dreamfusion, prolificdreamer or gaussian-sds run: density_at / albedo_at) "
+                    "or a mesh-stage run to copy; point system.geometry_convert_from at one of those"
                 )
         finally:
             self.geometry.to(home)
