@@ -7,10 +7,13 @@ tets (or the fixed mesh), rasterization + texture field + material at 512x512, t
 encode + UNet; VSD adds its LoRA step), the mesh regularisers, backward and the Adam step. DMTet starts
 from a sphere (as from a converted NeRF stage, the cost depends on the surface's size, not its shape).
 Prints one JSON line per case: steps/s, median/p90 step time, the render-only share (forward +
-backward of the mesh part alone), faces and peak GPU memory.
+backward of the mesh part alone), faces and peak GPU memory. The ``gaussian-sds-texture`` case starts
+from a real conversion instead: a gaussian-sds system with ``--gaussians`` Gaussians in its init ball
+(random colours) meshed into the frozen DMTet and its colours fitted, timed as ``convert_s``.
 
     python benchmarks/bench_mesh_stages.py                       # CUDA GPU, ~2 minutes (--budget-s 120)
     python benchmarks/bench_mesh_stages.py --cases magic3d-refine
+    python benchmarks/bench_mesh_stages.py --cases gaussian-sds-texture --gaussians 100000
     python benchmarks/bench_mesh_stages.py --tiny                # CPU smoke test: tiny models, 64x64, small grids
 """
 
@@ -47,7 +50,9 @@ CASES: dict[str, tuple[str, list[str], str, float]] = {
     "prolificdreamer-geometry": ("prolificdreamer-geometry", ["system.geometry.shape_init=sphere"], "sds", 20),
     "prolificdreamer-texture": ("prolificdreamer-texture", ["system.geometry.shape_init=sphere"], "vsd", 35),
     "texture-mesh-spot": ("texture-mesh", [], "sds", 15),  # geometry.path: --mesh
+    "gaussian-sds-texture": ("gaussian-sds-texture", [], "sds", 25),  # converted from --gaussians synthetic Gaussians
 }
+TINY_CONVERT = ["system.inherit_texture_steps=10", "system.inherit_texture_points=4096"]
 TINY = ["data.height=64", "data.width=64", "system.guidance.resolution=64", "system.geometry.texture.encoding.n_levels=4",
         "system.geometry.texture.encoding.log2_hashmap_size=12"]
 TINY_GRID = ["system.geometry.grid_resolution=16"]
@@ -103,6 +108,27 @@ def batch_at(views: RandomViewsConfig, step: int, device: torch.device) -> dict[
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def convert_from_gaussians(system: Any, n: int, device: torch.device) -> dict[str, Any]:
+    """Convert ``system`` (the gaussian-sds-texture stage) from a gaussian-sds system holding ``n`` Gaussians
+    drawn in its init ball with random colours and opacity 0.5; the conversion's seconds and peak memory."""
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    previous = find("gaussian-sds")({"gaussians": {"sh_degree": 0, "init": "random", "init_points": n, "init_radius": 0.5,
+                                                   "init_opacity": 0.5, "init_color": []}})
+    previous.initialize_gaussians()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    sync(device)
+    started = time.perf_counter()
+    system.convert_from(previous, SimpleNamespace(system_type="gaussian-sds"))
+    sync(device)
+    record: dict[str, Any] = {"convert_s": round(time.perf_counter() - started, 2), "gaussians": n}
+    if device.type == "cuda":
+        record["convert_peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return record
 
 
 def time_case(name: str, system: Any, views: RandomViewsConfig, args, device: torch.device) -> dict[str, Any]:
@@ -173,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-steps", type=int, default=5, help="timed render-only forward+backward passes per case")
     parser.add_argument("--budget-s", type=float, default=120.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--mesh", default="", help="mesh file of the texture-mesh case (default: Spot from the test data)")
+    parser.add_argument("--gaussians", type=int, default=100000, help="Gaussians the gaussian-sds-texture case converts from")
     parser.add_argument("--tiny", action="store_true", help="tiny models, 64x64 renders, 16^3 grids: a CPU smoke test")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*self.trainer.*")  # systems log through Lightning; none here
@@ -196,10 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.tiny:
             overrides = overrides + TINY + (TINY_GRID if "grid" not in name and recipe != "texture-mesh" else [])
             overrides = [o for o in overrides if o != "system.geometry.grid_resolution=64"] + (TINY_GRID if "grid64" in name else [])
+            overrides = overrides + (TINY_CONVERT if recipe == "gaussian-sds-texture" else [])
         try:
             models = shared if kind == "sds" else build_models(args.tiny, device)  # VSD adds adapters: fresh models
             system, views = build_system(recipe, overrides, kind, models, device)
-            record = time_case(name, system, views, args, device)
+            converted = {}
+            if recipe == "gaussian-sds-texture":
+                converted = convert_from_gaussians(system, min(args.gaussians, 2000) if args.tiny else args.gaussians, device)
+            record = {**time_case(name, system, views, args, device), **converted}
             del system
         except Exception as error:  # noqa: BLE001  (one failing case must not hide the others)
             traceback.print_exc(file=sys.stderr)

@@ -13,7 +13,7 @@ def test_bench_mesh_stages_tiny_prints_one_record_per_case(capsys):
     spec = importlib.util.spec_from_file_location("bench_mesh_stages", REPO / "benchmarks" / "bench_mesh_stages.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    cases = ["magic3d-refine", "prolificdreamer-texture", "texture-mesh-spot"]
+    cases = ["magic3d-refine", "prolificdreamer-texture", "texture-mesh-spot", "gaussian-sds-texture"]
     assert bench.main(["--tiny", "--steps", "2", "--warmup", "1", "--render-steps", "1", "--cases", ",".join(cases)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     by_case = {r["case"]: r for r in records if "case" in r}
@@ -24,4 +24,5 @@ def test_bench_mesh_stages_tiny_prints_one_record_per_case(capsys):
         assert record["faces"] > 100 and record["resolution"] == 64
     assert by_case["prolificdreamer-texture"]["guidance"] == "vsd"
     assert by_case["magic3d-refine"]["grid_resolution"] == 16
+    assert by_case["gaussian-sds-texture"]["convert_s"] > 0 and by_case["gaussian-sds-texture"]["gaussians"] == 2000
     assert records[-1]["summary"] is True

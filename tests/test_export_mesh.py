@@ -8,7 +8,7 @@ import torch
 import trimesh
 
 from lift3d.export.grid import auto_threshold, grid_axes, otsu_level, sample_grid, tighten_bbox
-from lift3d.export.mesh import Mesh, decimate, extract_mesh, keep_largest_components
+from lift3d.export.mesh import Mesh, decimate, extract_mesh, keep_largest_components, keep_largest_regions
 from tests.plugins.analytic_sphere import box_density, position_colour, sphere_density
 
 BOX = [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]
@@ -170,3 +170,14 @@ def test_bad_inputs_say_what_is_wrong():
         extract_mesh(lambda p: p[:, 0], [0, 1], 8, threshold=0.5)
     with pytest.raises(ValueError, match="faces"):
         Mesh(np.zeros((3, 3)), np.array([[0, 1, 3]]))
+
+
+def test_keep_largest_regions_lowers_the_smaller_solid_regions_only():
+    volume = np.zeros((8, 8, 8), dtype=np.float32)
+    volume[1:4, 1:4, 1:4] = 2.0  # 27 samples
+    volume[6, 6, 6] = 3.0  # 1 sample, apart
+    volume[4, 4, 4] = 1.5  # touches the big block only diagonally (26-connected): part of it
+    kept = keep_largest_regions(volume, 1.0, count=1)
+    assert kept[6, 6, 6] == 0.0 and kept[4, 4, 4] == 1.5
+    assert np.array_equal(np.delete(kept.ravel(), 6 * 64 + 6 * 8 + 6), np.delete(volume.ravel(), 6 * 64 + 6 * 8 + 6))
+    assert keep_largest_regions(volume, 1.0, count=2) is volume and keep_largest_regions(volume, 1.0, count=0) is volume

@@ -47,6 +47,7 @@ from lift3d.export.formats import (
     ExportConfig,
     ExportSources,
     export_formats,
+    gaussian_colour_fn,
     gaussian_sources,
     mesh_from_field,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "export_formats",
     "extract_mesh",
     "gaussian_bbox",
+    "gaussian_colour_fn",
     "gaussian_sources",
     "mesh_from_field",
     "orbit_cameras",

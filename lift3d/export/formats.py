@@ -169,35 +169,45 @@ def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu") -
     return Cameras.cat(rings)
 
 
+def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: RenderFn | None = None,
+                       device: torch.device | str = "cpu") -> ColourFn:
+    """The Gaussians' colour at points [N, 3] -> [N, 3] as their mesh is coloured: their own colours
+    (cfg.gaussian_colours=query, ``field.colour``) or back-projected from renders around the object
+    (render; the renders are made on the first call, points no view sees fall back to ``field.colour``)."""
+    if cfg.gaussian_colours not in ("query", "render"):
+        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
+    if cfg.gaussian_colours == "query":
+        return field.colour
+    if render_fn is None:
+        raise ValueError("export.gaussian_colours=render needs the system's render function")
+    cache: dict[str, ColourFn] = {}
+
+    def rendered(points: torch.Tensor) -> torch.Tensor:
+        if "fn" not in cache:
+            cache["fn"] = RenderedColours(render_fn, backproject_cameras(cfg, device), cfg.render_batch, fallback=field.colour)
+        return cache["fn"](points)
+
+    return rendered
+
+
 def gaussian_sources(
     gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
-    render_fn: RenderFn | None = None, device: torch.device | str | None = None,
+    render_fn: RenderFn | None = None, device: torch.device | str | None = None, field: GaussianField | None = None,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
     coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
-    Queries run on ``device`` (None: where the Gaussians are)."""
+    Queries run on ``device`` (None: where the Gaussians are); ``field``: their density field if the
+    caller already built it (with cfg.gaussian_cutoff_sigma)."""
     device = gaussians.means.device if device is None else torch.device(device)
-    field = GaussianField(gaussians, cfg.gaussian_cutoff_sigma).to(device)
-    if cfg.gaussian_colours not in ("query", "render"):
-        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
-    if cfg.gaussian_colours == "render" and render_fn is None:
-        raise ValueError("export.gaussian_colours=render needs the system's render function")
-    colour_cache: dict[str, ColourFn] = {}
-
-    def colour_fn(points: torch.Tensor) -> torch.Tensor:
-        if "fn" not in colour_cache:
-            if cfg.gaussian_colours == "render":
-                colour_cache["fn"] = RenderedColours(render_fn, backproject_cameras(cfg, device), cfg.render_batch, fallback=field.colour)
-            else:
-                colour_cache["fn"] = field.colour
-        return colour_cache["fn"](points)
+    field = (field if field is not None else GaussianField(gaussians, cfg.gaussian_cutoff_sigma)).to(device)
+    colour_fn = gaussian_colour_fn(field, cfg, render_fn, device)
 
     def mesh() -> Mesh:
         box = cfg.bbox if cfg.bbox is not None else gaussian_bbox(gaussians, cfg.gaussian_cutoff_sigma)
         return extract_mesh(
             field.density, box, cfg.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
             keep_components=cfg.keep_components, target_faces=cfg.target_faces, fill_holes=cfg.fill_holes,
-            opacity_scale=1.0, device=device,
+            opacity_scale=field.opacity_scale, device=device,
         )
 
     return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,

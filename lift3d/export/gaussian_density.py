@@ -88,6 +88,10 @@ class GaussianField:
     result equals the sum over all Gaussians, each cut off at ``cutoff_sigma`` standard deviations.
     """
 
+    # the density is an opacity-weighted kernel sum, unitless (not per unit length as a NeRF's): a grid
+    # sample's opacity is 1 - exp(-density * opacity_scale) whatever the voxel size (automatic iso-levels)
+    opacity_scale = 1.0
+
     def __init__(self, gaussians: GaussianTensors, cutoff_sigma: float = 3.0, max_pairs: int = 2**22,
                  cell_size: float | None = None, max_entries: int = 2**25) -> None:
         g = gaussians.detached()

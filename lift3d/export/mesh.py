@@ -134,6 +134,23 @@ def fill_cavities(volume: np.ndarray, threshold: float) -> np.ndarray:
     return out
 
 
+def keep_largest_regions(volume: np.ndarray, threshold: float, count: int = 1) -> np.ndarray:
+    """``volume`` with all but the ``count`` largest connected solid regions (samples above ``threshold``,
+    26-connected, sized by samples) lowered to its minimum, so only they mesh (floaters dropped on the grid)."""
+    if count <= 0:
+        return volume
+    labels, n_regions = ndimage.label(volume > threshold, structure=np.ones((3, 3, 3), dtype=bool))
+    if n_regions <= count:
+        return volume
+    sizes = np.bincount(labels.ravel(), minlength=n_regions + 1)[1:]
+    keep = np.argsort(-sizes, kind="stable")[:count] + 1
+    drop = (labels > 0) & ~np.isin(labels, keep)
+    log.info("kept %d of %d solid regions (%d of %d samples)", count, n_regions, int(sizes[keep - 1].sum()), int(sizes.sum()))
+    out = volume.copy()
+    out[drop] = min(float(volume.min()), threshold)
+    return out
+
+
 def keep_largest_components(mesh: Mesh, count: int = 1) -> Mesh:
     """The ``count`` connected components with the most faces (vertices are re-indexed)."""
     if count <= 0 or len(mesh.faces) == 0:

@@ -120,13 +120,28 @@ class DMTetGeometry(BaseModule):
     @torch.no_grad()
     def initialize_from_density(self, density_fn: Callable[[Tensor], Tensor], threshold: float, chunk_size: int = 262144) -> None:
         """Convert a density field (e.g. a NeRF stage's ``density(points [N, 3]) -> [N]``): the surface is
-        where the density equals ``threshold``. The SDF is ``threshold - density`` divided by the median
-        gradient magnitude at the surface, so it reads as a distance there; the zero crossings stay exact."""
+        where the density equals ``threshold`` (see ``initialize_from_grid_density``)."""
         points = self.grid_vertices
         density = torch.cat(
             [density_fn(points[i : i + chunk_size]).reshape(-1).float() for i in range(0, points.shape[0], chunk_size)]
         )
-        values = float(threshold) - density.to(points)
+        self.initialize_from_grid_density(density, threshold)
+
+    @property
+    def grid_shape(self) -> tuple[int, int, int]:
+        """(N+1, N+1, N+1): ``grid_vertices`` reshaped to this is a regular grid indexed [x, y, z]."""
+        n = self.cfg.grid_resolution + 1
+        return (n, n, n)
+
+    @torch.no_grad()
+    def initialize_from_grid_density(self, density: Tensor, threshold: float) -> None:
+        """Set the SDF from a density sampled at ``grid_vertices`` ([V], or [N+1, N+1, N+1]): the surface is
+        where it equals ``threshold``. The SDF is ``threshold - density`` divided by the median gradient
+        magnitude at the surface, so it reads as a distance there; the zero crossings stay exact."""
+        points = self.grid_vertices
+        if density.numel() != points.shape[0]:
+            raise ValueError(f"dmtet.initialize_from_grid_density: got {density.numel()} densities for {points.shape[0]} grid vertices")
+        values = float(threshold) - density.reshape(-1).float().to(points)
         if not bool(torch.isfinite(values).all()):
             raise ValueError("dmtet.initialize_from_density: the density field returned non-finite values on the grid")
         edges = self.grid_edges()
@@ -138,8 +153,7 @@ class DMTetGeometry(BaseModule):
                 f"[-{self.cfg.radius}, {self.cfg.radius}]^3; check the threshold and the grid radius"
             )
         # gradient magnitude by central differences on the (undeformed, regular) grid, at the surface
-        n = self.cfg.grid_resolution + 1
-        gradient = torch.gradient(values.view(n, n, n), spacing=self.cell_size)
+        gradient = torch.gradient(values.view(self.grid_shape), spacing=self.cell_size)
         slope_at = torch.stack(gradient, dim=-1).reshape(-1, 3).norm(dim=-1)
         slope = slope_at[edges[crossing].reshape(-1)].median().clamp_min(1e-12)
         self.sdf.copy_(values / slope)

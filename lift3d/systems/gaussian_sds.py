@@ -5,19 +5,25 @@ Gaussians start uniformly in a ball (or at the points of a user's point cloud / 
 batch of random views on a solid background, and follow the guidance's gradient (SDS, with the timestep
 range annealed by the guidance's scheduled ``max_step_percent``). 3DGS densification grows and prunes
 them on a short schedule. Exports the Gaussians (.ply / .splat) and a mesh of their density (.glb).
+
+``density_at`` / ``albedo_at`` read the Gaussians as the exporter does (``lift3d.export.GaussianField``:
+density, and colour per ``export.gaussian_colours``), so a mesh stage can start from this run
+(``gaussian-sds-texture``: DreamGaussian's second stage).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from lift3d.export import ExportSources, GaussianTensors, gaussian_sources
+from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_colour_fn, gaussian_sources
+from lift3d.export.grid import ColourFn
 from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
 from lift3d.registry import register
@@ -56,6 +62,7 @@ class GaussianSDSSystem(TextTo3DSystem):
     """Gaussians distilled by SDS from random views, with 3DGS densification."""
 
     Config = GaussianSDSConfig
+    density_opacity_scale = GaussianField.opacity_scale  # density_at is unitless: a voxel's opacity is 1 - exp(-density)
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
@@ -69,6 +76,7 @@ class GaussianSDSSystem(TextTo3DSystem):
         self.densify = self.build_part(c.densify_type, c.densify)
         self.add_unsaved_part("densify", self.densify)  # its statistics go into checkpoints through checkpoint_state
         self._last_render: dict[str, Tensor] | None = None
+        self._surface: tuple | None = None  # (parameter refs, their (address, version)s, density field, colour function)
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -159,7 +167,34 @@ class GaussianSDSSystem(TextTo3DSystem):
         return GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
                                colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
 
+    def surface_queries(self) -> tuple[GaussianField, ColourFn]:
+        """The Gaussians' density field (cut off at ``export.gaussian_cutoff_sigma``) and colour function
+        (``export.gaussian_colours``), built once and rebuilt when a parameter is replaced, moved or
+        changed in place (optimizer steps, densification, loading)."""
+        g = self.gaussians
+        if len(g) == 0:
+            raise ValueError("this gaussian-sds run has no Gaussians: there is no surface to query or mesh")
+        params = (g.means, g.log_scales, g.quats, g.opacity_logits, g.sh0)
+        key = tuple((t.data_ptr(), t._version) for t in params)
+        cached = self._surface
+        if cached is None or cached[1] != key or any(ref() is not t for ref, t in zip(cached[0], params)):
+            field = GaussianField(self.gaussian_tensors(), self.cfg.export.gaussian_cutoff_sigma)
+            colours = gaussian_colour_fn(field, self.cfg.export, lambda cameras: self.render({"cameras": cameras}), g.means.device)
+            self._surface = (tuple(weakref.ref(t) for t in params), key, field, colours)
+        return self._surface[2], self._surface[3]
+
+    @torch.no_grad()
+    def density_at(self, points: Tensor) -> Tensor:
+        """The Gaussians' density [N] at world points [N, 3] (sum of opacity-weighted kernels; what is meshed)."""
+        return self.surface_queries()[0].density(points).to(points.device)
+
+    @torch.no_grad()
+    def albedo_at(self, points: Tensor) -> Tensor:
+        """Colour [N, 3] at world points [N, 3], as the exported mesh is coloured (texture stages inherit it)."""
+        return self.surface_queries()[1](points).to(points.device)
+
     def export_sources(self) -> ExportSources:
         return gaussian_sources(self.gaussian_tensors(), self.cfg.export,
                                 write_3dgs_ply=lambda path: save_ply(path, self.gaussians),
-                                render_fn=lambda cameras: self.render({"cameras": cameras}), device=self.device)
+                                render_fn=lambda cameras: self.render({"cameras": cameras}), device=self.device,
+                                field=self.surface_queries()[0])

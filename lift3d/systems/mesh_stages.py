@@ -9,12 +9,17 @@ One system, ``mesh-stage``, serves the recipes (configs):
   (``guidance_input: normal``), normal-consistency and Laplacian regularisers;
 * ``prolificdreamer-texture``: the geometry stage's mesh frozen (``geometry.fix_geometry``), its texture
   field distilled by VSD;
-* ``texture-mesh``: a user's .obj/.glb (``custom-mesh`` geometry) textured against a prompt.
+* ``texture-mesh``: a user's .obj/.glb (``custom-mesh`` geometry) textured against a prompt;
+* ``gaussian-sds-texture``: a ``gaussian-sds`` run's Gaussians meshed at their density level (as their
+  export does), the mesh frozen, the texture field started from their colours and refined by SDS
+  (DreamGaussian's second stage).
 
-Converting from a NeRF stage sets the DMTet SDF from the previous density at the isosurface threshold
-(``isosurface_threshold``; unset: the previous run's ``export.threshold``; unset too: chosen
-automatically as the exporter does) and, with ``inherit_texture``, regresses the texture field onto
-the previous albedo at the new surface. Converting from a mesh stage copies its geometry.
+Converting from a density stage (a NeRF, or Gaussians: any run with ``density_at`` / ``albedo_at``)
+sets the DMTet SDF from the previous density at the isosurface threshold (``isosurface_threshold``;
+unset: the previous run's ``export.threshold``; unset too: chosen automatically as the exporter does,
+on voxel opacities for the previous run's ``density_opacity_scale``), optionally with enclosed pockets
+filled and floaters dropped on the grid, and, with ``inherit_texture``, regresses the texture field
+onto the previous albedo at the new surface. Converting from a mesh stage copies its geometry.
 Each stage exports its mesh with a baked texture (``export.formats: [glb]``).
 """
 
@@ -34,6 +39,7 @@ from lift3d.config import scheduled
 from lift3d.export import ExportSources
 from lift3d.export import Mesh as ExportMesh
 from lift3d.export.grid import auto_threshold
+from lift3d.export.mesh import fill_cavities, keep_largest_regions
 from lift3d.meshes.mesh import Mesh
 from lift3d.meshes.regularizers import laplacian_smoothing, normal_consistency
 from lift3d.meshes.texture_field import fit_texture, sample_surface
@@ -64,6 +70,8 @@ class MeshStageConfig(TextTo3DConfig):
     guidance_input: str = "rgb"  # what the guidance sees: rgb (shaded render) or normal (world normals as (n + 1) / 2)
     normal_background: list = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])  # RGB behind normal maps
     isosurface_threshold: float | None = None  # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
+    isosurface_fill_holes: bool = False  # NeRF -> DMTet: fill enclosed empty pockets first (one outer surface for shells)
+    isosurface_keep_components: int = 0  # NeRF -> DMTet: keep only the k largest solid regions of the grid (0: all; 1 drops floaters)
     inherit_texture: bool = True  # on conversion: fit the texture field to the previous stage's albedo (NeRF) or copy it (mesh)
     inherit_texture_steps: int = 500  # Adam steps of that fit
     inherit_texture_points: int = 262144  # surface points it fits on
@@ -125,7 +133,11 @@ class MeshStageSystem(TextTo3DSystem):
             elif isinstance(getattr(previous, "geometry", None), nn.Module):
                 self._convert_from_mesh(previous, previous_cfg)
             else:
-                super().convert_from(previous, previous_cfg)
+                raise ValueError(
+                    f"system.geometry_convert_from: a {previous_cfg.system_type} run cannot start a mesh stage: it needs a "
+                    "density field to mesh (a dreamfusion, prolificdreamer or gaussian-sds run: density_at / albedo_at) "
+                    "or a mesh-stage run to copy; point system.geometry_convert_from at one of those"
+                )
         finally:
             self.geometry.to(home)
             self.material.to(home)
@@ -135,27 +147,36 @@ class MeshStageSystem(TextTo3DSystem):
 
     def _convert_from_density(self, previous: Any, previous_cfg: Any) -> None:
         geometry = self.geometry
-        if not hasattr(geometry, "initialize_from_density"):
+        if not hasattr(geometry, "initialize_from_grid_density"):
             raise ValueError(
                 f"system.geometry_convert_from: a {previous_cfg.system_type} run is a density field, which only a "
                 f"dmtet geometry can start from (this run's geometry_type is {self.cfg.geometry_type})"
             )
         device = geometry.grid_vertices.device
-        threshold = self.cfg.isosurface_threshold
+        with torch.no_grad():
+            density = torch.cat([previous.density_at(p).reshape(-1).float().to(device) for p in geometry.grid_vertices.split(262144)])
+        threshold, source = self.cfg.isosurface_threshold, "given"
         if threshold is None:
-            threshold = getattr(getattr(previous.cfg, "export", None), "threshold", None)  # the validated config
+            threshold, source = getattr(getattr(previous.cfg, "export", None), "threshold", None), "the previous run's export.threshold"
         if threshold is None:
-            grid = geometry.grid_vertices
-            with torch.no_grad():
-                density = torch.cat([previous.density_at(p.to(device)).cpu() for p in grid.split(262144)])
-            threshold = auto_threshold(density.numpy(), geometry.cell_size)
-            source = "chosen automatically"
-        else:
-            source = "given" if self.cfg.isosurface_threshold is not None else "the previous run's export.threshold"
+            # voxel opacity 1 - exp(-density * scale): a NeRF's density is per unit length (scale: the cell size)
+            scale = getattr(previous, "density_opacity_scale", None) or geometry.cell_size
+            threshold, source = auto_threshold(density.cpu().numpy(), scale), "chosen automatically"
         log.info("meshing the previous density at %.4g (%s)", threshold, source)
-        geometry.initialize_from_density(lambda p: previous.density_at(p.to(device)).to(p.device), float(threshold))
+        geometry.initialize_from_grid_density(self._clean_level_set(density, float(threshold)), float(threshold))
         if self.cfg.inherit_texture and hasattr(previous, "albedo_at"):
             self._inherit_albedo(previous.albedo_at, device)
+
+    def _clean_level_set(self, density: Tensor, threshold: float) -> Tensor:
+        """The grid density [V] with enclosed pockets filled and only the largest solid regions kept, as configured."""
+        fill, keep = self.cfg.isosurface_fill_holes, self.cfg.isosurface_keep_components
+        if not fill and keep <= 0:
+            return density
+        volume = density.view(self.geometry.grid_shape).cpu().numpy()
+        if fill:
+            volume = fill_cavities(volume, threshold)
+        volume = keep_largest_regions(volume, threshold, keep)
+        return torch.from_numpy(volume).reshape(-1).to(density)
 
     @torch.no_grad()
     def _inherit_albedo(self, albedo_fn: Any, device: torch.device) -> None:
