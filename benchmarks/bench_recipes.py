@@ -84,8 +84,9 @@ TINY_SIZE = ["data.height=32", "data.width=32"]
 class StepTimer(Callback):
     """Wall time between consecutive training-step ends (GPU synchronised); stops the fit past a time cap."""
 
-    def __init__(self, warmup: int, cap_s: float) -> None:
+    def __init__(self, warmup: int, cap_s: float, untimed_until: int = 0) -> None:
         self.warmup, self.cap_s = warmup, cap_s
+        self.untimed_until = untimed_until  # steps up to this one are never timed (a profiled window)
         self.times: list[float] = []
         self.last: float | None = None
         self.started = time.perf_counter()
@@ -101,7 +102,7 @@ class StepTimer(Callback):
             if done >= self.warmup or (done >= 2 and now - self.started > 0.4 * self.cap_s):
                 self.warmup_s = now - self.started
                 self.warmup = done
-        elif self.last is not None:
+        elif self.last is not None and done > self.untimed_until:
             self.times.append(now - self.last)
         self.last = now
         if len(self.times) >= 3 and now - self.started > self.cap_s:
@@ -148,7 +149,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     models = build_models(args.tiny, device)  # fresh per case: VSD adds LoRA adapters to its UNet
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
         trainer = build_trainer(cfg, Path(folder), train=True)
-        timer = StepTimer(args.warmup + args.profile, cap_s)
+        timer = StepTimer(args.warmup, cap_s, untimed_until=args.warmup + args.profile if args.profile else 0)
         trainer.callbacks.append(timer)
         window = ProfileWindow(args.warmup, args.profile) if args.profile and device.type == "cuda" else None
         if window is not None:

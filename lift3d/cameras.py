@@ -190,7 +190,13 @@ class Cameras:
         return Cameras(self.c2w[index], self.intrinsics[index], self.width, self.height)
 
     def to(self, *args, **kwargs) -> Cameras:
+        """Cameras on another device / dtype; copies from pinned memory do not wait for the GPU."""
+        kwargs.setdefault("non_blocking", self.c2w.is_pinned())
         return Cameras(self.c2w.to(*args, **kwargs), self.intrinsics.to(*args, **kwargs), self.width, self.height)
+
+    def pin_memory(self) -> Cameras:
+        """Cameras in page-locked memory (DataLoader(pin_memory=True) calls this): asynchronous uploads."""
+        return Cameras(self.c2w.pin_memory(), self.intrinsics.pin_memory(), self.width, self.height)
 
     @property
     def device(self) -> torch.device:

@@ -10,14 +10,17 @@ import torch
 from tests.test_guidance_sds import make, views
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
-PLAIN = {"channels_last": False, "attention": "default"}
+PLAIN = {"channels_last": False, "attention": "default", "vae_attention": "same"}
 
 
-def gradient(guidance) -> torch.Tensor:
+def gradient(guidance, autocast: torch.dtype | None = None) -> torch.Tensor:
+    """d loss_sds / d rgb of a fixed draw; ``autocast``: the forward runs under the caller's CPU autocast."""
     torch.manual_seed(4)
     rgb = torch.rand(2, 16, 16, 3, requires_grad=True)
     t, noise = torch.tensor([200, 800]), torch.randn(2, 4, 8, 8)
-    guidance(rgb, views([0, 0], [0, 100]), timesteps=t, noise=noise)["loss_sds"].backward()
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        loss = guidance(rgb, views([0, 0], [0, 100]), timesteps=t, noise=noise)["loss_sds"]
+    loss.backward()  # outside autocast, as Lightning does
     return rgb.grad
 
 
@@ -26,6 +29,8 @@ def gradient(guidance) -> torch.Tensor:
     [
         {"channels_last": True},
         {"attention": "sdpa"},
+        {"vae_attention": "math"},
+        {"vae_attention": "sdpa"},
         {"attention_slicing": True},
         {"vae_slicing": True},
         {"fuse_qkv": True},
@@ -61,6 +66,17 @@ def test_incompatible_options_are_rejected(tmp_path):
         make(tmp_path, fuse_qkv=True, attention_slicing=True)
     with pytest.raises(ValueError, match="guidance.attention"):
         make(tmp_path, attention="flash")
+    with pytest.raises(ValueError, match="guidance.vae_attention must be one of math, sdpa, same"):
+        make(tmp_path, vae_attention="flash")
+
+
+def test_vae_attention_sets_the_vae_processors_only(tmp_path):
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+    guidance = make(tmp_path, attention="sdpa", vae_attention="math")
+    vae_processors = list(guidance.vae.attn_processors.values())
+    assert vae_processors and all(type(p) is AttnProcessor for p in vae_processors)
+    assert all(type(p) is AttnProcessor2_0 for p in guidance.unet.attn_processors.values())
 
 
 def test_compile_failure_falls_back_to_eager(caplog):
@@ -99,3 +115,11 @@ def test_compile_failure_falls_back_to_eager(caplog):
 def test_compile_mode_is_checked(tmp_path):
     with pytest.raises(ValueError, match="compile_mode"):
         make(tmp_path, compile=True, compile_mode="fastest")
+
+
+def test_the_trainers_autocast_does_not_reach_the_frozen_models(tmp_path):
+    # a bf16-mixed trainer runs training_step under autocast; the guidance keeps its own dtype (same gradient)
+    guidance = make(tmp_path, **PLAIN)
+    expected = gradient(guidance)
+    got = gradient(guidance, autocast=torch.bfloat16)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7 * float(expected.abs().max()))

@@ -34,3 +34,22 @@ def test_sds_step_has_no_host_sync(tmp_path, options):
         torch.cuda.set_sync_debug_mode("default")
     if options:
         assert not guidance._unet_fn.failed and not guidance._encode_fn.failed  # really compiled, no silent fallback
+
+
+def test_training_batches_are_pinned_and_upload_without_a_sync():
+    """The random-view loader pins its batches (Cameras included), so Lightning's copy to the GPU is asynchronous."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    from lift3d.data.random_views import RandomViewsDataModule
+
+    data = RandomViewsDataModule({"height": 16, "width": 16, "batch_size": 2})
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    assert batch["cameras"].c2w.is_pinned() and batch["light_positions"].is_pinned()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        moved = move_data_to_device(batch, torch.device(CUDA))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(moved["cameras"].c2w.cpu(), batch["cameras"].c2w)

@@ -49,6 +49,21 @@ def test_exclusive_segment_cumsum_keeps_precision_over_long_arrays():
     torch.testing.assert_close(out[-4:], torch.tensor([0.0, 3.0, 6.0, 9.0]))
 
 
+def test_exclusive_segment_cumsum_gradient_matches_a_dense_reference():
+    # segments of lengths 1..5 (and a ray id that repeats after a gap is still its own segment)
+    rays = torch.tensor([0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 0, 0])
+    values = torch.rand(len(rays), dtype=torch.float64, requires_grad=True)
+    out = exclusive_segment_cumsum(values, rays)
+    segment = torch.cumsum(torch.cat([torch.ones(1), (rays[1:] != rays[:-1]).double()]), 0)
+    before = (segment[:, None] == segment[None, :]) & (torch.arange(len(rays))[None, :] < torch.arange(len(rays))[:, None])
+    expected = before.double() @ values
+    torch.testing.assert_close(out, expected)
+    torch.autograd.gradcheck(lambda v: exclusive_segment_cumsum(v, rays), (values,))
+    weights = torch.randn(len(rays), dtype=torch.float64)
+    (grad,) = torch.autograd.grad((out * weights).sum(), values)
+    torch.testing.assert_close(grad, before.double().T @ weights)
+
+
 def test_ray_box_and_compaction():
     o = torch.tensor([[0.0, 0.0, -3.0], [0.0, 5.0, -3.0]])
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])

@@ -54,8 +54,9 @@ class StepSampler(IterableDataset):
 
 
 def step_loader(sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int) -> DataLoader:
-    """A loader over ``StepSampler`` that passes each (already batched) sample through unchanged."""
-    return DataLoader(StepSampler(sample, seed, start, end), batch_size=None, num_workers=0)
+    """A loader over ``StepSampler`` that passes each (already batched) sample through unchanged; with CUDA
+    its batches are pinned, so moving them to the GPU does not wait for the previous step to finish."""
+    return DataLoader(StepSampler(sample, seed, start, end), batch_size=None, num_workers=0, pin_memory=torch.cuda.is_available())
 
 
 def collate_views(items: list[dict[str, Any]]) -> dict[str, Any]:

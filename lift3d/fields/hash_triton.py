@@ -2,7 +2,8 @@
 
 One program handles a block of points at one level: it computes the 8 vertex rows (dense index or
 Instant-NGP hash), gathers their features and blends them trilinearly, so no [N, L, 8] index or weight
-tensor is ever written. The backward pass scatters ``weight * grad`` into the table with atomic adds.
+tensor is ever written. The backward pass scatters ``weight * grad`` into the table with relaxed atomic
+adds, after summing runs of consecutive points that hit the same row (a segmented scan in the block).
 Gradients with respect to the points are not provided: callers needing them use the PyTorch path
 (``lift3d.fields.encodings.hash_grid_encode``), which is also the reference these kernels are tested
 against (under ``TRITON_INTERPRET=1`` on CPU).
@@ -81,23 +82,47 @@ if triton is not None:
         tl.store(out_ptr + out_offsets, acc, mask=valid[:, None])
 
     @triton.jit
+    def _segment_sum(value_a, head_a, value_b, head_b):
+        """Combine of a segmented prefix sum; ``head`` marks the first element of a segment."""
+        return tl.where(head_b != 0, value_b, value_a + value_b), head_a | head_b
+
+    @triton.jit
     def _hash_backward_kernel(points_ptr, grad_out_ptr, grad_table_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
                               N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
         block = tl.program_id(0)
         level = tl.program_id(1)
-        rows = block * BLOCK + tl.arange(0, BLOCK)
+        lane = tl.arange(0, BLOCK)
+        rows = block * BLOCK + lane
         valid = rows < n_points
         rows64 = rows.to(tl.int64)
         px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
         py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
         pz = tl.load(points_ptr + rows64 * 3 + 2, mask=valid, other=0.0)
+        # the neighbours in the block: consecutive points (samples along a ray, a normal's finite-difference
+        # probes) often share a table row at coarse levels, and a run of equal rows is summed here first,
+        # so it costs one atomic add instead of one per point (atomics on one address serialise)
+        has_prev = (lane > 0) & valid
+        has_next = (lane < BLOCK - 1) & (rows + 1 < n_points)
+        qx = tl.load(points_ptr + (rows64 - 1) * 3 + 0, mask=has_prev, other=0.0)
+        qy = tl.load(points_ptr + (rows64 - 1) * 3 + 1, mask=has_prev, other=0.0)
+        qz = tl.load(points_ptr + (rows64 - 1) * 3 + 2, mask=has_prev, other=0.0)
+        sx = tl.load(points_ptr + (rows64 + 1) * 3 + 0, mask=has_next, other=0.0)
+        sy = tl.load(points_ptr + (rows64 + 1) * 3 + 1, mask=has_next, other=0.0)
+        sz = tl.load(points_ptr + (rows64 + 1) * 3 + 2, mask=has_next, other=0.0)
         columns = tl.arange(0, N_FEATURES)
         grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
         grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
         for corner in tl.static_range(8):
             row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
-            tl.atomic_add(grad_table_ptr + row[:, None] * N_FEATURES + columns[None, :], weight[:, None] * grad,
-                          mask=valid[:, None])
+            prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            next_row, _ = _level_vertex(sx, sy, sz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            head = ((row != prev_row) | ~has_prev).to(tl.int32)
+            tail = (row != next_row) | ~has_next
+            value = weight[:, None] * grad
+            heads = tl.broadcast_to(head[:, None], (BLOCK, N_FEATURES))
+            run_sum, _ = tl.associative_scan((value, heads), 0, _segment_sum)
+            tl.atomic_add(grad_table_ptr + row[:, None] * N_FEATURES + columns[None, :], run_sum,
+                          mask=(valid & tail)[:, None], sem="relaxed")
 
 
 _META_CACHE: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}

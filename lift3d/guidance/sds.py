@@ -132,6 +132,13 @@ class StableDiffusionGuidance(DistillationGuidance):
             out = self._unet_fn(x, t, encoder_hidden_states=context.to(self.dtype), class_labels=class_labels, return_dict=False)[0]
         return out.clone() if self._cuda_graphs else out  # CUDA-graph outputs are overwritten by the next replay
 
+    def forward(self, rgb: Tensor, batch: dict[str, Any], return_images: bool = False, timesteps: Tensor | None = None,
+                noise: Tensor | None = None) -> dict[str, Any]:
+        """The distillation step with the caller's autocast off: the frozen models run in the guidance's own
+        dtype whatever the trainer's precision (16-mixed, bf16-mixed and 32-true give the same compiled graphs)."""
+        with torch.autocast(self.execution_device.type, enabled=False):
+            return super().forward(rgb, batch, return_images, timesteps, noise)
+
     # ------------------------------------------------------------------ encode / decode
     def _encode_images(self, image: Tensor) -> Tensor:
         """Images [B,3,R,R] in 0..1 -> scaled latents [B,4,R/8,R/8] (the posterior mean: deterministic)."""
