@@ -3,10 +3,10 @@
 Each case builds the recipe exactly as ``lift3d generate`` does (its YAML, Lightning trainer, mixed
 precision, optimizer, densification) but hands the system a Stable Diffusion 2.1-base-shaped UNet and
 VAE with random weights (bench_guidance.build_models: the same compute as the real model, nothing
-downloaded). It trains ``--warmup`` untimed steps, then times ``--steps`` steps (wall time between
-consecutive step ends, GPU synchronised: render + guidance + backward + optimizer + densification);
-steps/s is 1 / median step time, and the full run is projected as full_run_steps / steps_per_s
-(validation, test video and export not included). One JSON line per case.
+downloaded). It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
+GPU synchronisations (render + guidance + backward + optimizer + densification, the CPU free to run
+ahead as in training); ms_per_step is the window over its steps, and the full run is projected as
+full_run_steps / steps_per_s (validation, test video and export not included). One JSON line per case.
 
     python benchmarks/bench_recipes.py                               # one H100: all cases in ~250 s
     python benchmarks/bench_recipes.py --cases dreamfusion,gaussian-sds --budget-s 120
@@ -29,7 +29,6 @@ import argparse
 import functools
 import gc
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -82,31 +81,49 @@ TINY_SIZE = ["data.height=32", "data.width=32"]
 
 
 class StepTimer(Callback):
-    """Wall time between consecutive training-step ends (GPU synchronised); stops the fit past a time cap."""
+    """Wall time of the timed steps between two GPU synchronisations (one after the warm-up and any profiled
+    steps, one at the end): the steps in between run as in training, the CPU free to queue work ahead of
+    the GPU, so a per-step sync in the benchmark cannot hide or add overlap. Stops the fit past a time cap."""
 
     def __init__(self, warmup: int, cap_s: float, untimed_until: int = 0) -> None:
         self.warmup, self.cap_s = warmup, cap_s
         self.untimed_until = untimed_until  # steps up to this one are never timed (a profiled window)
-        self.times: list[float] = []
-        self.last: float | None = None
         self.started = time.perf_counter()
         self.warmup_s = 0.0
+        self.t0: float | None = None
+        self.first_step = 0
+        self.timed_s = 0.0
+        self.timed_steps = 0
+        self.host_times: list[tuple[int, float]] = []  # (step, host seconds since the previous step end): outliers
+        self._last = 0.0
 
     def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        now = time.perf_counter()
         done = trainer.global_step
-        if self.warmup_s == 0.0:
+        now = time.perf_counter()
+        if self.t0 is None:
             # warm-up ends after --warmup steps, or early (but after 2 steps) when slow steps would eat the cap
-            if done >= self.warmup or (done >= 2 and now - self.started > 0.4 * self.cap_s):
-                self.warmup_s = now - self.started
-                self.warmup = done
-        elif self.last is not None and done > self.untimed_until:
-            self.times.append(now - self.last)
-        self.last = now
-        if len(self.times) >= 3 and now - self.started > self.cap_s:
+            if done >= max(self.untimed_until, min(self.warmup, 2 if now - self.started > 0.4 * self.cap_s else self.warmup)):
+                _sync()
+                self.t0 = time.perf_counter()
+                self.warmup_s = self.t0 - self.started
+                self.first_step = done
+                self._last = self.t0
+            return
+        self.host_times.append((done, now - self._last))
+        self._last = now
+        if done - self.first_step >= 3 and now - self.started > self.cap_s:
             trainer.should_stop = True
+
+    def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
+        if self.t0 is not None:
+            _sync()
+            self.timed_s = time.perf_counter() - self.t0
+            self.timed_steps = trainer.global_step - self.first_step
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 class ProfileWindow(Callback):
@@ -162,21 +179,22 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         trainer.fit(system, datamodule=datamodule)
-    if not timer.times:
+    if not timer.timed_steps:
         raise RuntimeError(f"no timed steps (ran {trainer.global_step} steps)")
-    times = sorted(timer.times)
-    median = statistics.median(times)
-    steps_per_s = 1.0 / median
+    ms_per_step = timer.timed_s * 1000 / timer.timed_steps
+    steps_per_s = 1000.0 / ms_per_step
     full = full_steps or full_cfg.trainer.max_steps
     record: dict[str, Any] = {
         "bench": "recipes", "case": name, "recipe": recipe,
         "resolution": [cfg.data["height"], cfg.data["width"]], "batch": cfg.data["batch_size"],
-        "steps_per_s": round(steps_per_s, 3), "median_ms": round(median * 1000, 2),
-        "p90_ms": round(times[(len(times) * 9) // 10] * 1000, 2), "timed_steps": len(times), "warmup_steps": timer.warmup,
+        "steps_per_s": round(steps_per_s, 3), "ms_per_step": round(ms_per_step, 2), "timed_steps": timer.timed_steps,
+        "warmup_steps": timer.first_step,
         "warmup_s": round(timer.warmup_s, 1), "full_run_steps": full,
         "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
         "trainer_precision": trainer.precision,
     }
+    slowest = sorted(timer.host_times, key=lambda st: -st[1])[:3]
+    record["slowest_steps_ms"] = [[step, round(seconds * 1000, 1)] for step, seconds in slowest]  # host-side, unsynced
     if args.set:
         record["overrides"] = list(args.set)
     if window is not None and window.summary is not None:

@@ -105,7 +105,8 @@ def _device_count(devices: Any) -> int:
 
 
 def _progress_bar() -> Callback:
-    return RichProgressBar(leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
+    # each refresh reads the logged metrics back from the GPU (a sync): a few per second at most
+    return RichProgressBar(refresh_rate=10, leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:

@@ -153,6 +153,19 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             raise KeyError(f"loss term '{term}' has no weight: add '{name}' to {type(self.cfg.loss).__name__}")
         return float(scheduled_value(getattr(self.cfg.loss, name), self.true_global_step))
 
+    def log_step(self, name: str, value: Tensor | float, prog_bar: bool = False) -> None:
+        """``self.log`` of a per-step training scalar, only on the steps the loggers write (every
+        ``trainer.log_every_n_steps``, and the first): each call costs Lightning bookkeeping and a
+        host-to-device copy that waits for the GPU, for values that would otherwise never be written."""
+        if self._is_logging_step():
+            self.log(name, value, on_step=True, prog_bar=prog_bar, logger=True)
+
+    def _is_logging_step(self) -> bool:
+        if self._trainer is None or self.true_global_step == 0:
+            return True
+        connector = getattr(self.trainer, "_logger_connector", None)  # Lightning's own "write logs now?" test
+        return connector is None or bool(connector.should_update_logs)
+
     def total_loss(self, terms: dict[str, Tensor]) -> Tensor | None:
         """Weighted sum of loss terms; logs each term and the total; applies the non-finite policy.
 
@@ -160,12 +173,12 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         total: Tensor | None = None
         for name, value in terms.items():
             weight = self.loss_weight(name)
-            self.log(f"train/loss_{name}", value.detach(), on_step=True, logger=True)
+            self.log_step(f"train/loss_{name}", value.detach())
             if weight != 0.0:
                 total = weight * value if total is None else total + weight * value
         if total is None:
             raise ValueError(f"every loss term has weight 0 at step {self.true_global_step}: {list(terms)}")
-        self.log("train/loss", total.detach(), prog_bar=True, on_step=True, logger=True)
+        self.log_step("train/loss", total.detach(), prog_bar=True)
         every = self.cfg.nonfinite_check_every
         if every and self.true_global_step % every == 0 and not bool(torch.isfinite(total)):
             bad = [name for name, value in terms.items() if not bool(torch.isfinite(value).all())]

@@ -152,7 +152,7 @@ class DreamFusionSystem(TextTo3DSystem):
         out = self.render_for_training(batch)
         terms = self.distill(out["rgb"], batch)
         terms.update(self.regularisers(out))
-        self.log("train/opacity", out["alpha"].detach().mean(), on_step=True)
+        self.log_step("train/opacity", out["alpha"].detach().mean())
         return self.total_loss(terms)
 
     # ------------------------------------------------------------------------------ evaluation and export

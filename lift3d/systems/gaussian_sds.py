@@ -137,7 +137,7 @@ class GaussianSDSSystem(TextTo3DSystem):
         out = self.render_gaussians(cameras, self.backgrounds(len(cameras), self.true_global_step))
         self._last_render = out
         terms = self.distill(out["rgb"], batch)
-        self.log("train/gaussians", float(len(self.gaussians)), on_step=True)
+        self.log_step("train/gaussians", float(len(self.gaussians)))
         return self.total_loss(terms)
 
     def on_after_backward(self) -> None:

@@ -272,7 +272,7 @@ class MeshStageSystem(TextTo3DSystem):
         image = normal_image(out["normal"], out["alpha"], self.normal_bg) if normals_only else out["rgb"]
         terms = self.distill(image, batch)
         terms.update(self.regularisers(mesh, topology))
-        self.log("train/faces", float(mesh.num_faces), on_step=True)
+        self.log_step("train/faces", float(mesh.num_faces))
         return self.total_loss(terms)
 
     # ------------------------------------------------------------------------------ export

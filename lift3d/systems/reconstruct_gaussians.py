@@ -154,7 +154,7 @@ class ReconstructGaussiansSystem(BaseSystem):
         target = batch["rgb"]
         l1 = (out["rgb"] - target).abs().mean()
         dssim = 1.0 - ssim(out["rgb"], target).mean()
-        self.log("train/gaussians", float(len(self.gaussians)), on_step=True, logger=True)
+        self.log_step("train/gaussians", float(len(self.gaussians)))
         return self.total_loss({"l1": l1, "ssim": dssim})
 
     def on_after_backward(self) -> None:

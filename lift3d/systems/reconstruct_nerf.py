@@ -95,12 +95,12 @@ class ReconstructNerfSystem(BaseSystem):
             terms["alpha"] = (((out["alpha"] - target_alpha) ** 2).reshape(-1) * weight).sum() / count
         if self.loss_weight("sparsity") != 0:
             terms["sparsity"] = out["alpha"].mean()
-        with torch.no_grad():
-            mse = (((out["rgb"] - target) ** 2).mean(-1) * weight).sum() / count
-            self.log("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)), on_step=True, prog_bar=True)
+        if self._is_logging_step():
+            mse = (((out["rgb"].detach() - target) ** 2).mean(-1) * weight).sum() / count
+            self.log_step("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)), prog_bar=True)
             if "num_samples" in out:
-                self.log("train/samples_per_ray", out["num_samples"] / out["rgb"].shape[0], on_step=True)
-            self.log("train/occupancy", self.renderer.occupancy.occupancy_fraction(), on_step=True)
+                self.log_step("train/samples_per_ray", out["num_samples"] / out["rgb"].shape[0])
+            self.log_step("train/occupancy", self.renderer.occupancy.occupancy_fraction())
         return self.total_loss(terms)
 
     # ------------------------------------------------------------------------------ evaluation

@@ -152,10 +152,10 @@ class TextTo3DSystem(BaseSystem):
         terms = {key[len("loss_"):]: out[key] / n for key in GUIDANCE_LOSSES if key in out}
         if not terms:
             raise KeyError(f"the guidance returned none of {', '.join(GUIDANCE_LOSSES)} (got {sorted(out)})")
-        self.log("train/grad_norm", out["grad_norm"], on_step=True)
-        self.log("train/timestep", out["timesteps"].float().mean(), on_step=True)
+        self.log_step("train/grad_norm", out["grad_norm"])
+        self.log_step("train/timestep", out["timesteps"].float().mean())
         if "loss_lora" in out:
-            self.log("train/loss_lora", out["loss_lora"], on_step=True)
+            self.log_step("train/loss_lora", out["loss_lora"])
         return terms
 
     def on_after_backward(self) -> None:
@@ -163,7 +163,7 @@ class TextTo3DSystem(BaseSystem):
         if self.has_guidance:
             out = self.guidance.after_backward()
             if "loss_lora" in out:
-                self.log("train/loss_lora", out["loss_lora"], on_step=True)
+                self.log_step("train/loss_lora", out["loss_lora"])
 
     # ------------------------------------------------------------------------------ evaluation
     def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
