@@ -13,8 +13,8 @@ full_run_steps / steps_per_s (validation, test video and export not included). O
     python benchmarks/bench_recipes.py --tiny                        # seconds on a CPU: smoke test of the script
     python benchmarks/bench_recipes.py --cases dreamfusion --set trainer.precision=bf16-mixed --profile 6
 
-``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N steps
-after the warm-up (not timed) and adds a ``profile`` record: GPU busy time per step (union of kernel
+``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N more
+steps after the timed ones and adds a ``profile`` record: GPU busy time per step (union of kernel
 intervals) against the wall time, host-device syncs per step with the Python lines that caused them
 (``torch.cuda.set_sync_debug_mode``), and the top kernels and CPU ops.
 
@@ -85,9 +85,9 @@ class StepTimer(Callback):
     steps, one at the end): the steps in between run as in training, the CPU free to queue work ahead of
     the GPU, so a per-step sync in the benchmark cannot hide or add overlap. Stops the fit past a time cap."""
 
-    def __init__(self, warmup: int, cap_s: float, untimed_until: int = 0) -> None:
+    def __init__(self, warmup: int, cap_s: float, end_step: int = 0) -> None:
         self.warmup, self.cap_s = warmup, cap_s
-        self.untimed_until = untimed_until  # steps up to this one are never timed (a profiled window)
+        self.end_step = end_step  # the window closes at this step (0: when training ends); a profiled window follows
         self.started = time.perf_counter()
         self.warmup_s = 0.0
         self.t0: float | None = None
@@ -102,23 +102,30 @@ class StepTimer(Callback):
         now = time.perf_counter()
         if self.t0 is None:
             # warm-up ends after --warmup steps, or early (but after 2 steps) when slow steps would eat the cap
-            if done >= max(self.untimed_until, min(self.warmup, 2 if now - self.started > 0.4 * self.cap_s else self.warmup)):
+            if done >= min(self.warmup, 2 if now - self.started > 0.4 * self.cap_s else self.warmup):
                 _sync()
                 self.t0 = time.perf_counter()
                 self.warmup_s = self.t0 - self.started
                 self.first_step = done
                 self._last = self.t0
             return
+        if self.timed_steps:
+            return  # closed; profiled steps follow
         self.host_times.append((done, now - self._last))
         self._last = now
-        if done - self.first_step >= 3 and now - self.started > self.cap_s:
+        if done == self.end_step:
+            self._close(done)
+        elif done - self.first_step >= 3 and now - self.started > self.cap_s:
             trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
-        if self.t0 is not None:
-            _sync()
-            self.timed_s = time.perf_counter() - self.t0
-            self.timed_steps = trainer.global_step - self.first_step
+        if self.t0 is not None and not self.timed_steps:
+            self._close(trainer.global_step)
+
+    def _close(self, step: int) -> None:
+        _sync()
+        self.timed_s = time.perf_counter() - self.t0
+        self.timed_steps = step - self.first_step
 
 
 def _sync() -> None:
@@ -166,9 +173,10 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     models = build_models(args.tiny, device)  # fresh per case: VSD adds LoRA adapters to its UNet
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
         trainer = build_trainer(cfg, Path(folder), train=True)
-        timer = StepTimer(args.warmup, cap_s, untimed_until=args.warmup + args.profile if args.profile else 0)
+        timer = StepTimer(args.warmup, cap_s, end_step=args.warmup + args.steps if args.profile else 0)
         trainer.callbacks.append(timer)
-        window = ProfileWindow(args.warmup, args.profile) if args.profile and device.type == "cuda" else None
+        # profiled steps come after the timed window (the profiler's hooks can slow the steps that follow it)
+        window = ProfileWindow(args.warmup + args.steps, args.profile) if args.profile and device.type == "cuda" else None
         if window is not None:
             trainer.callbacks.append(window)
         L.seed_everything(cfg.seed, verbose=False)

@@ -67,7 +67,7 @@ def test_generate_writes_outputs_and_resumes(method, tmp_path):
     moved = [k for k, v in state["state_dict"].items() if v.is_floating_point() and k in after
              and (v.shape != after[k].shape or not torch.equal(v, after[k]))]  # densification may change the count
     assert moved, "resuming trained nothing"
-    if method == "prolificdreamer":  # the LoRA trains too (its step runs after the render's backward)
+    if method == "prolificdreamer":  # the LoRA trains too, and its state resumes
         lora_then, lora_now = state["part:guidance"]["params"], resumed["part:guidance"]["params"]
         assert any(not torch.equal(lora_then[k], lora_now[k]) for k in lora_then if "lora_B" in k)
 

@@ -55,7 +55,6 @@ class DistillationGuidance(BaseModule):
                 f"guidance.timestep_sampling must be one of {', '.join(TIMESTEP_SAMPLING)}, got '{self.cfg.timestep_sampling}'"
             )
         self.global_step = 0
-        self.defer_updates = False  # set by a system that calls after_backward(): own training waits until then
         self.register_buffer("alphas_cumprod", torch.zeros(0), persistent=False)
 
     # ------------------------------------------------------------------ the noise schedule and timesteps
@@ -105,13 +104,7 @@ class DistillationGuidance(BaseModule):
         return noise
 
     def after_gradient(self, x: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
-        """Hook after the gradient is formed, given the detached input (VSD trains its LoRA here, or keeps
-        the input for ``after_backward`` when ``defer_updates`` is set)."""
-        return {}
-
-    def after_backward(self) -> dict[str, Tensor]:
-        """Deferred work of the last step, run by the system after the render's backward (``defer_updates``):
-        what the guidance trains then never holds activations at the same time as the render."""
+        """Hook after the gradient is formed, given the detached input (VSD trains its LoRA here)."""
         return {}
 
     # ------------------------------------------------------------------ the step

@@ -94,7 +94,6 @@ class VSDGuidance(StableDiffusionGuidance):
         self.optimizer = torch.optim.AdamW(self.trainable.values(), lr=cfg.lora_lr, weight_decay=cfg.lora_weight_decay)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.dtype == torch.float16)  # LoRA loss scaling in fp16
         self._synced = False
-        self._deferred: tuple[Tensor, dict[str, Any]] | None = None  # (latents, batch) of the LoRA step after_backward runs
 
     # ------------------------------------------------------------------ helpers
     def _ready(self) -> None:
@@ -169,20 +168,6 @@ class VSDGuidance(StableDiffusionGuidance):
     def after_gradient(self, x: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
         if torch.is_inference_mode_enabled():
             return {}
-        if self.defer_updates:  # the system calls after_backward once the render's activations are freed
-            self._deferred = (x, batch)
-            return {}
-        return self.train_lora(x, batch)
-
-    def after_backward(self) -> dict[str, Tensor]:
-        if self._deferred is None:
-            return {}
-        x, batch = self._deferred
-        self._deferred = None
-        return self.train_lora(x, batch)
-
-    def train_lora(self, x: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
-        """``lora_steps`` updates of the LoRA model (and camera MLP) on the detached latents ``x`` [B,4,h,w]."""
         if not self._synced:
             self._sync_for_ddp(grads=False)
             self._synced = True

@@ -141,7 +141,6 @@ class GaussianSDSSystem(TextTo3DSystem):
         return self.total_loss(terms)
 
     def on_after_backward(self) -> None:
-        super().on_after_backward()
         out, self._last_render = self._last_render, None
         optimizers = self._all_optimizers()
         self.densify.after_backward(out, self.gaussians, optimizers[0] if optimizers else None, self.true_global_step,

@@ -73,7 +73,6 @@ class TextTo3DConfig(SystemConfig):
     export: ExportConfig = dataclasses.field(default_factory=ExportConfig)  # exported asset (formats, mesh options)
     export_after_test: bool = True  # export the asset (export.formats) into save/ whenever the test views are rendered
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
-    guidance_updates_after_backward: bool = True  # VSD's LoRA step waits for the render's backward: their activations never coexist (lower peak memory)
     loss: TextTo3DLoss = dataclasses.field(default_factory=TextTo3DLoss)  # loss weights
 
 
@@ -109,7 +108,6 @@ class TextTo3DSystem(BaseSystem):
                 self._pending_guidance_state = None
             self.add_unsaved_part("guidance", guidance)
             guidance.to(self.device)
-            guidance.defer_updates = self.cfg.guidance_updates_after_backward  # on_after_backward runs them
             guidance.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
         return self._unsaved["guidance"]
 
@@ -157,13 +155,6 @@ class TextTo3DSystem(BaseSystem):
         if "loss_lora" in out:
             self.log_step("train/loss_lora", out["loss_lora"])
         return terms
-
-    def on_after_backward(self) -> None:
-        """The guidance's deferred training (VSD's LoRA step), now that the render's activations are freed."""
-        if self.has_guidance:
-            out = self.guidance.after_backward()
-            if "loss_lora" in out:
-                self.log_step("train/loss_lora", out["loss_lora"])
 
     # ------------------------------------------------------------------------------ evaluation
     def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
