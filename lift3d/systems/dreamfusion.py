@@ -24,6 +24,7 @@ from lift3d.config import scheduled
 from lift3d.export import ExportSources, mesh_from_field
 from lift3d.registry import register
 from lift3d.render.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
+from lift3d.systems.field_queries import FieldQueries
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class LatentFeatures(nn.Module):
 
 
 @register("dreamfusion")
-class DreamFusionSystem(TextTo3DSystem):
+class DreamFusionSystem(FieldQueries, TextTo3DSystem):
     """NeRF distilled from a 2D prior (DreamFusion with SDS; ProlificDreamer's first stage with VSD)."""
 
     Config = DreamFusionConfig
@@ -85,17 +86,6 @@ class DreamFusionSystem(TextTo3DSystem):
                 )
             self.latent_material = LatentFeatures()
             self.latent_background = nn.Parameter(torch.zeros(LATENT_CHANNELS))
-
-    # ------------------------------------------------------------------------------ queries for exporters and stages
-    @torch.no_grad()
-    def density_at(self, points: Tensor) -> Tensor:
-        """Activated density [N] at world points [N, 3] (chunked)."""
-        return self.field.density(points)
-
-    @torch.no_grad()
-    def albedo_at(self, points: Tensor) -> Tensor:
-        """View- and light-independent colour [N, 3] at world points [N, 3] (mesh textures, texture stages)."""
-        return self.material.albedo(self.field.features(points))
 
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
         """Start from a previous NeRF run: copy every part whose parameters match in names and shapes

@@ -18,6 +18,7 @@ from torch import Tensor
 from lift3d.config import scheduled
 from lift3d.registry import register
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.field_queries import FieldQueries
 
 
 @dataclass
@@ -44,7 +45,7 @@ class ReconstructNerfConfig(SystemConfig):
 
 
 @register("reconstruct-nerf")
-class ReconstructNerfSystem(BaseSystem):
+class ReconstructNerfSystem(FieldQueries, BaseSystem):
     """Photometric NeRF reconstruction with a hash-grid field and an occupancy-grid renderer."""
 
     Config = ReconstructNerfConfig
@@ -58,17 +59,6 @@ class ReconstructNerfSystem(BaseSystem):
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
-
-    # ------------------------------------------------------------------------------ queries for exporters
-    @torch.no_grad()
-    def density_at(self, points: Tensor) -> Tensor:
-        """Activated density [N] at world points [N, 3] (chunked)."""
-        return self.field.density(points)
-
-    @torch.no_grad()
-    def albedo_at(self, points: Tensor) -> Tensor:
-        """View-independent colour [N, 3] at world points [N, 3] (for mesh textures)."""
-        return self.material.albedo(self.field.features(points))
 
     # ------------------------------------------------------------------------------ training
     def _photometric(self, prediction: Tensor, target: Tensor) -> Tensor:
