@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_guidance import build_models  # noqa: E402
+from bench_guidance import build_models, environment  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.data.random_views import RandomViewsConfig, sample_random_views  # noqa: E402
@@ -180,15 +180,6 @@ def time_case(name: str, system: Any, views: RandomViewsConfig, args, device: to
     if device.type == "cuda":
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     return record
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    import diffusers
-
-    info = {"torch": torch.__version__, "diffusers": diffusers.__version__, "device": str(device)}
-    if device.type == "cuda":
-        info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
-    return info
 
 
 def main(argv: list[str] | None = None) -> int:
