@@ -122,7 +122,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     # ----------------------------------------------------------------------------------- optimisation
     def configure_optimizers(self) -> Any:
-        optimizer = build_optimizer(self, self.cfg.optimizer, self.true_global_step)
+        clips = self._trainer is not None and bool(self.trainer.gradient_clip_val)
+        optimizer = build_optimizer(self, self.cfg.optimizer, self.true_global_step, clips_gradients=clips)
         scheduler = build_scheduler(optimizer, self.cfg.scheduler)
         if scheduler is None:
             return optimizer
@@ -156,8 +157,14 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
     def log_step(self, name: str, value: Tensor | float, prog_bar: bool = False) -> None:
         """``self.log`` of a per-step training scalar, only on the steps the loggers write (every
         ``trainer.log_every_n_steps``, and the first): each call costs Lightning bookkeeping and a
-        host-to-device copy that waits for the GPU, for values that would otherwise never be written."""
+        host-to-device copy that waits for the GPU, for values that would otherwise never be written.
+
+        Progress-bar values are copied to the CPU here, on the logging step: Lightning turns the cached
+        progress-bar values into numbers after every step, and ``.item()`` of a GPU tensor waits for the
+        GPU each time (one host sync per step, which stops the CPU queueing the next step ahead)."""
         if self._is_logging_step():
+            if prog_bar and torch.is_tensor(value):
+                value = value.detach().cpu()
             self.log(name, value, on_step=True, prog_bar=prog_bar, logger=True)
 
     def _is_logging_step(self) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn as nn
+from torch import Tensor
 
 from lift3d.schedule import is_schedule, scheduled_value, validate_schedule
 
@@ -18,6 +20,7 @@ class OptimizerConfig:
     name: str = "Adam"  # any class in torch.optim (Adam, AdamW, SGD, ...)
     args: dict = field(default_factory=lambda: {"lr": 1e-3})  # defaults for every group (lr, betas, eps, ...)
     params: dict = field(default_factory=dict)  # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
+    fused: str = "auto"  # auto: the optimizer's fused kernel when every parameter is on CUDA (one launch per group, and no host sync under 16-mixed's grad scaler); always; never (torch's default)
 
 
 @dataclass
@@ -78,8 +81,9 @@ def build_param_groups(root: nn.Module, cfg: OptimizerConfig, step: int = 0) -> 
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(root: nn.Module, cfg: OptimizerConfig, step: int = 0) -> torch.optim.Optimizer:
-    """The configured optimizer over ``root``'s trainable parameters."""
+def build_optimizer(root: nn.Module, cfg: OptimizerConfig, step: int = 0, clips_gradients: bool = False) -> torch.optim.Optimizer:
+    """The configured optimizer over ``root``'s trainable parameters (``clips_gradients``: the trainer clips
+    them, which Lightning's grad scaler cannot do for a fused optimizer, so auto stays unfused)."""
     optimizer_cls = getattr(torch.optim, cfg.name, None)
     if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
         raise ValueError(f"optimizer.name '{cfg.name}' is not a torch.optim optimizer (e.g. Adam, AdamW, SGD)")
@@ -89,7 +93,32 @@ def build_optimizer(root: nn.Module, cfg: OptimizerConfig, step: int = 0) -> tor
     groups = build_param_groups(root, cfg, step)
     if not groups:
         raise ValueError("the system has no trainable parameters to optimise")
+    if "fused" not in args and "foreach" not in args and use_fused(optimizer_cls, groups, cfg.fused, clips_gradients):
+        args["fused"] = True
     return optimizer_cls(groups, **args)
+
+
+def use_fused(optimizer_cls: type, groups: list[dict[str, Any]], mode: str, clips_gradients: bool = False) -> bool:
+    """Whether to build ``optimizer_cls`` with ``fused=True`` under ``optimizer.fused`` = ``mode``."""
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"optimizer.fused must be auto, always or never, got '{mode}'")
+    if mode == "never" or (mode == "auto" and clips_gradients):
+        return False
+    if clips_gradients:
+        raise ValueError("optimizer.fused=always cannot go with trainer.gradient_clip_val: a fused optimizer unscales "
+                         "16-mixed gradients inside its step, after clipping would need them; use optimizer.fused=auto")
+    has_fused = "fused" in inspect.signature(optimizer_cls.__init__).parameters
+    if mode == "always":
+        if not has_fused:
+            raise ValueError(f"optimizer.fused=always, but torch.optim.{optimizer_cls.__name__} has no fused kernel: "
+                             "use auto or never")
+        return True
+    return has_fused and all_on_cuda([p for group in groups for p in group["params"]])
+
+
+def all_on_cuda(params: list[Tensor]) -> bool:
+    """Every parameter is a floating-point CUDA tensor (what auto needs before it fuses)."""
+    return bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
 
 
 def apply_lr_schedules(optimizer: torch.optim.Optimizer, step: int) -> None:
