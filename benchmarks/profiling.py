@@ -1,7 +1,7 @@
 """Where a GPU step's time goes: torch.profiler over a few steps, summarised for one JSON record.
 
 ``ProfiledSteps`` profiles the steps run inside it and records every synchronizing CUDA call with the
-Python line that made it (``torch.cuda.set_sync_debug_mode``). ``summary(n)`` gives: wall and GPU-busy
+Python lines that made it, innermost first, four frames deep (``torch.cuda.set_sync_debug_mode``). ``summary(n)`` gives: wall and GPU-busy
 milliseconds per step (busy = union of kernel intervals, so busy << wall means the step is bound by the
 host: launches, Python, syncs), CUDA runtime calls per step, sync sites, and the top kernels and CPU ops.
 """
@@ -9,6 +9,7 @@ host: launches, Python, syncs), CUDA runtime calls per step, sync sites, and the
 from __future__ import annotations
 
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,16 +28,16 @@ class ProfiledSteps:
         self.syncs: dict[str, int] = {}
         self.wall_s = 0.0
         self._catcher: Any = None
-        self._caught: list[Any] = []
         self._started = 0.0
 
     def __enter__(self) -> ProfiledSteps:
         torch.cuda.synchronize()
         self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
         self.profiler.__enter__()
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
+        self._catcher = warnings.catch_warnings()
+        self._catcher.__enter__()
         warnings.simplefilter("always")
+        warnings.showwarning = self._record_sync  # restored by the catcher
         torch.cuda.set_sync_debug_mode("warn")
         self._started = time.perf_counter()
         return self
@@ -47,10 +48,14 @@ class ProfiledSteps:
         torch.cuda.set_sync_debug_mode("default")
         self._catcher.__exit__(None, None, None)
         self.profiler.__exit__(None, None, None)
-        for w in self._caught:
-            if "synchroniz" in str(w.message):
-                where = f"{Path(w.filename).name}:{w.lineno}"
-                self.syncs[where] = self.syncs.get(where, 0) + 1
+
+    def _record_sync(self, message: Any, category: Any, filename: str, lineno: int, *args: Any) -> None:
+        """A warning's hook: for a sync warning, count its call site with the three frames above it."""
+        if "synchroniz" not in str(message):
+            return
+        frames = [f for f in traceback.extract_stack()[:-1] if "warnings" not in Path(f.filename).name]
+        where = " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames[-4:]))
+        self.syncs[where] = self.syncs.get(where, 0) + 1
 
     def summary(self, n: int) -> dict[str, Any]:
         """Per-step figures over the ``n`` profiled steps."""

@@ -45,3 +45,29 @@ def test_budget_and_case_filter(bench, capsys):
     assert [r["case"] for r in lines if "case" in r] == ["gaussian-sds"] and "skipped" in lines[0]
     assert bench.main(["--tiny", "--cases", "nope"]) == 1
     assert "unknown case" in records(capsys.readouterr().out)[0]["error"]
+
+
+def test_profiled_steps_name_each_sync_with_its_callers():
+    """The sync hook counts sync warnings by their call chain (innermost first) and ignores other warnings."""
+    import warnings
+
+    from benchmarks.profiling import ProfiledSteps
+
+    profiled = ProfiledSteps()
+
+    def sync_site() -> None:
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    def caller() -> None:
+        sync_site()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = profiled._record_sync
+        for _ in range(2):
+            caller()
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    (site, count), = profiled.syncs.items()
+    first, second = site.split(" < ")[:2]
+    assert count == 2 and first.startswith("test_bench_recipes.py:") and second.startswith("test_bench_recipes.py:")
+    assert int(first.split(":")[1]) < int(second.split(":")[1])  # sync_site's line, then caller's
