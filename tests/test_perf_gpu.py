@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from tests.test_guidance_gpu import CUDA, cuda_views, make
 
@@ -53,3 +54,48 @@ def test_training_batches_are_pinned_and_upload_without_a_sync():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(moved["cameras"].c2w.cpu(), batch["cameras"].c2w)
+
+
+class ForbidSyncs(Callback):
+    """CUDA sync debug mode "error" from the start of step ``first`` to the start of step ``last``: the steps
+    in between (render, guidance, backward, optimizer, Lightning's end-of-step bookkeeping) must not sync."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last, self.checked = first, last, False
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        if trainer.global_step == self.first:
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+        elif trainer.global_step == self.last:
+            torch.cuda.set_sync_debug_mode("default")
+            self.checked = True
+
+    def on_train_end(self, trainer, module) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_dreamfusion_training_steps_have_no_host_sync(tmp_path):
+    """The whole dreamfusion-sd step under Lightning with 16-mixed (fused Adam, grad scaler, sample budgets,
+    the progress-bar loss) never waits for the GPU, so the CPU queues the next step while the GPU runs."""
+    from lift3d.config import load_config
+    from lift3d.recipes import recipe_config
+    from lift3d.runner import build_parts, build_trainer
+    from tests.test_recipes import NERF
+    from tests.tiny_diffusion import tiny_sd_path
+
+    overrides = [*NERF, "data.height=32", "data.width=32", "system.guidance.resolution=64", "trainer.max_steps=21",
+                 "trainer.val_check_interval=0", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
+                 "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=50", "trainer.accelerator=gpu",
+                 "trainer.devices=1", f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}",
+                 "system.guidance.prompt=a cube", "system.guidance.prompt_cache_dir=none"]
+    cfg = load_config(recipe_config("dreamfusion-sd"), overrides=overrides)
+    assert cfg.trainer.precision == "16-mixed"
+    trainer = build_trainer(cfg, tmp_path, train=True)
+    check = ForbidSyncs(17, 20)  # after step 16's occupancy update; the loss check runs every 100 steps
+    trainer.callbacks.append(check)
+    datamodule, system = build_parts(cfg)
+    system.set_save_dir(tmp_path / "save")
+    trainer.fit(system, datamodule=datamodule)
+    assert check.checked and trainer.global_step == 21
+    assert trainer.optimizers[0].defaults["fused"] is True
