@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for folder in (REPO, REPO / "benchmarks"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 
 def config_path(name: str) -> Path:
@@ -48,7 +49,8 @@ def worker(args: argparse.Namespace) -> int:
     cpu = args.cpu
     devices: Any = int(args.devices) if cpu else [int(d) for d in args.devices.split(",")]
     n_devices = devices if cpu else len(devices)
-    total = args.warmup + args.steps
+    profile = args.profile if not cpu else 0
+    total = args.warmup + args.steps + profile
     overrides = [f"trainer.max_steps={total}", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
                  "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
                  f"output_root={args.output}", "use_timestamp=false", f"trainer.accelerator={'cpu' if cpu else 'gpu'}",
@@ -60,13 +62,26 @@ def worker(args: argparse.Namespace) -> int:
             torch.cuda.synchronize()
 
     class Timer(Callback):
+        """Times steps warmup..warmup+steps on every rank; rank 0 then profiles ``--profile`` more steps."""
+
         def __init__(self) -> None:
-            self.start = self.views = None
+            self.start = self.views = self.seconds = self.window = self.profile = None
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            if trainer.global_step == args.warmup:
+            step = trainer.global_step
+            if step == args.warmup:
                 sync()
                 self.start = time.perf_counter()
+            elif step == args.warmup + args.steps and self.start is not None:
+                sync()
+                self.seconds = time.perf_counter() - self.start
+                if profile and trainer.is_global_zero:
+                    from profiling import ProfiledSteps
+
+                    self.window = ProfiledSteps().__enter__()
+            elif self.window is not None and self.profile is None and step == total:
+                self.window.__exit__(None, None, None)
+                self.profile = self.window.summary(profile)
             cameras = batch.get("cameras") if isinstance(batch, dict) else None
             self.views = len(cameras) if cameras is not None else 1
 
@@ -74,13 +89,15 @@ def worker(args: argparse.Namespace) -> int:
             sync()
             if not trainer.is_global_zero or self.start is None:
                 return
-            seconds = time.perf_counter() - self.start
-            steps = trainer.global_step - args.warmup
+            seconds = self.seconds if self.seconds is not None else time.perf_counter() - self.start
+            steps = min(trainer.global_step, args.warmup + args.steps) - args.warmup
             record = {"devices": n_devices, "world_size": trainer.world_size, "steps": steps, "seconds": round(seconds, 3),
                       "steps_per_s": round(steps / seconds, 3), "views_per_step_per_rank": self.views,
                       "views_per_s": round(steps * self.views * trainer.world_size / seconds, 3)}
             if torch.cuda.is_available() and not cpu:
                 record["peak_mem_gib_rank0"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+            if self.profile is not None:
+                record["profile_rank0"] = self.profile
             Path(args.result).write_text(json.dumps(record))
 
     trial = Path(args.output) / "trial"
@@ -109,6 +126,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=50, help="untimed steps first (compilation, occupancy warm-up)")
     parser.add_argument("--device-sets", default="0;0,1", help="';'-separated GPU id lists to compare (CPU: process counts)")
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU; --device-sets are process counts (default 1;2)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile N more steps on rank 0 after the timed ones (benchmarks/profiling.py; CUDA)")
     parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per device set")
     parser.add_argument("--random-sd21", default="", metavar="DIR",
                         help="write (once) a random-weight SD-2.1-base-shaped model to DIR and point system.guidance at it")
@@ -133,7 +152,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
             result = Path(tmp) / "result.json"
             command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", args.config, "--devices", devices,
-                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--result", str(result), "--output", tmp,
+                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile), "--result", str(result), "--output", tmp,
                        *(["--cpu"] if args.cpu else []), *args.overrides]
             record: dict[str, Any] = {"bench": "ddp", "config": args.config, "device_set": devices}
             try:

@@ -167,6 +167,7 @@ class TrainerConfig:
     accelerator: str = "auto"  # auto, cpu, gpu
     devices: Any = 1  # number of devices or a list of GPU ids (the CLI's --gpus sets this)
     strategy: str = "auto"  # Lightning strategy; multi-GPU runs use ddp
+    sigterm_check_every: int = 100  # DDP: ranks agree on a received SIGTERM every N steps (Lightning: every step, a host sync each; 0: never)
     num_sanity_val_steps: int = 0  # validation batches run before training starts
     limit_val_batches: int | float = 1.0  # fraction or number of validation views per check
     gradient_clip_val: float | None = None  # clip gradient norm (None: off)

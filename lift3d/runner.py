@@ -166,7 +166,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         # DDP: each rank renders its own views (per-rank seeds), gradients are all-reduced; parameters a step
         # leaves without gradient (a background or shading branch not taken) must not stall the reduction
         strategy = "ddp_find_unused_parameters_true"
-    return L.Trainer(
+    trainer = L.Trainer(
         max_steps=tcfg.max_steps,
         max_epochs=-1,
         check_val_every_n_epoch=None,
@@ -187,6 +187,29 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         use_distributed_sampler=False,  # training samples per step and rank; evaluation runs on rank 0 (one writer)
         **kwargs,
     )
+    if _device_count(devices) > 1 and tcfg.sigterm_check_every != 1:
+        throttle_sigterm_broadcast(trainer, tcfg.sigterm_check_every)
+    return trainer
+
+
+def throttle_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
+    """Run Lightning's per-step SIGTERM agreement between DDP ranks only every ``every`` steps (0: never).
+
+    Before each training step Lightning (2.5+) broadcasts rank 0's SIGTERM flag and reads it back with
+    ``.item()``: a host sync per step, so the CPU cannot queue the next step while the GPU runs (two H200s,
+    dreamfusion-sd: 39.6 ms/step against 27.9 on one GPU). Every rank is at the same global step, so the
+    throttled collective still matches across ranks. Without that private hook (other Lightning versions)
+    nothing changes."""
+    loop = trainer.fit_loop.epoch_loop
+    broadcast = getattr(loop, "_broadcast_sigterm_tensor", None)
+    if broadcast is None:
+        return
+
+    def throttled() -> None:
+        if every > 0 and trainer.global_step % every == 0:
+            broadcast()
+
+    loop._broadcast_sigterm_tensor = throttled
 
 
 def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:

@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from lift3d.config import load_config
-from lift3d.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer
+from lift3d.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer, throttle_sigterm_broadcast
 from tests.conftest import TEST_CONFIGS
 
 
@@ -47,6 +48,32 @@ def test_multi_device_runs_use_ddp_and_no_distributed_sampler(tmp_path):
     assert trainer._accelerator_connector.use_distributed_sampler is False
     single = build_trainer(cfg, tmp_path / "trial", train=True, devices=1)
     assert type(single.strategy).__name__ == "SingleDeviceStrategy"
+
+
+def test_ddp_runs_agree_on_sigterm_every_n_steps_not_every_step(tmp_path):
+    """Lightning's per-step SIGTERM broadcast (a host sync) runs only on steps divisible by
+    trainer.sigterm_check_every, the same steps on every rank; single-device trainers keep Lightning's loop."""
+    cfg = load_config(TEST_CONFIGS / "fit-image.yaml", overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu",
+                                                                    "trainer.sigterm_check_every=4"])
+    trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)
+    loop = trainer.fit_loop.epoch_loop
+    assert "_broadcast_sigterm_tensor" in vars(loop)  # replaced on this loop only
+    calls: list[int] = []
+
+    def fake_trainer() -> SimpleNamespace:
+        trainer = SimpleNamespace(global_step=0)
+        trainer.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(_broadcast_sigterm_tensor=lambda: calls.append(trainer.global_step)))
+        return trainer
+
+    for every, expected in ((4, [0, 4, 8]), (0, []), (1, list(range(10)))):
+        calls.clear()
+        fake = fake_trainer()
+        throttle_sigterm_broadcast(fake, every)
+        for fake.global_step in range(10):
+            fake.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+        assert calls == expected, every
+    single = build_trainer(cfg, tmp_path / "trial", train=True, devices=1)
+    assert "_broadcast_sigterm_tensor" not in vars(single.fit_loop.epoch_loop)
 
 
 def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
