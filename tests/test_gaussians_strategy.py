@@ -19,9 +19,9 @@ def _model(n: int = 6, seed: int = 0) -> GaussianModel:
     return model
 
 
-def _adam_after_a_step(model: GaussianModel) -> torch.optim.Adam:
+def _adam_after_a_step(model: GaussianModel, fused: bool = False) -> torch.optim.Adam:
     groups = [{"params": [getattr(model, name)], "name": name, "lr": 0.01 * (i + 1)} for i, name in enumerate(PARAMETER_NAMES)]
-    optimizer = torch.optim.Adam(groups)
+    optimizer = torch.optim.Adam(groups, fused=fused)  # fused: what optimizer.fused=auto builds on CUDA
     loss = sum((p * torch.arange(p.numel()).reshape(p.shape)).sum() for p in model.parameters())
     loss.backward()
     optimizer.step()
@@ -32,9 +32,10 @@ def _states(model, optimizer):
     return {name: {k: v.clone() for k, v in optimizer.state[getattr(model, name)].items()} for name in PARAMETER_NAMES}
 
 
-def test_duplicate_and_remove_carry_the_optimizer_state():
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
+def test_duplicate_and_remove_carry_the_optimizer_state(fused):
     model = _model()
-    optimizer = _adam_after_a_step(model)
+    optimizer = _adam_after_a_step(model, fused)
     before = {name: getattr(model, name).detach().clone() for name in PARAMETER_NAMES}
     states = _states(model, optimizer)
     mask = torch.tensor([True, False, True, False, False, False])
@@ -59,7 +60,9 @@ def test_duplicate_and_remove_carry_the_optimizer_state():
     assert torch.equal(optimizer.state[model.means]["exp_avg"], full[kept_rows])
     # the optimizer keeps working on the new parameters
     model.means.grad = torch.ones_like(model.means)
+    before_step = model.means.detach().clone()
     optimizer.step()
+    assert not torch.equal(model.means, before_step)
 
 
 def test_split_samples_children_from_the_parent():
