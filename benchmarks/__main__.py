@@ -17,9 +17,7 @@ and ``gflop_per_step`` get a floor in that record's ``precision`` (default fp16)
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,25 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_guidance import environment  # noqa: E402
 from benchmarks.floor import count_flops, floor_fields, measure_rates, sync  # noqa: E402
 from benchmarks.suite_cases import Case, Context, SkipCase, all_cases  # noqa: E402
 
 RECIPES = Path(__file__).resolve().parent / "bench_recipes.py"
 RECIPE_RESERVE_S = 120.0  # budget kept for the recipe cases when bench_recipes.py exists
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "not installed"
-
-    env = {"torch": torch.__version__, "diffusers": version("diffusers"), "gsplat": version("gsplat"), "lift3d": version("lift3d"),
-           "python": platform.python_version(), "device": str(device)}
-    if device.type == "cuda":
-        env.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
-    return env
 
 
 def emit(record: dict[str, Any]) -> None:

@@ -111,12 +111,11 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def environment(cpu: bool) -> dict[str, Any]:
+    """The suite's environment record for the GPU runs (or the CPU smoke test)."""
     import torch
+    from bench_guidance import environment as device_environment
 
-    info: dict[str, Any] = {"torch": torch.__version__, "device": "cpu" if cpu else "cuda"}
-    if not cpu and torch.cuda.is_available():
-        info.update(gpu=torch.cuda.get_device_name(0), gpus_visible=torch.cuda.device_count(), cuda=torch.version.cuda)
-    return info
+    return device_environment(torch.device("cuda" if not cpu and torch.cuda.is_available() else "cpu"))
 
 
 def main() -> int:

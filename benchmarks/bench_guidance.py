@@ -14,7 +14,9 @@ line comparing the fastest SDS case with the eager baseline (target: at least 2x
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import platform
 import statistics
 import sys
 import time
@@ -172,11 +174,17 @@ def time_steps(name: str, guidance, options: dict[str, Any], args, device) -> di
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    import diffusers
+    """What a benchmark record says about where it ran: package versions, the device, its GPU (every script's JSON)."""
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
 
-    info = {"torch": torch.__version__, "diffusers": diffusers.__version__, "device": str(device)}
+    info = {"torch": torch.__version__, "diffusers": version("diffusers"), "gsplat": version("gsplat"), "lift3d": version("lift3d"),
+            "python": platform.python_version(), "device": str(device)}
     if device.type == "cuda":
-        info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
+        info.update(gpu=torch.cuda.get_device_name(device), gpus_visible=torch.cuda.device_count(), cuda=torch.version.cuda)
     return info
 
 
