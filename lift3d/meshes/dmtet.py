@@ -109,11 +109,15 @@ class DMTetGeometry(BaseModule):
         return sdf_sign_flip(self.sdf, self.grid_edges())
 
     @torch.no_grad()
+    def sample_grid(self, fn: Callable[[Tensor], Tensor], chunk_size: int = 262144) -> Tensor:
+        """``fn(points [N, 3]) -> [N]`` at the undeformed ``grid_vertices``, in chunks: [V] float32 on the grid's device."""
+        points = self.grid_vertices
+        return torch.cat([fn(p).reshape(-1).float().to(points.device) for p in points.split(chunk_size)])
+
+    @torch.no_grad()
     def initialize_from_sdf(self, sdf_fn: Callable[[Tensor], Tensor], chunk_size: int = 262144) -> None:
         """Set the SDF from ``sdf_fn(points [N, 3]) -> [N]`` (negative inside) at the undeformed grid."""
-        points = self.grid_vertices
-        values = torch.cat([sdf_fn(points[i : i + chunk_size]).reshape(-1) for i in range(0, points.shape[0], chunk_size)])
-        self.sdf.copy_(values.to(self.sdf))
+        self.sdf.copy_(self.sample_grid(sdf_fn, chunk_size).to(self.sdf))
         self.deformation.zero_()
         self._cached = None
 
@@ -121,11 +125,7 @@ class DMTetGeometry(BaseModule):
     def initialize_from_density(self, density_fn: Callable[[Tensor], Tensor], threshold: float, chunk_size: int = 262144) -> None:
         """Convert a density field (e.g. a NeRF stage's ``density(points [N, 3]) -> [N]``): the surface is
         where the density equals ``threshold`` (see ``initialize_from_grid_density``)."""
-        points = self.grid_vertices
-        density = torch.cat(
-            [density_fn(points[i : i + chunk_size]).reshape(-1).float() for i in range(0, points.shape[0], chunk_size)]
-        )
-        self.initialize_from_grid_density(density, threshold)
+        self.initialize_from_grid_density(self.sample_grid(density_fn, chunk_size), threshold)
 
     @property
     def grid_shape(self) -> tuple[int, int, int]:

@@ -153,8 +153,7 @@ class MeshStageSystem(TextTo3DSystem):
                 f"dmtet geometry can start from (this run's geometry_type is {self.cfg.geometry_type})"
             )
         device = geometry.grid_vertices.device
-        with torch.no_grad():
-            density = torch.cat([previous.density_at(p).reshape(-1).float().to(device) for p in geometry.grid_vertices.split(262144)])
+        density = geometry.sample_grid(previous.density_at)
         threshold, source = self.cfg.isosurface_threshold, "given"
         if threshold is None:
             threshold, source = getattr(getattr(previous.cfg, "export", None), "threshold", None), "the previous run's export.threshold"
