@@ -230,7 +230,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=480.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every case (repeatable)")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N untimed steps after the warm-up (CUDA)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps after the timed ones (CUDA)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)

@@ -105,7 +105,7 @@ def _device_count(devices: Any) -> int:
 
 
 def _progress_bar() -> Callback:
-    # each refresh reads the logged metrics back from the GPU (a sync): a few per second at most
+    # each refresh costs host time in the training loop: a few per second at most
     return RichProgressBar(refresh_rate=10, leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
 
 
