@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_guidance import build_models, environment  # noqa: E402
+from floor import sync  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.data.random_views import RandomViewsConfig, sample_random_views  # noqa: E402
@@ -103,11 +104,6 @@ def build_system(recipe: str, overrides: list[str], kind: str, models: Any, devi
 def batch_at(views: RandomViewsConfig, step: int, device: torch.device) -> dict[str, Any]:
     batch = sample_random_views(views, step, torch.Generator().manual_seed(step))
     return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def convert_from_gaussians(system: Any, n: int, device: torch.device) -> dict[str, Any]:
