@@ -1,0 +1,16 @@
+# Source on the GPU machine (device tool) from the repository root: installs the wheels carried in .whl/
+# (packages its image lacks: diffusers, omegaconf, gsplat, trimesh, ...) into /tmp/site and puts them and
+# the repository on PYTHONPATH. Usage: `source benchmarks/device_env.sh && python benchmarks/...`
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+fi
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+# several-GPU kinds: NVLink multicast stays off (the device tool's KINDS.md says why)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python3 - <<'PY'
+import importlib, importlib.util, torch
+mods = ("diffusers", "omegaconf", "gsplat", "trimesh", "transformers", "lightning", "pycolmap", "cv2")
+versions = {m: getattr(importlib.import_module(m), "__version__", "?") if importlib.util.find_spec(m) else None for m in mods}
+print("device_env:", torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda", versions, flush=True)
+PY
