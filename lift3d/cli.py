@@ -18,6 +18,7 @@ COMMAND_MODULES: dict[str, str] = {
     "test": "run_modes",
     "export": "export",
     "reconstruct": "reconstruct",
+    "poses": "poses",
     "generate": "generate",
     "info": "info",
     "app": "app",
@@ -66,11 +67,24 @@ class _DropTips(logging.Filter):
         return "Tip:" not in record.getMessage()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler that writes to whatever ``sys.stderr`` is when a record comes (not the one at set-up):
+    callers that swap stderr (tests, embedding tools) never leave it writing to a closed stream."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging(verbose: bool = False) -> None:
     """lift3d's own messages as ``lift3d: ...`` lines; Lightning keeps its own handler."""
     logger = logging.getLogger("lift3d")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("lift3d: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -243,6 +243,8 @@ def run_experiment(
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial_dir / "save")
+    if mode == "train" and _rank() == 0 and hasattr(datamodule, "write_records"):
+        datamodule.write_records(trial_dir)  # what the data module read (a capture's split, its normalisation)
     if mode == "train":
         trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
         if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:

@@ -114,4 +114,4 @@ def test_reconstruct_errors(tmp_path, monkeypatch, capsys):
     assert recipe_for("gaussians", sample=True).name == "reconstruct-gaussians.yaml"  # no -sample variant here
     monkeypatch.undo()
     assert main(["reconstruct", str(tmp_path)]) == 2
-    assert "is not a scene folder" in capsys.readouterr().err
+    assert "holds no poses lift3d can read" in capsys.readouterr().err

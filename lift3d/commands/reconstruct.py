@@ -6,29 +6,30 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = ("reconstruct a scene from posed photos (a folder with transforms_train.json); "
-        "with no path, reconstruct the built-in sample scene")
+HELP = ("reconstruct a scene from photos: a posed folder (Blender, nerfstudio / instant-ngp transforms.json, COLMAP), "
+        "a folder of photos or a video (poses by structure from motion); with no path, the built-in sample scene")
 METHODS = ("gaussians", "nerf")
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("config", nargs="*", metavar="[PATH] [KEY=VALUE ...]",
-                        help="scene folder (Blender/NeRF-synthetic layout), then config overrides "
-                             "such as trainer.max_steps=7000")
+                        help="scene folder, photo folder or video, then config overrides such as trainer.max_steps=7000")
     parser.add_argument("--method", choices=METHODS, default="gaussians",
                         help="representation: gaussians (3D Gaussian Splatting) or nerf (default: gaussians)")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
 
 
-def recipe_for(method: str, sample: bool) -> Path:
-    """``configs/reconstruct-<method>.yaml`` (``-sample`` variant for the built-in scene when there is one)."""
+def recipe_for(method: str, sample: bool, on_cpu: bool = False) -> Path:
+    """``configs/reconstruct-<method>.yaml``: its ``-sample`` variant for the built-in scene, its ``-cpu`` variant
+    (a budget that finishes in minutes) for a user's scene on a machine without a CUDA GPU, when they exist."""
     from lift3d.config import ConfigError
     from lift3d.recipes import recipe_config, recipe_names
 
     names = recipe_names()
     base = f"reconstruct-{method}"
-    if sample and f"{base}-sample" in names:
-        return recipe_config(f"{base}-sample")
+    for variant, wanted in (("sample", sample), ("cpu", on_cpu and not sample)):
+        if wanted and f"{base}-{variant}" in names:
+            return recipe_config(f"{base}-{variant}")
     if base not in names:
         raise ConfigError(f"--method {method} needs the recipe configs/{base}.yaml, which this lift3d does not "
                           f"have (recipes: {', '.join(names) or 'none'}); try --method gaussians")
@@ -51,10 +52,14 @@ def _summary(trial: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from lift3d.commands.common import parse_gpus
     from lift3d.config import load_config
-    from lift3d.data.posed_images import SceneFormatError
+    from lift3d.data.capture import SceneFormatError
     from lift3d.data.sample_scene import sample_scene_path
+    from lift3d.data.scene import detect_format
+    from lift3d.data.sfm import prepare_capture
     from lift3d.runner import run_experiment
 
     paths = [item for item in args.config if "=" not in item]
@@ -62,13 +67,16 @@ def run(args: argparse.Namespace) -> int:
     if len(paths) > 1:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
     scene = Path(paths[0]).expanduser().resolve() if paths else sample_scene_path()
-    if not (scene / "transforms_train.json").is_file():
-        raise SceneFormatError(f"{scene} is not a scene folder: it needs transforms_train.json (+ transforms_val.json) "
-                               "and the images they list, as in NeRF-synthetic")
+    scene = prepare_capture(scene)  # a video or a folder of photos without poses: structure from motion first
+    detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
     if not paths:
         print(f"lift3d: no scene given; reconstructing the built-in sample scene ({scene})", flush=True)
-    config = recipe_for(args.method, sample=not paths)
     gpus = parse_gpus(args.gpus)
+    on_cpu = gpus is None and not torch.cuda.is_available()
+    config = recipe_for(args.method, sample=not paths, on_cpu=on_cpu)
+    if on_cpu and config.stem.endswith("-cpu"):
+        print(f"lift3d: no CUDA GPU: using the CPU budget of {config.name} (smaller images, fewer steps); "
+              "override it like any config key, e.g. trainer.max_steps=...", flush=True)
     extra = [f"data.root={scene}", f"tag={scene.name}"]
     if gpus is not None:
         extra += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]

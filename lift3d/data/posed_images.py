@@ -1,8 +1,15 @@
-"""Posed photos in the Blender / NeRF-synthetic layout (``transforms_<split>.json`` + RGBA images)."""
+"""Posed photos from any supported layout (Blender, nerfstudio / instant-ngp ``transforms.json``, COLMAP),
+served as whole images or ray batches for training and as the held-out views for validation.
+
+The readers live beside this module (``lift3d.data.scene`` picks one); this module owns what training
+sees: one split of train/val frames, undistorted to pinhole, in a normalised frame (+z up, centred
+where the cameras look) unless the layout is an object scene already in that frame (Blender).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,141 +17,55 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from lift3d.cameras import Cameras, c2w_to_spherical, intrinsics_matrix, look_at, spherical_to_position
+from lift3d.cameras import Cameras, c2w_to_spherical, look_at, spherical_to_position
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
+from lift3d.data.capture import Capture, SceneFormatError
+from lift3d.data.normalize import normalizing_transform, transform_points, transform_poses
+from lift3d.data.scene import FrameLoader, PosedScene, check_present, read_capture, split_frames
+from lift3d.data.transforms_json import IMAGE_SUFFIXES, read_blender
 from lift3d.registry import register
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
-
-
-class SceneFormatError(ValueError):
-    """A transforms file or image set that lift3d cannot read; the message says what to fix."""
-
-
-@dataclass
-class PosedScene:
-    """One split of a scene: images and the cameras that took them."""
-
-    rgba: Tensor  # [N, H, W, 4] uint8 (alpha 255 for RGB photos)
-    cameras: Cameras  # N cameras, OpenGL c2w
-    paths: list[str]
-
-    def __len__(self) -> int:
-        return self.rgba.shape[0]
-
-
-def _find_image(root: Path, file_path: str) -> Path | None:
-    candidate = (root / file_path).resolve()
-    if candidate.suffix in IMAGE_SUFFIXES and candidate.is_file():
-        return candidate
-    for suffix in IMAGE_SUFFIXES:
-        with_suffix = candidate.with_name(candidate.name + suffix)
-        if with_suffix.is_file():
-            return with_suffix
-    return None
-
-
-def _load_rgba(path: Path, downscale: int) -> np.ndarray:
-    with Image.open(path) as image:
-        image = image.convert("RGBA")
-        if downscale > 1:
-            image = image.resize((image.width // downscale, image.height // downscale), Image.Resampling.BOX)
-        return np.asarray(image, dtype=np.uint8)
+log = logging.getLogger("lift3d.data")
+__all__ = ["IMAGE_SUFFIXES", "PosedImagesDataModule", "PosedScene", "SceneFormatError", "read_cameras", "read_transforms"]
 
 
 def read_transforms(root: str | Path, split: str, downscale: int = 1, max_frames: int = -1) -> PosedScene:
-    """Read ``root/transforms_<split>.json`` and its images; report every missing frame at once."""
+    """One split of a Blender-layout scene (``root/transforms_<split>.json`` and its images), poses as stored."""
     root = Path(root).expanduser()
-    transforms_path = root / f"transforms_{split}.json"
-    if not transforms_path.is_file():
+    path = root / f"transforms_{split}.json"
+    if not path.is_file():
         available = sorted(p.name for p in root.glob("transforms_*.json")) if root.is_dir() else []
         raise SceneFormatError(
-            f"no {transforms_path.name} in {root}"
+            f"no {path.name} in {root}"
             + (f" (found: {', '.join(available)})" if available else " (the folder has no transforms_*.json)")
             + ". A scene folder holds transforms_train.json, transforms_val.json, ... as in NeRF-synthetic."
         )
-    try:
-        meta = json.loads(transforms_path.read_text())
-    except json.JSONDecodeError as error:
-        raise SceneFormatError(f"{transforms_path} is not valid JSON: {error}") from None
-    frames = meta.get("frames")
-    if not isinstance(frames, list) or not frames:
-        raise SceneFormatError(f"{transforms_path} has no 'frames' list")
-    if max_frames > 0 and len(frames) > max_frames:
-        keep = np.linspace(0, len(frames) - 1, max_frames).round().astype(int)
-        frames = [frames[i] for i in keep]
-
-    paths, missing = [], []
-    for i, frame in enumerate(frames):
-        if "file_path" not in frame or "transform_matrix" not in frame:
-            raise SceneFormatError(f"{transforms_path}: frame {i} needs 'file_path' and 'transform_matrix'")
-        found = _find_image(root, frame["file_path"])
-        (paths if found else missing).append(found or frame["file_path"])
-    if missing:
-        shown = ", ".join(str(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise SceneFormatError(
-            f"{len(missing)} of {len(frames)} frames listed in {transforms_path} have no image file: {shown} "
-            f"(looked for {'/'.join(IMAGE_SUFFIXES[:3])} next to the paths, relative to {root})"
-        )
-
-    images = [_load_rgba(p, downscale) for p in paths]
-    shapes = {im.shape for im in images}
-    if len(shapes) != 1:
-        raise SceneFormatError(f"images of {transforms_path} differ in size: {sorted(shapes)}")
-    height, width = images[0].shape[:2]
-    c2w = torch.tensor(np.array([f["transform_matrix"] for f in frames], dtype=np.float32))
-    if c2w.shape[1:] == (3, 4):
-        c2w = torch.cat([c2w, torch.tensor([0.0, 0.0, 0.0, 1.0]).expand(len(frames), 1, 4)], dim=1)
-    if c2w.shape[1:] != (4, 4):
-        raise SceneFormatError(f"{transforms_path}: transform_matrix must be 4x4 (or 3x4), got {tuple(c2w.shape[1:])}")
-    intrinsics = torch.stack([_intrinsics(meta, f, width, height, downscale, transforms_path) for f in frames])
-    return PosedScene(torch.from_numpy(np.stack(images)), Cameras(c2w, intrinsics, width, height), [str(p) for p in paths])
-
-
-def _intrinsics(meta: dict, frame: dict, width: int, height: int, downscale: int, source: Path) -> Tensor:
-    merged = {**meta, **frame}
-    if "fl_x" in merged:
-        fx = merged["fl_x"] / downscale
-        fy = merged.get("fl_y", merged["fl_x"]) / downscale
-        cx = merged.get("cx", width * downscale / 2) / downscale
-        cy = merged.get("cy", height * downscale / 2) / downscale
-    elif "camera_angle_x" in merged:
-        fx = 0.5 * width / math.tan(0.5 * merged["camera_angle_x"])
-        fy = 0.5 * height / math.tan(0.5 * merged["camera_angle_y"]) if "camera_angle_y" in merged else fx
-        cx, cy = width / 2, height / 2
-    else:
-        raise SceneFormatError(f"{source} gives no intrinsics: add 'camera_angle_x' or 'fl_x' (+ 'fl_y', 'cx', 'cy')")
-    return intrinsics_matrix(torch.tensor(fx), torch.tensor(fy), torch.tensor(cx), torch.tensor(cy))
+    capture = read_blender(root, (split,), {split: max_frames})
+    if capture.missing:
+        shown = ", ".join(capture.missing[:5]) + (" ..." if len(capture.missing) > 5 else "")
+        raise SceneFormatError(f"{len(capture.missing)} of {len(capture.frames) + len(capture.missing)} frames listed in "
+                               f"{path} have no image file: {shown} (looked for {'/'.join(IMAGE_SUFFIXES[:3])} next to "
+                               f"the paths, relative to {root})")
+    c2w = np.stack([f.c2w for f in capture.frames])
+    return FrameLoader(capture, downscale).load(list(range(len(capture))), c2w)
 
 
 def read_cameras(root: str | Path, split: str) -> Cameras:
     """The cameras of ``root/transforms_<split>.json`` without decoding the images (their size comes from
     the first image's header)."""
     root = Path(root).expanduser()
-    path = root / f"transforms_{split}.json"
-    if not path.is_file():
-        raise SceneFormatError(f"no {path.name} in {root}: a scene folder holds transforms_<split>.json as in NeRF-synthetic")
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise SceneFormatError(f"{path} is not valid JSON: {error}") from None
-    frames = meta.get("frames")
-    if not isinstance(frames, list) or not frames or any("transform_matrix" not in f for f in frames):
-        raise SceneFormatError(f"{path} needs a 'frames' list whose entries have 'transform_matrix'")
-    first = _find_image(root, frames[0].get("file_path", ""))
-    if first is None:
-        raise SceneFormatError(f"{path}: the image of the first frame ({frames[0].get('file_path')}) is missing")
-    with Image.open(first) as image:
-        width, height = image.size
-    c2w = torch.tensor(np.array([f["transform_matrix"] for f in frames], dtype=np.float32))
-    if c2w.shape[1:] == (3, 4):
-        c2w = torch.cat([c2w, torch.tensor([0.0, 0.0, 0.0, 1.0]).expand(len(frames), 1, 4)], dim=1)
-    intrinsics = torch.stack([_intrinsics(meta, f, width, height, 1, path) for f in frames])
-    return Cameras(c2w, intrinsics, width, height)
+    if not (root / f"transforms_{split}.json").is_file():
+        raise SceneFormatError(f"no transforms_{split}.json in {root}: a scene folder holds transforms_<split>.json as in NeRF-synthetic")
+    capture = read_blender(root, (split,))
+    if not capture.frames:
+        raise SceneFormatError(f"{root / f'transforms_{split}.json'}: the image of the first frame is missing")
+    lenses = [f.lens for f in capture.frames]
+    intrinsics = torch.tensor(np.stack([lens.matrix() for lens in lenses]), dtype=torch.float32)
+    c2w = torch.tensor(np.stack([f.c2w for f in capture.frames]), dtype=torch.float32)
+    return Cameras(c2w, intrinsics, lenses[0].width, lenses[0].height)
 
 
 def scene_extent(cameras: Cameras) -> float:
@@ -155,13 +76,20 @@ def scene_extent(cameras: Cameras) -> float:
 
 @dataclass
 class PosedImagesConfig:
-    """A scene folder in the Blender layout and how views are served."""
+    """A scene folder (any supported layout) and how views are served."""
 
-    root: str = ""  # folder holding transforms_<split>.json and the images
+    root: str = ""  # scene folder: Blender (transforms_*.json), nerfstudio / instant-ngp (transforms.json) or COLMAP (sparse/0 + images/)
+    format: str = "auto"  # auto (from the folder's contents), blender, nerfstudio, instant-ngp or colmap
     train_split: str = "train"  # split used for training
     val_split: str = "val"  # split used for validation metrics
     test_split: str = "orbit"  # a split name, or "orbit" for a turntable around the scene (video)
-    downscale: int = 1  # integer image downscale factor
+    holdout_every: int = 8  # layouts without splits: every n-th frame (name order) is a val frame (Mip-NeRF 360)
+    downscale: int = 1  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
+    max_image_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
+    undistort: bool = True  # undistort lenses with distortion to pinhole once at load (false: train on them as pinhole)
+    normalize: str = "auto"  # cameras (centre, +z up, scale from the cameras), none, or auto (none for Blender scenes)
+    camera_distance: float = 4.0  # normalize: the cameras' mean distance from the scene centre afterwards
+    triangulate: bool = False  # a real capture whose layout brings no sparse points: triangulate some at its poses (pycolmap)
     background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB composited behind transparent pixels
     random_background: bool = False  # train on a random background colour per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
@@ -171,6 +99,13 @@ class PosedImagesConfig:
     max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
     n_orbit_views: int = 120  # views in the test orbit video
     eval_batch_size: int = 1  # views per evaluation batch
+
+
+def _evenly(indices: list[int], limit: int) -> list[int]:
+    """At most ``limit`` of ``indices``, evenly spaced (all when limit <= 0)."""
+    if limit <= 0 or len(indices) <= limit:
+        return list(indices)
+    return [indices[i] for i in np.linspace(0, len(indices) - 1, limit).round().astype(int)]
 
 
 @register("posed-images")
@@ -183,12 +118,85 @@ class PosedImagesDataModule(BaseDataModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         if not self.cfg.root:
-            raise SceneFormatError("data.root is empty: point it at a scene folder with transforms_*.json")
+            raise SceneFormatError("data.root is empty: point it at a scene folder (transforms_*.json, transforms.json "
+                                   "or a COLMAP sparse/ model)")
         if self.cfg.batch_mode not in ("image", "rays"):
             raise SceneFormatError(f"data.batch_mode must be image or rays, got '{self.cfg.batch_mode}'")
-        self.train = read_transforms(self.cfg.root, self.cfg.train_split, self.cfg.downscale, self.cfg.max_train_frames)
+        if self.cfg.normalize not in ("auto", "cameras", "none"):
+            raise SceneFormatError(f"data.normalize must be auto, cameras or none, got '{self.cfg.normalize}'")
+        root = Path(self.cfg.root).expanduser()
+        capture, downscale = read_capture(root, self.cfg.format, self.cfg.downscale)
+        check_present(capture)
+        wanted = self._downscale_for(capture)
+        if wanted != self.cfg.downscale:
+            capture, downscale = read_capture(root, self.cfg.format, wanted)
+        self.capture = capture
+        c2w = np.stack([frame.c2w for frame in capture.frames])
+        self.normalization, self.normalization_record = np.eye(4), {}
+        if self.cfg.normalize == "cameras" or (self.cfg.normalize == "auto" and capture.format != "blender"):
+            self.normalization, self.normalization_record = normalizing_transform(c2w, self.cfg.camera_distance)
+            c2w = transform_poses(self.normalization, c2w)
+        self.c2w = c2w
+        self.splits = split_frames(capture, self.cfg.holdout_every)
+        self._loader = FrameLoader(capture, downscale, self.cfg.undistort)
+        self.train = self._loader.load(_evenly(self._split(self.cfg.train_split), self.cfg.max_train_frames), c2w)
+        if self.cfg.triangulate and capture.points is None and capture.format != "blender" and not self._has_masks():
+            from lift3d.data.sfm import triangulate_points
+
+            found = triangulate_points(capture)
+            if found is not None:
+                capture.points, capture.point_colors = found
+        self.points, self.point_colors = self._scene_points(capture)
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
+        self._log_summary(downscale)
+
+    def _downscale_for(self, capture: Capture) -> int:
+        """The configured downscale, raised until the longest side fits ``max_image_side``."""
+        if self.cfg.max_image_side <= 0:
+            return self.cfg.downscale
+        side = max(max(f.lens.width, f.lens.height) for f in capture.frames)
+        return max(self.cfg.downscale, math.ceil(side / self.cfg.max_image_side))
+
+    def _has_masks(self) -> bool:
+        return bool((self.train.rgba[..., 3] < 255).any())
+
+    def _split(self, name: str) -> list[int]:
+        if name not in self.splits:
+            raise SceneFormatError(f"{self.cfg.root} has no split {name!r} (it has: {', '.join(self.splits)})")
+        return self.splits[name]
+
+    def _scene_points(self, capture: Capture) -> tuple[Tensor | None, Tensor | None]:
+        if capture.points is None or len(capture.points) == 0:
+            return None, None
+        points = transform_points(self.normalization, capture.points.astype(np.float64))
+        colors = capture.point_colors if capture.point_colors is not None else np.full_like(points, 128)
+        return torch.tensor(points, dtype=torch.float32), torch.tensor(colors, dtype=torch.float32) / 255.0
+
+    def _log_summary(self, downscale: int) -> None:
+        capture, cams = self.capture, self.train.cameras
+        split = ", ".join(f"{name} {len(indices)}" for name, indices in self.splits.items())
+        how = "" if capture.splits else f" (every {self.cfg.holdout_every}th frame held out)"
+        log.info("%s: %s; frames: %s%s; images %dx%d%s", capture.root.name, "; ".join(capture.notes), split, how,
+                 cams.width, cams.height, f" (downscaled x{downscale})" if downscale > 1 else "")
+        if self.normalization_record:
+            r = self.normalization_record
+            log.info("normalised the scene: centre %s (%s), scale %.4g, up %s -> +z", np.round(r["centre"], 3).tolist(),
+                     r["centre_is"], r["scale"], np.round(r["up"], 3).tolist())
+
+    def write_records(self, trial_dir: Path) -> Path:
+        """``configs/scene.json`` in the run's folder: the layout read, the frames of every split, the
+        normalising transform and what the lenses became."""
+        names = {split: [self.capture.frames[i].name or Path(self.capture.frames[i].image).name for i in indices]
+                 for split, indices in self.splits.items()}
+        record = {"root": str(self.capture.root), "format": self.capture.format, "splits": names,
+                  "missing": self.capture.missing, "normalization": self.normalization.tolist(),
+                  "normalization_record": self.normalization_record, "lens_notes": sorted(self._loader.reported),
+                  "image_size": [self.train.cameras.width, self.train.cameras.height]}
+        path = Path(trial_dir) / "configs" / "scene.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
+        return path
 
     # ----- scene facts systems use (bounds, initialisation)
     @property
@@ -201,7 +209,7 @@ class PosedImagesDataModule(BaseDataModule):
 
     def val_scene(self) -> PosedScene:
         if self._val is None:
-            self._val = read_transforms(self.cfg.root, self.cfg.val_split, self.cfg.downscale, self.cfg.max_val_views)
+            self._val = self._loader.load(_evenly(self._split(self.cfg.val_split), self.cfg.max_val_views), self.c2w)
         return self._val
 
     # ----- training batches
@@ -263,7 +271,7 @@ class PosedImagesDataModule(BaseDataModule):
 
     def test_dataloader(self) -> DataLoader:
         if self.cfg.test_split != "orbit":
-            scene = read_transforms(self.cfg.root, self.cfg.test_split, self.cfg.downscale)
+            scene = self._loader.load(self._split(self.cfg.test_split), self.c2w)
             return view_loader(self._views(scene), self.cfg.eval_batch_size)
         cameras = self.orbit_cameras(self.cfg.n_orbit_views)
         background = self.background[None]

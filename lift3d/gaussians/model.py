@@ -29,7 +29,7 @@ class GaussianModelConfig:
 
     sh_degree: int = 3  # highest spherical-harmonics degree (0..3)
     sh_degree_interval: int = 1000  # raise the active SH degree by one every N steps (0: highest from the start)
-    init: str = "auto"  # auto (hull when the images have masks, else random), random, hull, points, mesh
+    init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh
     init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
     init_path: str = ""  # PLY point cloud (init: points) or mesh file (init: mesh)

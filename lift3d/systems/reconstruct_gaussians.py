@@ -100,9 +100,10 @@ class ReconstructGaussiansSystem(BaseSystem):
         scene = getattr(datamodule, "train", None)
         generator = torch.Generator().manual_seed(torch.initial_seed() % (2**31))
         method = c.init
+        scene_points = getattr(datamodule, "points", None)
         if method == "auto":
             has_masks = scene is not None and bool((scene.rgba[..., 3] < 255).any())
-            method = "hull" if has_masks else "random"
+            method = "sfm" if scene_points is not None else "hull" if has_masks else "random"
         radius = c.init_radius or (init.visible_radius(scene.cameras) if scene is not None else 1.0)
         colors = None
         if method == "random":
@@ -111,12 +112,17 @@ class ReconstructGaussiansSystem(BaseSystem):
             if scene is None:
                 raise ValueError("gaussians.init: hull needs a posed-images data module (images with alpha masks)")
             points, colors = init.carve_by_masks(scene.cameras, scene.rgba, c.init_points, radius, generator)
+        elif method == "sfm":
+            if scene_points is None:
+                raise ValueError("gaussians.init: sfm needs a scene with sparse points (a COLMAP model, or nerfstudio's "
+                                 "ply_file_path); this one has none: use init: random or hull")
+            points, colors = scene_points, datamodule.point_colors
         elif method == "points":
             points, colors = init.read_point_cloud(c.init_path)
         elif method == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points)
         else:
-            raise ValueError(f"gaussians.init must be auto, random, hull, points or mesh, got '{c.init}'")
+            raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points or mesh, got '{c.init}'")
         self.gaussians.initialize(points, colors, generator)
         log.info("initialised %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
 

@@ -1,0 +1,266 @@
+"""Camera poses for photos that have none: structure from motion with pycolmap (COLMAP's SfM as PyPI wheels).
+
+``prepare_capture(path)`` is what ``lift3d reconstruct`` and ``lift3d poses`` call first: a video becomes a
+folder of its sharpest evenly spaced frames (``lift3d.data.video``), and a folder of photos with no poses
+gets a COLMAP model written beside them (``sparse/0``) by ``run_sfm``: SIFT features, matching
+(exhaustive for small sets, sequential for video frames), incremental mapping. A folder that already has
+poses (any layout ``lift3d.data.scene`` reads) is returned as it is, so a second run reuses the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lift3d.data.capture import SceneFormatError
+from lift3d.data.scene import VIDEO_SUFFIXES
+from lift3d.data.transforms_json import IMAGE_SUFFIXES
+
+log = logging.getLogger("lift3d.sfm")
+MATCHERS = ("auto", "exhaustive", "sequential")
+
+
+@dataclass
+class SfmOptions:
+    """How structure from motion runs (``lift3d poses`` flags map onto these)."""
+
+    matcher: str = "auto"  # auto: sequential for video frames or more than exhaustive_limit photos, else exhaustive
+    exhaustive_limit: int = 150  # auto: above this many photos, match sequentially (exhaustive is quadratic)
+    camera_model: str = "SIMPLE_RADIAL"  # COLMAP's default for unknown phones: focal, centre, one radial term
+    max_image_size: int = 1600  # SIFT runs on images at most this large (COLMAP's default is 3200)
+    max_num_features: int = 8192  # SIFT features kept per image
+    min_registered: float = 0.5  # stop with an error when fewer than this share of the photos (and < 3) register
+    force: bool = False  # redo SfM even when a model exists
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # filled in: seconds per stage
+
+
+def photo_folder(path: Path) -> Path | None:
+    """Where the photos of a folder are: ``images/`` when it holds images, else the folder itself (None: none)."""
+    for folder in (path / "images", path):
+        if folder.is_dir() and any(p.suffix in IMAGE_SUFFIXES for p in folder.iterdir()):
+            return folder
+    return None
+
+
+def has_poses(path: Path) -> bool:
+    from lift3d.data.colmap_model import find_model
+
+    return ((path / "transforms_train.json").is_file() or (path / "transforms.json").is_file()
+            or find_model(path) is not None)
+
+
+def prepare_capture(path: Path, options: SfmOptions | None = None, video_frames: int = 0) -> Path:
+    """The scene folder to reconstruct from ``path``: a video's frames (extracted), a photo folder with poses
+    recovered by SfM, or ``path`` itself when it has poses (or nothing lift3d knows: the reader says so)."""
+    options = options or SfmOptions()
+    if path.is_file() and path.suffix.lower() in VIDEO_SUFFIXES:
+        from lift3d.data.video import extract_frames, frames_folder
+
+        scene = frames_folder(path)
+        if options.force or photo_folder(scene) is None:
+            extract_frames(path, scene / "images", video_frames)
+        if options.matcher == "auto":
+            options.matcher = "sequential"
+        path = scene
+    if not path.is_dir() or (has_poses(path) and not options.force):
+        return path
+    images = photo_folder(path)
+    if images is None:
+        return path
+    run_sfm(path, images, options)
+    return path
+
+
+def _progress():  # a rich progress bar with elapsed time, shared by the stages
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("lift3d: {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    transient=False)
+
+
+def _pycolmap():
+    try:
+        import pycolmap
+    except ImportError:
+        raise SceneFormatError("structure from motion needs pycolmap: pip install pycolmap (lift3d installs it by "
+                               "default; it ships COLMAP as wheels)") from None
+    return pycolmap
+
+
+def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Path:
+    """Recover the cameras of the photos in ``images`` and write the largest model to ``scene/sparse/0``
+    (the COLMAP database stays in ``scene/colmap/``); returns the model folder."""
+    pycolmap = _pycolmap()
+    if not log.isEnabledFor(logging.DEBUG):
+        pycolmap.logging.minloglevel = 1  # COLMAP's own INFO lines only with lift3d -v
+    options = options or SfmOptions()
+    if options.matcher not in MATCHERS:
+        raise SceneFormatError(f"the matcher must be one of {', '.join(MATCHERS)}, got {options.matcher!r}")
+    names = sorted(p.name for p in images.iterdir() if p.suffix in IMAGE_SUFFIXES)
+    if len(names) < 2:
+        raise SceneFormatError(f"{images} holds {len(names)} photo(s): structure from motion needs at least two "
+                               "overlapping photos (better 20 or more, all around the object)")
+    work = scene / "colmap"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    database = work / "database.db"
+    sequential = options.matcher == "sequential" or (options.matcher == "auto" and len(names) > options.exhaustive_limit)
+    log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
+             pycolmap.__version__, "sequential" if sequential else "exhaustive")
+
+    with _progress() as progress:
+        start = time.perf_counter()
+        task = progress.add_task("features", total=len(names))
+        extraction = pycolmap.FeatureExtractionOptions()
+        extraction.max_image_size = options.max_image_size
+        extraction.sift.max_num_features = options.max_num_features
+        reader = pycolmap.ImageReaderOptions()
+        reader.camera_model = options.camera_model
+        for chunk in range(0, len(names), 8):  # in chunks, so the bar moves
+            batch = names[chunk:chunk + 8]
+            pycolmap.extract_features(database, images, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
+                                      reader_options=reader, extraction_options=extraction)
+            progress.advance(task, len(batch))
+        options.stage_seconds["features"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        task = progress.add_task("matching", total=1)
+        if sequential:
+            pairing = pycolmap.SequentialPairingOptions()
+            pairing.loop_detection = False  # needs a vocabulary tree file, which is a download
+            pycolmap.match_sequential(database, pairing_options=pairing)
+        else:
+            pycolmap.match_exhaustive(database)
+        progress.advance(task)
+        options.stage_seconds["matching"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        task = progress.add_task("mapping", total=len(names))
+        mapping = pycolmap.IncrementalPipelineOptions()
+        mapping.random_seed = 0
+        reconstructions = pycolmap.incremental_mapping(database, images, work / "models", mapping,
+                                                       initial_image_pair_callback=lambda: progress.advance(task, 2),
+                                                       next_image_callback=lambda: progress.advance(task))
+        options.stage_seconds["mapping"] = time.perf_counter() - start
+
+    if not reconstructions:
+        raise SceneFormatError(_too_few_message(0, len(names), images, sequential))
+    best = max(reconstructions.values(), key=lambda r: r.num_reg_images())
+    registered = best.num_reg_images()
+    if registered < max(3, options.min_registered * len(names)) or registered < 3:
+        raise SceneFormatError(_too_few_message(registered, len(names), images, sequential))
+    if len(reconstructions) > 1:
+        log.warning("SfM split the photos into %d models; keeping the largest (%d images)", len(reconstructions), registered)
+    model = scene / "sparse" / "0"
+    model.mkdir(parents=True, exist_ok=True)
+    best.write(model)
+    seconds = ", ".join(f"{k} {v:.1f} s" for k, v in options.stage_seconds.items())
+    log.info("registered %d of %d photos, %d points, mean reprojection error %.2f px (%s); model in %s", registered,
+             len(names), best.num_points3D(), best.compute_mean_reprojection_error(), seconds, model)
+    if registered < len(names):
+        registered_names = {image.name for image in best.images.values()}
+        skipped = [n for n in names if n not in registered_names]
+        log.warning("%d photos did not register and are left out: %s", len(skipped), ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
+    return model
+
+
+def _too_few_message(registered: int, total: int, images: Path, sequential: bool) -> str:
+    tips = ["take more photos with more overlap (each spot seen from 3+ photos, about 10-20 degrees apart)",
+            "drop blurry or overexposed photos"]
+    tips.append("try --matcher exhaustive (every pair is compared)" if sequential else
+                "for video frames in order, try --matcher sequential")
+    return (f"structure from motion registered only {registered} of {total} photos in {images}: too few to "
+            f"reconstruct. Try: " + "; ".join(tips) + ".")
+
+
+# --------------------------------------------------------------------------------------------- known poses
+_COLMAP_LENS = {"pinhole": ("PINHOLE", 0), "opencv": ("FULL_OPENCV", 8), "fisheye": ("OPENCV_FISHEYE", 4)}
+
+
+def cache_folder(kind: str, key: str) -> Path:
+    """``$XDG_CACHE_HOME/lift3d/<kind>/<key>`` (default ``~/.cache``): derived data stays out of the user's
+    scene folder, which may be read-only or shared."""
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lift3d" / kind / key
+
+
+def triangulate_points(capture, max_image_size: int = 800, max_num_features: int = 2048):
+    """Sparse points (and colours) of a capture whose poses are known but that brings no points
+    (instant-ngp, most nerfstudio folders): SIFT features, exhaustive matching and COLMAP's triangulation
+    at the given poses, cached (``cache_folder``). Returns ``(points [P, 3], colors [P, 3] uint8)`` in the
+    capture's world frame, or None when the frames do not share one lens or pycolmap is missing."""
+    import hashlib
+    import os
+
+    import numpy as np
+
+    from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, rotmat_to_qvec, write_model_text
+
+    frames = capture.frames
+    lens = frames[0].lens
+    if any(f.lens != lens for f in frames) or len(frames) < 2:
+        log.info("not triangulating sparse points: the frames do not share one lens")
+        return None
+    try:
+        pycolmap = _pycolmap()
+    except SceneFormatError as error:
+        log.warning("not triangulating sparse points: %s", error)
+        return None
+    image_dir = Path(os.path.commonpath([str(f.image.parent) for f in frames]))
+    names = [f.image.relative_to(image_dir).as_posix() for f in frames]
+    digest = hashlib.sha1(repr((names, [f.image.stat().st_mtime_ns for f in frames], [f.c2w.round(6).tolist() for f in frames],
+                                lens, max_image_size, max_num_features)).encode()).hexdigest()[:16]
+    folder = cache_folder("triangulated", digest)
+    cached = folder / "points.npz"
+    if cached.is_file():
+        data = np.load(cached)
+        log.info("sparse points: %d triangulated at the given poses (cached in %s)", len(data["points"]), folder)
+        return data["points"], data["colors"]
+    if not log.isEnabledFor(logging.DEBUG):
+        pycolmap.logging.minloglevel = 1
+    model_name, n_coeffs = _COLMAP_LENS[lens.kind]
+    params = [lens.fx, lens.fy, lens.cx, lens.cy, *np.pad(np.asarray(lens.coeffs, float), (0, n_coeffs))[:n_coeffs]]
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    database = folder / "database.db"
+    start = time.perf_counter()
+    with _progress() as progress:
+        task = progress.add_task("sparse points", total=3)
+        extraction = pycolmap.FeatureExtractionOptions()
+        extraction.max_image_size, extraction.sift.max_num_features = max_image_size, max_num_features
+        reader = pycolmap.ImageReaderOptions()
+        reader.camera_model, reader.camera_params = model_name, ",".join(repr(float(v)) for v in params)
+        pycolmap.extract_features(database, image_dir, image_names=names, camera_mode=pycolmap.CameraMode.SINGLE,
+                                  reader_options=reader, extraction_options=extraction)
+        progress.advance(task)
+        pycolmap.match_exhaustive(database)
+        progress.advance(task)
+        db = pycolmap.Database.open(database)
+        ids = {image.name: image.image_id for image in db.read_all_images()}
+        camera_id = db.read_all_cameras()[0].camera_id
+        db.close()
+        images = {}
+        for frame, name in zip(frames, names):
+            w2c = np.linalg.inv(frame.c2w @ np.diag([1.0, -1.0, -1.0, 1.0]))  # OpenGL c2w -> COLMAP world-to-camera
+            images[ids[name]] = ColmapImage(ids[name], rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3], camera_id, name)
+        camera = ColmapCamera(camera_id, model_name, lens.width, lens.height, np.asarray(params, float))
+        write_model_text(ColmapModel({camera_id: camera}, images, {}), folder / "known")
+        reconstruction = pycolmap.triangulate_points(pycolmap.Reconstruction(str(folder / "known")), database, image_dir,
+                                                     folder / "triangulated")
+        progress.advance(task)
+    points3d = list(reconstruction.points3D.values())
+    if not points3d:
+        log.warning("triangulation found no sparse points (too little texture or overlap?)")
+        return None
+    points = np.stack([p.xyz for p in points3d]).astype(np.float32)
+    colors = np.stack([p.color for p in points3d]).astype(np.uint8)
+    np.savez(cached, points=points, colors=colors)
+    log.info("sparse points: %d triangulated at the given poses in %.0f s (mean reprojection error %.2f px), cached in %s",
+             len(points), time.perf_counter() - start, reconstruction.compute_mean_reprojection_error(), folder)
+    return points, colors

@@ -1,0 +1,169 @@
+"""Readers for transforms files: Blender / NeRF-synthetic ``transforms_<split>.json``, and the single
+``transforms.json`` of nerfstudio and instant-ngp (one reader: the two dialects share the layout).
+
+All of them store camera-to-world matrices with OpenGL camera axes and intrinsics either as a field of
+view (``camera_angle_x/y``) or in pixels (``fl_x fl_y cx cy``, globally or per frame), with optional
+distortion ``k1..k4 p1 p2``. nerfstudio adds ``camera_model`` (PINHOLE, OPENCV, OPENCV_FISHEYE),
+``mask_path``, ``ply_file_path`` (sparse points), ``applied_transform`` and ``*_filenames`` splits;
+instant-ngp adds ``aabb_scale``, ``scale``/``offset`` (its own unit-cube mapping, not needed here:
+lift3d normalises the scene itself) and ``is_fisheye``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
+_SPLIT_KEYS = {"train": "train_filenames", "val": "val_filenames", "test": "test_filenames"}
+
+
+def find_image(root: Path, file_path: str) -> Path | None:
+    """The image a frame names (relative to ``root``; Blender omits the extension), or None."""
+    candidate = (root / file_path).resolve()
+    if candidate.suffix in IMAGE_SUFFIXES and candidate.is_file():
+        return candidate
+    for suffix in IMAGE_SUFFIXES:
+        with_suffix = candidate.with_name(candidate.name + suffix)
+        if with_suffix.is_file():
+            return with_suffix
+    return None
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SceneFormatError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(meta, dict):
+        raise SceneFormatError(f"{path} must hold a JSON object with a 'frames' list")
+    return meta
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) as stored, after EXIF orientation (the header only: no decoding)."""
+    with Image.open(path) as image:
+        width, height = image.size
+        orientation = image.getexif().get(0x0112, 1)
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def lens_from_meta(meta: dict[str, Any], frame: dict[str, Any], size: tuple[int, int], source: Path) -> Lens:
+    """The lens of one frame: frame keys override the file's global ones."""
+    merged = {**meta, **frame}
+    width = int(merged.get("w", size[0]))
+    height = int(merged.get("h", size[1]))
+    if "fl_x" in merged:
+        fx = float(merged["fl_x"])
+        fy = float(merged.get("fl_y", fx))
+    elif "camera_angle_x" in merged:
+        fx = 0.5 * width / math.tan(0.5 * float(merged["camera_angle_x"]))
+        fy = 0.5 * height / math.tan(0.5 * float(merged["camera_angle_y"])) if "camera_angle_y" in merged else fx
+    else:
+        raise SceneFormatError(f"{source} gives no intrinsics: add 'camera_angle_x' or 'fl_x' (+ 'fl_y', 'cx', 'cy')")
+    cx, cy = float(merged.get("cx", width / 2)), float(merged.get("cy", height / 2))
+    k = [float(merged.get(name, 0.0)) for name in ("k1", "k2", "k3", "k4")]
+    p = [float(merged.get(name, 0.0)) for name in ("p1", "p2")]
+    model = str(merged.get("camera_model", "OPENCV_FISHEYE" if merged.get("is_fisheye") else "OPENCV")).upper()
+    if model == "OPENCV_FISHEYE":
+        return Lens(width, height, fx, fy, cx, cy, "fisheye", tuple(k))
+    if model in ("OPENCV", "PINHOLE", "SIMPLE_PINHOLE"):
+        if model != "OPENCV" or not any(k + p):
+            return Lens(width, height, fx, fy, cx, cy)
+        if k[3]:
+            raise SceneFormatError(f"{source}: k4 with the OPENCV camera model is not supported (use OPENCV_FISHEYE for k1..k4)")
+        return Lens(width, height, fx, fy, cx, cy, "opencv", (k[0], k[1], p[0], p[1], k[2]) if k[2] else (k[0], k[1], p[0], p[1]))
+    raise SceneFormatError(f"{source}: camera_model {model} is not supported (PINHOLE, OPENCV or OPENCV_FISHEYE)")
+
+
+def pose_matrix(frame: dict[str, Any], source: Path, index: int) -> np.ndarray:
+    """The frame's 4x4 camera-to-world (3x4 is completed)."""
+    if "transform_matrix" not in frame:
+        raise SceneFormatError(f"{source}: frame {index} needs 'transform_matrix'")
+    c2w = np.asarray(frame["transform_matrix"], dtype=np.float64)
+    if c2w.shape == (3, 4):
+        c2w = np.concatenate([c2w, [[0.0, 0.0, 0.0, 1.0]]])
+    if c2w.shape != (4, 4):
+        raise SceneFormatError(f"{source}: transform_matrix must be 4x4 (or 3x4), got {c2w.shape} in frame {index}")
+    return c2w
+
+
+def frames_from_meta(meta: dict[str, Any], root: Path, source: Path, max_frames: int = -1) -> tuple[list[Frame], list[str]]:
+    """Every frame whose image exists (in file order), and the ``file_path`` of those that do not."""
+    entries = meta.get("frames")
+    if not isinstance(entries, list) or not entries:
+        raise SceneFormatError(f"{source} has no 'frames' list")
+    if max_frames > 0 and len(entries) > max_frames:
+        entries = [entries[i] for i in np.linspace(0, len(entries) - 1, max_frames).round().astype(int)]
+    frames, missing = [], []
+    size: tuple[int, int] | None = None
+    for i, entry in enumerate(entries):
+        if "file_path" not in entry:
+            raise SceneFormatError(f"{source}: frame {i} needs 'file_path' and 'transform_matrix'")
+        c2w = pose_matrix(entry, source, i)
+        path = find_image(root, entry["file_path"])
+        if path is None:
+            missing.append(str(entry["file_path"]))
+            continue
+        if size is None or any(key in entry for key in ("w", "h", "fl_x", "camera_angle_x")):
+            size = image_size(path)
+        mask = find_image(root, entry["mask_path"]) if entry.get("mask_path") else None
+        if entry.get("mask_path") and mask is None:
+            raise SceneFormatError(f"{source}: frame {i}'s mask {entry['mask_path']} is missing")
+        frames.append(Frame(path, c2w, lens_from_meta(meta, entry, size, source), mask, name=str(entry["file_path"])))
+    return frames, missing
+
+
+def read_blender(root: Path, splits: tuple[str, ...] = ("train", "val", "test"), max_frames: dict[str, int] | None = None) -> Capture:
+    """The Blender layout: one ``transforms_<split>.json`` per split (train required)."""
+    frames: list[Frame] = []
+    split_indices: dict[str, list[int]] = {}
+    missing: list[str] = []
+    for split in splits:
+        path = root / f"transforms_{split}.json"
+        if not path.is_file():
+            if split == "train":
+                raise SceneFormatError(f"no transforms_train.json in {root}")
+            continue
+        split_frames, split_missing = frames_from_meta(load_json(path), root, path, (max_frames or {}).get(split, -1))
+        split_indices[split] = list(range(len(frames), len(frames) + len(split_frames)))
+        frames += split_frames
+        missing += split_missing
+    return Capture(root, "blender", frames, split_indices, missing=missing, unbounded=False,
+                   notes=[f"Blender layout: {', '.join(f'{k} {len(v)}' for k, v in split_indices.items())} frames"])
+
+
+def _read_points(root: Path, meta: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if not meta.get("ply_file_path"):
+        return None, None
+    from lift3d.gaussians.init import read_point_cloud
+
+    points, colors = read_point_cloud(root / meta["ply_file_path"])
+    return points.numpy(), (colors.numpy() * 255).round().astype(np.uint8)
+
+
+def read_transforms_json(root: Path, max_frames: int = -1) -> Capture:
+    """One ``transforms.json`` (nerfstudio or instant-ngp): frames, named splits if the file has them."""
+    path = root / "transforms.json"
+    meta = load_json(path)
+    dialect = "nerfstudio" if ("camera_model" in meta or "applied_transform" in meta or "ply_file_path" in meta) else "instant-ngp"
+    frames, missing = frames_from_meta(meta, root, path, max_frames)
+    splits = None
+    if any(key in meta for key in _SPLIT_KEYS.values()):
+        by_name = {Path(f.name).as_posix().removeprefix("./"): i for i, f in enumerate(frames)}
+        splits = {split: [by_name[n] for n in (Path(x).as_posix().removeprefix("./") for x in meta.get(key, [])) if n in by_name]
+                  for split, key in _SPLIT_KEYS.items() if key in meta}
+    points, colors = _read_points(root, meta)
+    aabb_scale = float(meta.get("aabb_scale", 1))
+    notes = [f"{dialect} transforms.json: {len(frames)} frames" + (f", aabb_scale {aabb_scale:g}" if "aabb_scale" in meta else "")]
+    if "applied_transform" in meta:
+        notes.append("applied_transform recorded (poses are already in that frame)")
+    unbounded = aabb_scale > 1 if "aabb_scale" in meta else None
+    return Capture(root, dialect, frames, splits, points, colors, missing, unbounded, notes)
