@@ -131,3 +131,20 @@ def test_job_view_reports_step_loss_rate_and_eta(tmp_path):
     html = status_html(view)
     assert "&lt;b&gt;cat&lt;/b&gt;" in html and 'data-step="15"' in html and 'value="25.0"' in html
     assert format_duration(3725) == "1:02:05" and format_duration(None) == "--:--"
+
+
+def test_photos_without_poses_get_them_before_training(queue, tmp_path):
+    """A job for an upload without poses runs `lift3d poses` first, then trains on the scene it made."""
+    from lift3d.recipes import recipe_config
+    from tests.sfm_scene import write_photos
+
+    scene = tmp_path / "upload"
+    write_photos(scene / "images", n_views=20, resolution=200)
+    spec = JobSpec(recipe_config("reconstruct-gaussians-cpu"), [f"data.root={scene}", "trainer.max_steps=4", *FAST[1:],
+                                                                 "system.gaussians.sh_degree=0"],
+                   tmp_path / "runs", recipe="photos", title="my photos", export=False, poses_from=str(scene))
+    job = queue.submit(spec)
+    queue.wait(job.id, timeout=600)
+    assert job.state == FINISHED, job.error
+    assert (scene / "sparse" / "0" / "images.bin").is_file() and job.progress["step"] == 4
+    assert (job.trial_dir / "configs" / "scene.json").is_file()

@@ -59,6 +59,7 @@ class JobSpec:
     title: str = ""  # the prompt or the scene, for display and the trial tag
     export: bool = True  # run `lift3d export` after training
     export_formats: list[str] | None = None  # `--format` list (None: the recipe's own)
+    poses_from: str = ""  # photos or a video to run `lift3d poses` on before training (structure from motion)
 
 
 @dataclass
@@ -303,6 +304,8 @@ class JobQueue:
 
     def _run(self, job: Job, slot: str) -> None:
         spec = job.spec
+        if spec.poses_from and not self._poses(job, slot):
+            return
         job.log_path = self._log_path(job, "train")
         command = self._lift3d("train", str(spec.config), *spec.overrides, f"output_root={quote(str(spec.output_root))}",
                                f"tag={job.tag}", "trainer.enable_progress_bar=false")
@@ -322,6 +325,19 @@ class JobQueue:
             self._cancelled(job)
             return
         job.state = FINISHED
+
+    def _poses(self, job: Job, slot: str) -> bool:
+        """Structure from motion before training; False (the job failed or was cancelled) when it did not work."""
+        job.log_path = self._log_path(job, "poses")
+        code = self._follow(job, self._lift3d("poses", job.spec.poses_from), job.log_path, slot)
+        if job.cancel_event.is_set():
+            self._cancelled(job)
+            return False
+        if code != 0:
+            job.state = FAILED
+            job.error = error_from_log(job.log_path) or f"structure from motion exited with code {code}"
+            return False
+        return True
 
     def _export(self, job: Job, slot: str) -> None:
         checkpoint = job.trial_dir / "ckpts" / "last.ckpt" if job.trial_dir else None

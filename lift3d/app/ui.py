@@ -64,6 +64,7 @@ class AppState:
         """Check the input, queue the run, and remember its id in the browser; errors become a message."""
         try:
             recipe = find_recipe(self.recipes, label)
+            poses_from = ""
             if recipe.input == PROMPT:
                 text = " ".join((prompt or "").split())
                 if not text:
@@ -73,6 +74,7 @@ class AppState:
                 files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
                 scene = prepare_scene(files, self.output_root / "app-uploads" / uuid.uuid4().hex[:10])
                 text, title = str(scene.root), f"{Path(files[0]).name} ({scene.summary()})"
+                poses_from = str(scene.poses_from or "")
             options = dict(zip(OPTIONS, values))
             overrides = build_overrides(recipe, text, options)
             from lift3d.config import ConfigError, load_config
@@ -82,7 +84,8 @@ class AppState:
             except ConfigError as error:
                 raise RecipeError(f"the options do not fit recipe '{recipe.label}': {error}") from None
             spec = JobSpec(recipe.config_path, overrides, self.output_root, recipe=recipe.label, title=title,
-                           export=recipe.recipe.export, export_formats=list(recipe.recipe.export_formats or []) or None)
+                           export=recipe.recipe.export, export_formats=list(recipe.recipe.export_formats or []) or None,
+                           poses_from=poses_from)
             job = self.queue.submit(spec)
         except (RecipeError, UploadError) as error:
             return gr.skip(), message_html(str(error), "error")
@@ -156,7 +159,8 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                 about = gr.Markdown(_describe(first), elem_id="recipe-about")
                 prompt = gr.Textbox(label="Prompt", placeholder="a ceramic mug shaped like a fox", lines=2, elem_id="prompt",
                                     visible=first is None or first.input == PROMPT)
-                upload = gr.File(label="Posed photos: a .zip of the scene folder, or the folder's files (unique image names)",
+                upload = gr.File(label="Photos (a .zip, or the files), a video, or a posed scene folder (.zip: Blender, "
+                                       "transforms.json or COLMAP)",
                                  file_count="multiple", elem_id="scene-upload", visible=first is not None and first.input == PHOTOS)
                 option_inputs = []
                 with gr.Accordion("Options", open=True):

@@ -1,8 +1,10 @@
-"""Posed-image uploads for reconstruction: a .zip (unpacked safely) or a folder's files, checked before a run.
+"""Photo uploads for reconstruction, checked before a run: a .zip (unpacked safely), a folder's files, or a video.
 
-A scene is the Blender / NeRF-synthetic layout: ``transforms_<split>.json`` files whose frames name images
-by relative path. Browsers upload a folder's files without their sub-folders, so a folder upload is
-rebuilt by matching each frame's file name; a .zip keeps the layout exactly.
+A .zip may hold a posed scene in any layout lift3d reads (Blender ``transforms_<split>.json``, nerfstudio /
+instant-ngp ``transforms.json``, a COLMAP ``sparse/`` model beside ``images/``) or just photos; photos
+without poses and videos get their cameras from structure from motion (``lift3d poses``) as the run's
+first stage. Browsers upload a folder's files without their sub-folders, so a Blender folder upload is
+rebuilt by matching each frame's file name, and loose photos are gathered into ``images/``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from lift3d.data.posed_images import IMAGE_SUFFIXES, SceneFormatError, read_transforms
+from lift3d.data.posed_images import IMAGE_SUFFIXES, SceneFormatError
+from lift3d.data.scene import VIDEO_SUFFIXES
 
 MAX_ZIP_BYTES = 8 * 2**30  # refuse archives that unpack to more than this
 MAX_ZIP_MEMBERS = 100_000  # refuse archives with more entries than this
@@ -30,14 +33,18 @@ class UploadError(ValueError):
 class Scene:
     """A checked scene folder and what it holds."""
 
-    root: Path  # the folder holding transforms_train.json
-    frames: dict[str, int]  # split -> number of frames
+    root: Path  # the scene folder training reads (for a video: the folder its frames will go to)
+    frames: dict[str, int]  # split -> number of frames (photos without poses: {"photos": n})
     width: int
     height: int
+    poses_from: Path | None = None  # a photo folder or video whose poses structure from motion must find first
 
     def summary(self) -> str:
+        if self.poses_from is not None and self.poses_from.is_file():
+            return f"a video at {self.width}x{self.height}, poses by structure from motion"
         splits = ", ".join(f"{n} {split}" for split, n in self.frames.items())
-        return f"{splits} views at {self.width}x{self.height}"
+        extra = ", poses by structure from motion" if self.poses_from is not None else ""
+        return f"{splits} views at {self.width}x{self.height}{extra}"
 
 
 def _member_parts(name: str, archive: Path) -> tuple[str, ...]:
@@ -85,20 +92,32 @@ def safe_extract_zip(archive: str | Path, dest: str | Path) -> None:
 
 
 def find_scene_root(folder: Path) -> Path:
-    """The shallowest folder under ``folder`` holding ``transforms_train.json``."""
-    found = sorted(folder.rglob("transforms_train.json"), key=lambda p: (len(p.parts), str(p)))
-    found = [p for p in found if _SKIPPED[0] not in p.parts]
-    if not found:
-        others = sorted(p.name for p in folder.rglob("transforms_*.json"))
-        raise UploadError(
-            "the upload has no transforms_train.json"
-            + (f" (found {', '.join(others)})" if others else "")
-            + ". A scene holds transforms_train.json (and optionally transforms_val.json, transforms_test.json) "
-            "with the images its frames list, as in NeRF-synthetic (Blender layout)."
-        )
-    if len(found) > 1 and len(found[1].parts) == len(found[0].parts):
-        raise UploadError(f"the upload holds several scenes ({found[0].parent.name}, {found[1].parent.name}); upload one")
-    return found[0].parent
+    """The shallowest folder under ``folder`` that is a scene: posed (any layout lift3d reads) or photos alone."""
+    from lift3d.data.colmap_model import find_model
+    from lift3d.data.sfm import photo_folder
+
+    def is_scene(path: Path) -> bool:
+        return ((path / "transforms_train.json").is_file() or (path / "transforms.json").is_file()
+                or find_model(path) is not None)
+
+    candidates = [p for p in [folder, *folder.rglob("*")] if p.is_dir() and _SKIPPED[0] not in p.parts]
+    candidates.sort(key=lambda p: (len(p.parts), str(p)))
+    posed = [p for p in candidates if is_scene(p) and not any(is_scene(q) for q in p.parents if q in candidates)]
+    if len(posed) > 1 and len(posed[1].parts) == len(posed[0].parts):
+        raise UploadError(f"the upload holds several scenes ({posed[0].name}, {posed[1].name}); upload one")
+    if posed:
+        return posed[0]
+    photos = [p for p in candidates if photo_folder(p) is not None]
+    if photos:
+        return photos[0].parent if photos[0].name == "images" else photos[0]
+    others = sorted(p.name for p in folder.rglob("transforms_*.json"))
+    raise UploadError(
+        "the upload has no scene and no photos"
+        + (f" (found {', '.join(others)}, but no transforms_train.json)" if others else "")
+        + ". Upload photos (a .zip or the files; poses come from structure from motion), a video, or a posed scene: "
+        "Blender (transforms_train.json + images), nerfstudio / instant-ngp (transforms.json + images) or COLMAP "
+        "(sparse/0 + images/)."
+    )
 
 
 def _image_index(files: Sequence[Path]) -> dict[str, list[Path]]:
@@ -111,10 +130,20 @@ def _image_index(files: Sequence[Path]) -> dict[str, list[Path]]:
 
 
 def assemble_flat_files(files: Sequence[Path], dest: Path) -> Path:
-    """Rebuild a scene folder from files uploaded without their sub-folders (a browser folder upload)."""
+    """Rebuild a scene folder from files uploaded without their sub-folders (a browser folder upload): a Blender
+    scene by its frames' file names, or loose photos into ``images/``."""
     transforms = [f for f in files if f.name.startswith("transforms_") and f.suffix == ".json"]
     if not transforms:
-        raise UploadError("the uploaded files include no transforms_train.json; upload the scene folder or a .zip of it")
+        photos = [f for f in files if f.suffix in IMAGE_SUFFIXES]
+        if not photos:
+            raise UploadError("the uploaded files include no photos and no transforms_train.json; upload photos, a "
+                              "video, the scene folder or a .zip of it")
+        if len({f.name for f in photos}) < len(photos):
+            raise UploadError("several uploaded photos share a name; upload a .zip of the folder instead")
+        (dest / "images").mkdir(parents=True, exist_ok=True)
+        for photo in photos:
+            shutil.copyfile(photo, dest / "images" / photo.name)
+        return dest
     index = _image_index(files)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
@@ -146,27 +175,63 @@ def assemble_flat_files(files: Sequence[Path], dest: Path) -> Path:
 
 
 def check_scene(root: Path) -> Scene:
-    """Read every split of the scene (cameras and images); SceneFormatError says what is malformed."""
-    splits = sorted(p.name[len("transforms_"):-len(".json")] for p in root.glob("transforms_*.json"))
-    frames, size = {}, None
-    for split in ["train"] + [s for s in splits if s != "train"]:
-        scene = read_transforms(root, split)
-        frames[split] = len(scene)
-        size = size or (scene.cameras.width, scene.cameras.height)
-    assert size is not None
-    return Scene(root, frames, size[0], size[1])
+    """Read the scene's cameras (or list its photos); SceneFormatError says what is malformed."""
+    from PIL import Image
+
+    from lift3d.data.scene import read_capture, split_frames
+    from lift3d.data.sfm import has_poses, photo_folder
+
+    if not has_poses(root):
+        folder = photo_folder(root)
+        photos = sorted(p for p in folder.iterdir() if p.suffix in IMAGE_SUFFIXES)
+        if len(photos) < 2:
+            raise UploadError(f"the upload holds {len(photos)} photo(s): structure from motion needs many overlapping "
+                              "photos of the object (20 or more, all around it)")
+        with Image.open(photos[0]) as first:
+            width, height = first.size
+        return Scene(root, {"photos": len(photos)}, width, height, poses_from=root)
+    capture, _ = read_capture(root)
+    if capture.missing:  # an upload should be complete: say which files did not come
+        shown = ", ".join(capture.missing[:5]) + (" ..." if len(capture.missing) > 5 else "")
+        raise UploadError(f"{len(capture.missing)} of {len(capture.missing) + len(capture.frames)} frames listed in the "
+                          f"upload have no image file: {shown}")
+    splits = capture.splits or split_frames(capture, 8)  # the layout's own splits, else the holdout lift3d makes
+    frames = {split: len(indices) for split, indices in splits.items() if indices}
+    lens = capture.frames[0].lens
+    return Scene(root, frames, lens.width, lens.height)
+
+
+def check_video(path: Path) -> Scene:
+    """An uploaded video: readable, with frames; its scene folder is where its frames will go."""
+    import imageio.v2 as imageio
+
+    from lift3d.data.video import frames_folder
+
+    try:
+        reader = imageio.get_reader(str(path), "ffmpeg")
+        height, width = reader.get_next_data().shape[:2]
+        reader.close()
+    except Exception as error:
+        raise UploadError(f"{path.name} is not a readable video ({error}); upload an .mp4 or .mov") from None
+    return Scene(frames_folder(path), {}, width, height, poses_from=path)
 
 
 def prepare_scene(uploads: Sequence[str | Path], dest: str | Path) -> Scene:
-    """A checked scene folder under ``dest`` from uploaded files: one .zip, or a folder's files."""
+    """A checked scene under ``dest`` from uploaded files: one .zip, one video, or a folder's files."""
     files = [Path(u) for u in uploads or []]
     if not files:
-        raise UploadError("upload the posed photos: a .zip of the scene folder (transforms_train.json + images) or the folder")
+        raise UploadError("upload photos: a .zip of them (or of a posed scene folder), the photos themselves, or a video")
     dest = Path(dest)
     zips = [f for f in files if f.suffix.lower() == ".zip"]
-    if zips:
+    videos = [f for f in files if f.suffix.lower() in VIDEO_SUFFIXES]
+    if zips or videos:
         if len(files) > 1:
-            raise UploadError("upload either one .zip of the scene folder or the folder's files, not both")
+            raise UploadError("upload either one .zip, one video, or a folder's files, not several of them")
+        if videos:
+            dest.mkdir(parents=True, exist_ok=True)
+            target = dest / videos[0].name
+            shutil.copyfile(videos[0], target)
+            return check_video(target)
         safe_extract_zip(zips[0], dest)
         root = find_scene_root(dest)
     else:

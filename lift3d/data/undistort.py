@@ -28,7 +28,8 @@ class Undistortion:
         """``image`` [H, W, C] uint8 (the distorted photo) -> the cropped pinhole image."""
         import cv2
 
-        out = cv2.remap(image, self.map_x, self.map_y, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+        # the crop keeps pixels whose source lies inside the photo; replicate its edge for the bilinear taps there
+        out = cv2.remap(image, self.map_x, self.map_y, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         x0, y0, x1, y1 = self.crop
         return out[y0:y1, x0:x1]
 
