@@ -213,7 +213,8 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
         return None
     image_dir = Path(os.path.commonpath([str(f.image.parent) for f in frames]))
     names = [f.image.relative_to(image_dir).as_posix() for f in frames]
-    digest = hashlib.sha1(repr((names, [f.image.stat().st_mtime_ns for f in frames], [f.c2w.round(6).tolist() for f in frames],
+    # keyed by what the points depend on: file names and sizes (not times: a copied scene keeps its cache), poses, lens
+    digest = hashlib.sha1(repr((names, [f.image.stat().st_size for f in frames], [f.c2w.round(6).tolist() for f in frames],
                                 lens, max_image_size, max_num_features)).encode()).hexdigest()[:16]
     folder = cache_folder("triangulated", digest)
     cached = folder / "points.npz"
