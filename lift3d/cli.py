@@ -34,6 +34,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ConfigError, RegistryError, CheckpointError, FileNotFoundError]
     for module, name in (
         ("lift3d.data.posed_images", "SceneFormatError"),
+        ("lift3d.data.reference_image", "ReferenceImageError"),
         ("lift3d.systems.base", "NonFiniteLossError"),
         ("lift3d.gaussians.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),

@@ -127,5 +127,5 @@ def run_prompt_list(args: Any) -> int:
         if "=" not in args.prompt:
             raise ValueError(f"give either a prompt or --prompts FILE, not both (got the prompt {args.prompt!r})")
         overrides.insert(0, args.prompt)
-    _, results = generate_many(args.prompts, args.method, overrides, parse_gpus(args.gpus))
+    _, results = generate_many(args.prompts, args.method or "gaussian-sds", overrides, parse_gpus(args.gpus))
     return 0 if all(r["returncode"] == 0 for r in results) else 1

@@ -2,6 +2,7 @@
 
 import html
 import zipfile
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -61,7 +62,7 @@ def test_bad_input_gives_a_message_and_starts_nothing(recipes, tmp_path):
     assert "type a prompt" in _message(state.start(None, PROMPT_LABEL, "   ", None, *NO_OPTIONS))
     assert "unknown recipe 'Nope'" in _message(state.start(None, "Nope", "a cat", None, *NO_OPTIONS))
     assert "steps must be a number" in _message(state.start(None, PROMPT_LABEL, "a cat", None, "ten", "", "", "", ""))
-    assert "upload the posed photos" in _message(state.start(None, PHOTOS_LABEL, "", None, *NO_OPTIONS))
+    assert "upload photos: a .zip" in _message(state.start(None, PHOTOS_LABEL, "", None, *NO_OPTIONS))
     (tmp_path / "bad.zip").write_bytes(b"junk")
     assert "not a readable .zip" in _message(state.start(None, PHOTOS_LABEL, "", [str(tmp_path / "bad.zip")], *NO_OPTIONS))
     assert queue.submitted == []
@@ -115,3 +116,26 @@ def test_a_fresh_page_reattaches_and_refresh_skips_what_did_not_change(recipes, 
     *updates, shown3 = state.refresh(job_id, shown2)
     assert 'data-state="finished"' in updates[0]["value"] and updates[5]["interactive"] is False and updates[6]["active"] is False
     assert "there is no queued or running job" in state.cancel(job_id)
+
+
+def test_an_image_run_gets_the_uploaded_photo(tmp_path):
+    """The built-in image-to-3D recipes take one uploaded photo as data.image; anything else is a message."""
+    import numpy as np
+    from PIL import Image
+
+    from lift3d.app.recipes import DEFAULT_RECIPES, IMAGE, offered_recipes
+
+    image_recipes = [r for r in offered_recipes(DEFAULT_RECIPES) if r.recipe.input == IMAGE]
+    assert {r.label for r in image_recipes} >= {"Image to 3D: DreamGaussian (Gaussians + Zero123)", "Image to 3D: Zero123 NeRF"}
+    queue = FakeQueue()
+    state = AppState(queue, image_recipes, tmp_path)
+    label = image_recipes[0].label
+    assert "upload one photo" in _message(state.start(None, label, "", None, *NO_OPTIONS))
+    photo = tmp_path / "mug.png"
+    Image.fromarray(np.zeros((8, 8, 4), np.uint8)).save(photo)
+    job_id, _ = state.start(None, label, "", [str(photo)], "7", "", "", "", "")
+    assert job_id == "job0"
+    [spec] = queue.submitted
+    cfg = load_config(spec.config, overrides=spec.overrides)
+    assert cfg.data["image"].endswith("mug.png") and Path(cfg.data["image"]).is_file() and cfg.trainer.max_steps == 7
+    assert "upload one photo" in _message(state.start(None, label, "", [str(photo), str(photo)], *NO_OPTIONS))

@@ -21,7 +21,8 @@ from typing import Any
 log = logging.getLogger("lift3d")
 
 PROMPT = "prompt"  # input kind: a text prompt (text-to-3D)
-PHOTOS = "photos"  # input kind: posed images in the Blender layout (reconstruction)
+PHOTOS = "photos"  # input kind: photos, a video or a posed scene (reconstruction)
+IMAGE = "image"  # input kind: one photo of an object (image-to-3D)
 RECIPES_ENV = "LIFT3D_APP_RECIPES"  # os.pathsep-separated YAML files with more app recipes
 
 # the page's options: name -> (type, a value of that type used to probe whether a key is accepted)
@@ -42,6 +43,7 @@ _GUIDED = {
 }
 _PROMPT_KEYS = ("system.guidance.prompt",)  # the text-to-3D recipes read the prompt from their guidance config
 _RECONSTRUCT = {"steps": ("trainer.max_steps",), "seed": ("seed",)}
+_IMAGE = {key: _GUIDED[key] for key in ("steps", "seed", "guidance_scale", "model_path")}
 
 
 class RecipeError(ValueError):
@@ -54,7 +56,7 @@ class AppRecipe:
 
     label: str  # friendly name shown in the menu
     configs: tuple[str, ...]  # recipe names under lift3d/configs or YAML paths; the first that exists is used
-    input: str = PROMPT  # prompt (text-to-3D) or photos (posed images, Blender layout)
+    input: str = PROMPT  # prompt (text-to-3D), photos (reconstruction) or image (one photo: image-to-3D)
     input_keys: tuple[str, ...] = _PROMPT_KEYS  # config keys that receive the prompt, or the scene folder
     options: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # page option -> config keys it sets
     overrides: tuple[str, ...] = ()  # fixed overrides sent with every run of this recipe
@@ -63,8 +65,8 @@ class AppRecipe:
     description: str = ""  # one line shown under the menu
 
     def __post_init__(self) -> None:
-        if self.input not in (PROMPT, PHOTOS):
-            raise RecipeError(f"app recipe '{self.label}': input must be '{PROMPT}' or '{PHOTOS}', got '{self.input}'")
+        if self.input not in (PROMPT, PHOTOS, IMAGE):
+            raise RecipeError(f"app recipe '{self.label}': input must be '{PROMPT}', '{PHOTOS}' or '{IMAGE}', got '{self.input}'")
         unknown = sorted(set(self.options) - set(OPTIONS))
         if unknown:
             raise RecipeError(f"app recipe '{self.label}': unknown option(s) {unknown}; options are {sorted(OPTIONS)}")
@@ -77,6 +79,11 @@ DEFAULT_RECIPES: tuple[AppRecipe, ...] = (
               description="A NeRF distilled from Stable Diffusion with SDS."),
     AppRecipe("Text to 3D: ProlificDreamer (VSD, first stage)", ("prolificdreamer",), options=_GUIDED,
               description="Variational score distillation: the slowest and most detailed; runs the NeRF stage."),
+    AppRecipe("Image to 3D: DreamGaussian (Gaussians + Zero123)", ("dreamgaussian-image",), input=IMAGE,
+              input_keys=("data.image",), options=_IMAGE,
+              description="One photo of an object to 3D Gaussians and a mesh, with Zero123 imagining the unseen sides."),
+    AppRecipe("Image to 3D: Zero123 NeRF", ("zero123-nerf",), input=IMAGE, input_keys=("data.image",), options=_IMAGE,
+              description="One photo of an object to a NeRF (and its mesh), distilled from Zero123."),
     AppRecipe("Photos to 3D: Gaussian splatting", ("reconstruct-gaussians",), input=PHOTOS, input_keys=("data.root",),
               options=_RECONSTRUCT, description="3D Gaussian Splatting fitted to posed photos."),
     AppRecipe("Photos to 3D: NeRF", ("reconstruct-nerf",), input=PHOTOS, input_keys=("data.root",),

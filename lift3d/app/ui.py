@@ -16,8 +16,8 @@ from typing import Any
 import gradio as gr
 
 from lift3d.app.jobs import ACTIVE, JobQueue, JobSpec
-from lift3d.app.recipes import OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
-from lift3d.app.uploads import UploadError, prepare_scene
+from lift3d.app.recipes import IMAGE, OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
+from lift3d.app.uploads import UploadError, prepare_image, prepare_scene
 from lift3d.app.views import CSS, job_view, message_html, result_values, status_html
 
 log = logging.getLogger("lift3d")
@@ -70,6 +70,10 @@ class AppState:
                 if not text:
                     raise RecipeError("type a prompt first: describe the object to make, e.g. 'a ceramic mug shaped like a fox'")
                 title = text
+            elif recipe.input == IMAGE:
+                files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
+                image = prepare_image(files, self.output_root / "app-uploads" / uuid.uuid4().hex[:10])
+                text, title = str(image), image.name
             else:
                 files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
                 scene = prepare_scene(files, self.output_root / "app-uploads" / uuid.uuid4().hex[:10])
@@ -159,9 +163,10 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                 about = gr.Markdown(_describe(first), elem_id="recipe-about")
                 prompt = gr.Textbox(label="Prompt", placeholder="a ceramic mug shaped like a fox", lines=2, elem_id="prompt",
                                     visible=first is None or first.input == PROMPT)
-                upload = gr.File(label="Photos (a .zip, or the files), a video, or a posed scene folder (.zip: Blender, "
-                                       "transforms.json or COLMAP)",
-                                 file_count="multiple", elem_id="scene-upload", visible=first is not None and first.input == PHOTOS)
+                upload = gr.File(label="Image to 3D: one photo of the object. Photos to 3D: photos (a .zip, or the files), "
+                                       "a video, or a posed scene folder (.zip: Blender, transforms.json or COLMAP)",
+                                 file_count="multiple", elem_id="scene-upload",
+                                 visible=first is not None and first.input in (PHOTOS, IMAGE))
                 option_inputs = []
                 with gr.Accordion("Options", open=True):
                     for option in OPTIONS:

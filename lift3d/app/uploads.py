@@ -216,6 +216,21 @@ def check_video(path: Path) -> Scene:
     return Scene(frames_folder(path), {}, width, height, poses_from=path)
 
 
+def prepare_image(uploads: Sequence[str | Path], dest: str | Path) -> Path:
+    """The one photo of an image-to-3D upload, checked (readable) and copied under ``dest``."""
+    from lift3d.data.images import load_rgba
+
+    files = [Path(u) for u in uploads or []]
+    if len(files) != 1 or files[0].suffix not in IMAGE_SUFFIXES:
+        raise UploadError("upload one photo of the object (.png or .jpg; a PNG with a transparent background works best)")
+    try:
+        load_rgba(files[0])
+    except SceneFormatError as error:
+        raise UploadError(str(error)) from None
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(files[0], Path(dest) / files[0].name))
+
+
 def prepare_scene(uploads: Sequence[str | Path], dest: str | Path) -> Scene:
     """A checked scene under ``dest`` from uploaded files: one .zip, one video, or a folder's files."""
     files = [Path(u) for u in uploads or []]

@@ -1,5 +1,7 @@
 """``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer] [overrides...]``: text -> 3D.
 
+``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
+one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
 ``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides...]`` makes one asset per line of FILE,
 sharded across the GPUs (``lift3d.multi_prompt``)."""
 
@@ -10,11 +12,17 @@ import json
 import re
 from pathlib import Path
 
-HELP = "make a 3D asset from a text prompt by score distillation (needs Stable Diffusion weights; a GPU is advised)"
+HELP = ("make a 3D asset from a text prompt, or from one photo (--image), by score distillation (needs Stable "
+        "Diffusion / Zero123 weights; a GPU is advised)")
 METHODS = {  # --method -> recipe config
     "gaussian-sds": "gaussian-sds",
     "dreamfusion": "dreamfusion-sd",
     "prolificdreamer": "prolificdreamer",
+}
+IMAGE_METHODS = {  # --image --method -> (first stage, refine stage)
+    "dreamgaussian": ("dreamgaussian-image", "dreamgaussian-image-texture"),
+    "zero123-nerf": ("zero123-nerf", ""),
+    "magic123": ("magic123", "magic123-refine"),
 }
 
 
@@ -24,9 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("prompt", nargs="?", default=None, help='what to make, e.g. "a DSLR photo of a hamburger"')
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",  # "config": lift3d.cli appends stray overrides there
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
-    parser.add_argument("--method", choices=list(METHODS), default="gaussian-sds",
-                        help="recipe: gaussian-sds (3D Gaussians, minutes), dreamfusion (NeRF + SDS) or "
-                             "prolificdreamer (NeRF + VSD, slowest, most detail); default: gaussian-sds")
+    parser.add_argument("--method", choices=[*METHODS, *IMAGE_METHODS], default=None,
+                        help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS) or "
+                             "prolificdreamer (NeRF + VSD, slowest, most detail); --image: dreamgaussian (Gaussians then "
+                             "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
+                             "a text prompt)")
+    parser.add_argument("--image", metavar="PHOTO", default=None,
+                        help="make the asset from this photo (RGBA cut-out, or a photo whose background is removed)")
+    parser.add_argument("--elevation", type=float, default=0.0, metavar="DEG",
+                        help="--image: the photo's camera elevation above the object's horizon, degrees (default 0)")
+    parser.add_argument("--refine-steps", type=int, default=None, metavar="N",
+                        help="--image: steps of the mesh stage (default: its recipe's; 0 skips it)")
+    parser.add_argument("--refine-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="--image: an override for the mesh stage only (repeatable), e.g. system.export.texture_size=2048")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
     parser.add_argument("--prompts", metavar="FILE", default=None, help=PROMPTS_HELP)
 
@@ -53,27 +71,102 @@ def generate_overrides(prompt: str, overrides: list[str]) -> list[str]:
     return [f"system.guidance.prompt={json.dumps(prompt)}", f"tag={prompt_tag(prompt)}", *overrides]
 
 
-def run(args: argparse.Namespace) -> int:
-    from lift3d.commands.common import parse_gpus
-    from lift3d.config import ConfigError, load_config
-    from lift3d.recipes import recipe_config
+def image_overrides(image: str, elevation: float, prompt: str | None) -> list[str]:
+    """The overrides ``lift3d generate --image`` adds: the photo, its elevation, a tag, the prompt (magic123)."""
+    from lift3d.config import ConfigError
+
+    path = Path(image).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"--image {image}: no such file (give a .png or .jpg of the object)")
+    overrides = [f"data.image={json.dumps(str(path))}", f"data.elevation_deg={elevation}", f"tag={prompt_tag(path.stem)}"]
+    if prompt:
+        overrides.append(f"system.text_guidance.prompt={json.dumps(prompt)}")
+    return overrides
+
+
+def _applies_to(override: str, cfg) -> bool:
+    """Whether a KEY=VALUE override names a key the config has (a later stage takes the user's options that fit it)."""
+    from omegaconf import OmegaConf
+
+    key = override.split("=", 1)[0].replace("\\.", ".")
+    missing = object()
+    return not key.startswith("trainer.") and OmegaConf.select(OmegaConf.structured(cfg), key, default=missing) is not missing
+
+
+def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
+    """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
+    from lift3d.config import load_config
     from lift3d.runner import run_experiment
 
+    cfg = load_config(config, overrides=overrides)
+    print(f"lift3d: {announce.format(steps=cfg.trainer.max_steps)}", flush=True)
+    trial = run_experiment("train", cfg, [config], overrides)
+    print(f"lift3d: results in {trial}")
+    return trial
+
+
+def print_assets(trial: Path) -> None:
+    for path in sorted((trial / "save").glob("it*.*")):
+        print(f"  {path}")
+
+
+def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
+    """One photo -> 3D: the method's first stage, then its mesh stage from the first stage's checkpoint."""
+    from lift3d.config import ConfigError, load_config
+    from lift3d.recipes import recipe_config
+
+    method = args.method or "dreamgaussian"
+    if method not in IMAGE_METHODS:
+        raise ConfigError(f"--method {method} makes 3D from text; with --image use one of {', '.join(IMAGE_METHODS)}")
+    if method == "magic123" and not (args.prompt and "=" not in args.prompt):
+        raise ConfigError('magic123 adds a text prior: give a prompt, e.g. lift3d generate --image photo.png --method magic123 '
+                          '"a DSLR photo of a teddy bear"')
+    first, refine = IMAGE_METHODS[method]
+    user = list(args.config)
+    prompt = args.prompt
+    if prompt and re.fullmatch(r"[A-Za-z_][\w.\\]*=.*", prompt):  # argparse hands the first override to the prompt
+        user.insert(0, prompt)
+        prompt = None
+    if prompt and method != "magic123":
+        raise ConfigError(f"{method} makes 3D from the photo alone; a prompt is for --method magic123 (got {prompt!r})")
+    bad = [item for item in user if "=" not in item]
+    if bad:
+        raise ConfigError(f"overrides are KEY=VALUE, got {' '.join(bad)}")
+    base = image_overrides(args.image, args.elevation, prompt)
+    devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
+    config = recipe_config(first)
+    trial = train_stage(config, [*base, *devices, *user], f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)")
+    if refine and args.refine_steps != 0:
+        config = recipe_config(refine)
+        plain = load_config(config)
+        steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
+        overrides = [*base, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps,
+                     *[item for item in user if _applies_to(item, plain)], *args.refine_set]
+        trial = train_stage(config, overrides, f"mesh stage {config.name} ({{steps}} steps) from {trial}")
+    print_assets(trial)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from lift3d.commands.common import parse_gpus
+    from lift3d.config import ConfigError
+    from lift3d.recipes import recipe_config
+
+    if args.image:
+        return run_image(args, parse_gpus(args.gpus))
     if args.prompts:
         from lift3d.multi_prompt import run_prompt_list
 
         return run_prompt_list(args)
     if args.prompt is None:
-        raise ConfigError('give a prompt: lift3d generate "a DSLR photo of a hamburger" (or --prompts FILE)')
-    config: Path = recipe_config(METHODS[args.method])
+        raise ConfigError('give a prompt: lift3d generate "a DSLR photo of a hamburger" (or --prompts FILE, or --image PHOTO)')
+    method = args.method or "gaussian-sds"
+    if method not in METHODS:
+        raise ConfigError(f"--method {method} makes 3D from one photo: add --image PHOTO (text methods: {', '.join(METHODS)})")
+    config: Path = recipe_config(METHODS[method])
     overrides = generate_overrides(args.prompt, list(args.config))
     gpus = parse_gpus(args.gpus)
     if gpus is not None:
         overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
-    cfg = load_config(config, overrides=overrides)
-    print(f"lift3d: generating {args.prompt!r} with {args.method} ({config.name}, {cfg.trainer.max_steps} steps)", flush=True)
-    trial = run_experiment("train", cfg, [config], overrides)
-    print(f"lift3d: results in {trial}")
-    for path in sorted((trial / "save").glob("it*.*")):
-        print(f"  {path}")
+    print_assets(train_stage(config, overrides, f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"))
     return 0

@@ -1,3 +1,3 @@
-"""Data modules: random views for generation, posed photos for reconstruction."""
+"""Data modules: random views for generation, posed photos for reconstruction, one photo for image-to-3D."""
 
-from lift3d.data import posed_images, random_views  # noqa: F401  (register the data modules)
+from lift3d.data import posed_images, random_views, single_image  # noqa: F401  (register the data modules)

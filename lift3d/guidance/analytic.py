@@ -44,6 +44,7 @@ class AnalyticConfig(DistillationConfig):
     root: str = ""  # scene folder with transforms_<split>.json and its images
     split: str = "train"  # which transforms file holds the references
     max_views: int = -1  # use at most this many references, evenly spread (-1: all)
+    exclude_views: list = field(default_factory=list)  # frame indices of the split left out (the image-to-3D twin's input view)
     downscale: int = 1  # read the images downscaled by this integer factor (they are resized to the render size anyway)
     background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # colour the RGBA references are composited on
     view_angle_deg: float = 30.0  # references within this angle of the rendered camera form the conditional set
@@ -76,10 +77,13 @@ class AnalyticGuidance(DistillationGuidance):
         if not self.cfg.root:
             raise ValueError("guidance.root is empty: point the analytic prior at a scene folder with transforms_<split>.json")
         scene = read_transforms(self.cfg.root, self.cfg.split, self.cfg.downscale, self.cfg.max_views)
-        rgba = scene.rgba.float() / 255.0
+        keep = torch.tensor([i for i in range(len(scene)) if i not in {int(v) for v in self.cfg.exclude_views}])
+        if len(keep) == 0:
+            raise ValueError("guidance.exclude_views leaves no reference views")
+        rgba = scene.rgba[keep].float() / 255.0
         background = torch.tensor(self.cfg.background, dtype=torch.float32)
         rgb = rgba[..., :3] * rgba[..., 3:] + background * (1 - rgba[..., 3:])
-        return rgb, scene.cameras.c2w
+        return rgb, scene.cameras.c2w[keep]
 
     def references_at(self, height: int, width: int) -> Tensor:
         """The references resized to the render size, flattened: [N, 3*H*W] in -1..1."""

@@ -105,7 +105,7 @@ class LatentDiffusionGuidance(DistillationGuidance):
             self.dtype = torch.float32
         modules = [self.unet, self.vae]
         for module in modules + self.extra_modules():
-            if module.dtype != self.dtype:
+            if next(module.parameters()).dtype != self.dtype:
                 module.to(dtype=self.dtype)
         set_memory_format(modules, self.cfg.channels_last)
         self.offload.place(device)

@@ -3,6 +3,7 @@
 from lift3d.systems import (  # noqa: F401  (register the recipes)
     dreamfusion,
     gaussian_sds,
+    image_to_3d,
     mesh_stages,
     reconstruct_gaussians,
     reconstruct_nerf,
