@@ -49,12 +49,17 @@ class StageTimer(Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
         if self.start is None:
-            torch.cuda.synchronize()
+            _sync()
             self.start = time.perf_counter()
 
     def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
-        torch.cuda.synchronize()
+        _sync()
         self.seconds, self.steps = time.perf_counter() - (self.start or time.perf_counter()), trainer.global_step
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def write_photo(path: Path) -> Path:
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     models = Path(args.models)
     zero123 = write_random_zero123(models / "zero123")
-    print(json.dumps({"bench": "image_to_3d", "environment": environment()}), flush=True)
+    print(json.dumps({"bench": "image_to_3d", "environment": environment(torch.device("cuda"))}), flush=True)
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-image-") as tmp:
         folder = Path(tmp)
         photo = write_photo(folder / "ball.png")

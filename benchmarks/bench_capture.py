@@ -1,0 +1,103 @@
+"""A real capture reconstructed as `lift3d reconstruct PATH` does it, timed: training seconds (GPU synced),
+steps/s, val PSNR/SSIM on the held-out frames, peak GPU memory; one JSON line. Validation renders (render
+beside photo) are copied to ``--renders DIR`` for looking at.
+
+    python benchmarks/bench_capture.py ../shared/data/fox --steps 7000
+    python benchmarks/bench_capture.py /path/to/photos --method nerf --steps 5000 --set data.downscale=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_guidance import environment  # noqa: E402
+from benchmarks.bench_image_to_3d import StageTimer  # noqa: E402
+
+
+class TimeCap(Callback):
+    """Stops training once ``seconds`` have passed since its first step."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.start = seconds, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.start = self.start or time.perf_counter()
+        if time.perf_counter() - self.start > self.seconds:
+            trainer.should_stop = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scene", help="a posed scene folder (any layout lift3d reads), a photo folder or a video")
+    parser.add_argument("--method", default="gaussians", choices=("gaussians", "nerf"))
+    parser.add_argument("--steps", type=int, default=7000, help="training steps (validation runs once, at the end)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    parser.add_argument("--renders", default="", help="copy the validation renders into this folder")
+    parser.add_argument("--output-root", default="outputs", help="where the run's folder goes")
+    parser.add_argument("--time-cap", type=float, default=0.0, help="stop training after this many seconds (then validate)")
+    args = parser.parse_args(argv)
+
+    import lift3d.runner as runner
+    from lift3d.commands.reconstruct import recipe_for
+    from lift3d.config import load_config
+    from lift3d.data.scene import detect_format
+    from lift3d.data.sfm import prepare_capture
+
+    scene = prepare_capture(Path(args.scene).expanduser().resolve())
+    detect_format(scene)
+    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available())
+    overrides = [f"data.root={scene}", f"tag={scene.name}", f"trainer.max_steps={args.steps}",
+                 f"trainer.val_check_interval={args.steps}", "trainer.run_test_after_fit=false",
+                 "trainer.enable_progress_bar=false", f"output_root={args.output_root}", *args.set]
+    cfg = load_config(config, overrides=overrides)
+    timer = StageTimer()
+    build = runner.build_trainer
+
+    def with_timer(*a, **k):
+        trainer = build(*a, **k)
+        if k.get("train"):
+            trainer.callbacks.append(timer)
+            if args.time_cap > 0:
+                trainer.callbacks.append(TimeCap(args.time_cap))
+        return trainer
+
+    runner.build_trainer = with_timer
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    trial = runner.run_experiment("train", cfg, [config], overrides)
+    wall = time.perf_counter() - started
+    metrics = trial / "save" / "metrics.json"
+    if not metrics.is_file() or json.loads(metrics.read_text()).get("val", {}).get("step") != timer.steps:
+        cfg.resume = str(trial / "ckpts" / "last.ckpt")  # stopped by the time cap before its validation: validate now
+        runner.run_experiment("validate", cfg, [config], overrides)
+    val = json.loads(metrics.read_text())["val"]
+    record = {"bench": "capture", "scene": str(scene), "method": args.method, "config": config.name, "steps": timer.steps,
+              "train_s": round(timer.seconds, 1), "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2),
+              "wall_s": round(wall, 1), "val_psnr": round(val["psnr"], 3), "val_ssim": round(val["ssim"], 4),
+              "val_views": val["views"], "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
+              "environment": environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))}
+    if torch.cuda.is_available():
+        record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    if args.renders:
+        out = Path(args.renders)
+        out.mkdir(parents=True, exist_ok=True)
+        for path in sorted((trial / "save").glob(f"it{val['step']}-val/*.png"))[:4]:
+            shutil.copy(path, out / f"{scene.name}-{path.name}")
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
