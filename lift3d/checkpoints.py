@@ -48,6 +48,16 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
             others = sorted(p.name for p in path.parent.glob("*.ckpt"))
             hint = f" Checkpoints in {path.parent}: {', '.join(others) or 'none'}."
         raise CheckpointError(f"checkpoint not found: {path}.{hint}")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"ply\n":
+        raise CheckpointError(
+            f"{path} is a 3DGS .ply, not a checkpoint: load it in Python with lift3d.gaussians.ply.load_ply, or start "
+            f"a run's Gaussians at its points with system.gaussians.init=points system.gaussians.init_path={path}")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not one of ours
+        raise CheckpointError(f"{path} is not a readable checkpoint (not a PyTorch checkpoint file: truncated or corrupt?)")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
@@ -57,6 +67,15 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
         ) from None
     except (RuntimeError, EOFError) as error:
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {error}") from None
+
+
+def check_recipe(checkpoint: dict[str, Any], system_type: str, path: str | Path) -> None:
+    """Refuse a checkpoint another recipe wrote (lift3d records its system type; older checkpoints are told
+    apart by their weight names), naming the fix."""
+    written_by = (checkpoint.get("lift3d") or {}).get("system_type")
+    if written_by and written_by != system_type:
+        raise CheckpointError(f"{path} was written by a {written_by} run, but the config is a {system_type} run: give the "
+                              f"config of the run it came from (its configs/parsed.yaml)")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

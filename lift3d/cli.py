@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 
 from lift3d import __version__
@@ -35,6 +36,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     for module, name in (
         ("lift3d.data.posed_images", "SceneFormatError"),
         ("lift3d.data.reference_image", "ReferenceImageError"),
+        ("lift3d.export.formats", "ExportFormatError"),
         ("lift3d.systems.base", "NonFiniteLossError"),
         ("lift3d.gaussians.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lift3d {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMAND_MODULES.items():
         module = importlib.import_module(f"lift3d.commands.{module_name}")
@@ -103,14 +106,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extras)}")
         args.config += extras
     configure_logging(args.verbose)
+    from lift3d import aftercare
+
+    aftercare.reset()
     try:
-        return int(args._module.run(args) or 0)
+        code = int(args._module.run(args) or 0)
     except _user_errors() as error:
+        if args.debug:
+            traceback.print_exc()
         print(f"lift3d: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("lift3d: interrupted; the last checkpoint written is intact", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001  (a bug, not bad input: one line, the traceback with --debug)
+        if args.debug:
+            traceback.print_exc()
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"lift3d: internal error: {type(error).__name__}: {first} (lift3d --debug ... shows where; please report "
+              "it with that output)", file=sys.stderr)
+        return 1
+    failed = aftercare.problems()
+    if code == 0 and failed:
+        print(f"lift3d: trained, but {len(failed)} step(s) after training failed (the checkpoint is good; "
+              f"rerun them with lift3d export / lift3d test):", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        return aftercare.EXIT_TRAINED_WITH_PROBLEMS
+    return code
 
 
 if __name__ == "__main__":

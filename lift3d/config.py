@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -216,14 +217,18 @@ def _register_resolvers() -> None:
         "div": lambda a, b: a / b,
     }.items():
         if not OmegaConf.has_resolver(name):
-            register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
-            register(name, fn)
+            # the new-style API: its resolvers get interpolations resolved (omegaconf 2.3's legacy
+            # register_resolver would hand over the raw '${trainer.max_steps}' string)
+            OmegaConf.register_new_resolver(name, fn)
 
 
 def _load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, DictConfig]]:
     """Layers of one YAML file: its ``base:`` chain first (relative paths), then the file itself."""
     path = path.expanduser()
     if not path.is_file():
+        if re.fullmatch(r"[A-Za-z_][\w.]*", str(path)) and path.suffix not in (".yaml", ".yml"):
+            raise ConfigError(f"'{path}' is neither a config file nor an override: overrides are key=value, "
+                              f"e.g. {path}=...")
         raise ConfigError(f"config file not found: {path} (give a path to a YAML file, e.g. configs/<recipe>.yaml)")
     if path.resolve() in seen:
         raise ConfigError(f"config 'base:' chain loops back to {path}")
@@ -304,6 +309,37 @@ def merge_layers(layers: Sequence[DictConfig]) -> DictConfig:
     return merged
 
 
+def split_key(key: str) -> list[str]:
+    """The path of a dotlist key: parts split at dots, ``\\.`` keeping a dot inside a part
+    (``system.optimizer.params.field\\.encoding.lr`` -> [..., "params", "field.encoding", "lr"])."""
+    return [part.replace("\\.", ".") for part in re.split(r"(?<!\\)\.", key)]
+
+
+def dotlist_layer(overrides: Sequence[str]) -> DictConfig:
+    """A config layer from ``key=value`` overrides. Values are read by OmegaConf's own dotlist parser; the keys
+    are split here, so an escaped dot means the same on every supported omegaconf (2.3 splits at it)."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        key, value = item.split("=", 1)
+        parts = split_key(key.strip())
+        if not all(parts):
+            raise ConfigError(f"override '{item}' has an empty key part (keys look like system.optimizer.args.lr)")
+        try:
+            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={value}"]), resolve=False)["value"]
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"could not read the value of override '{item}': {str(error).splitlines()[0]}") from None
+        node = tree
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = parsed
+    try:
+        return OmegaConf.create(tree)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"could not parse the overrides {list(overrides)}: {error}") from None
+
+
 def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Merge YAML files (later wins) and dotlist overrides, resolve interpolations, validate."""
     _register_resolvers()
@@ -313,10 +349,7 @@ def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> Exper
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value (e.g. system.optimizer.args.lr=0.01)")
-    try:
-        sources.layers.append((COMMAND_LINE, OmegaConf.from_dotlist(list(overrides))))
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"could not parse the overrides {list(overrides)}: {error}") from None
+    sources.layers.append((COMMAND_LINE, dotlist_layer(overrides)))
     merged = merge_layers([layer for _, layer in sources.layers])
     try:
         OmegaConf.resolve(merged)

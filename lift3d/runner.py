@@ -14,8 +14,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, TQDMProgressBar
 
-from lift3d.checkpoints import AtomicCheckpointIO, load_checkpoint
-from lift3d.config import ExperimentConfig, to_yaml
+from lift3d import aftercare
+from lift3d.checkpoints import AtomicCheckpointIO, check_recipe, load_checkpoint
+from lift3d.config import ConfigError, ExperimentConfig, to_yaml
 from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
@@ -229,15 +230,22 @@ def run_experiment(
     """Run ``mode`` (train, validate, test, export) and return the trial folder."""
     if mode not in ("train", "validate", "test", "export"):
         raise ValueError(f"unknown mode {mode!r}")
+    aftercare.reset()
     if mode != "train" and not cfg.resume:
-        raise ValueError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
+        raise ConfigError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
+    if cfg.resume:
+        check_recipe(load_checkpoint(cfg.resume), cfg.system_type, cfg.resume)
     existing = trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None
     trial_dir = existing or _shared_trial_dir() or make_trial_dir(cfg)
     if _rank() == 0:
         os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        if mode == "train":
-            _write_configs(trial_dir, cfg, config_paths, overrides)
+        try:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            if mode == "train":
+                _write_configs(trial_dir, cfg, config_paths, overrides)
+        except OSError as error:
+            raise ConfigError(f"cannot write the run's folder {trial_dir}: {error.strerror or error}; set output_root= "
+                              "to a folder you can write") from None
     train = mode == "train"
     trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1))
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
@@ -249,9 +257,10 @@ def run_experiment(
         trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
         if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
             tester = build_trainer(cfg, trial_dir, train=False, devices=1)
-            tester.test(system, datamodule=datamodule)
+            aftercare.attempt("the test renders", tester.test, system, datamodule=datamodule)
         if trainer.is_global_zero:
-            update_progress(trial_dir, status="interrupted" if trainer.interrupted else "finished")
+            status = "interrupted" if trainer.interrupted else "finished"
+            update_progress(trial_dir, status=status, problems=aftercare.problems())
     elif mode == "validate":
         trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
     elif mode == "test":

@@ -85,6 +85,9 @@ class OutputSaver:
 def _write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> None:
     import imageio
 
+    from lift3d.aftercare import require_ffmpeg
+
+    require_ffmpeg()
     with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps, codec="libx264", macro_block_size=1,
                             quality=8, pixelformat="yuv420p") as writer:
         for frame in frames:

@@ -99,3 +99,15 @@ def test_typed_sub_parts_are_validated_recursively():
         parse_structured(_OuterConfig, {"inner": {"widht": 8}})
     module = _Inner({"width": 3})
     assert module.cfg.width == 3 and module.cfg.gain == 1.0
+
+
+def test_escaped_keys_and_arithmetic_resolvers_on_every_omegaconf():
+    """A dotted parameter-group name escaped on the command line, and ${mul:...} over another key (omegaconf 2.3
+    split the first and handed the second its raw text)."""
+    from lift3d.recipes import recipe_config
+
+    cfg = load_config(recipe_config("reconstruct-nerf"),
+                      overrides=["system.optimizer.params.field\\.encoding.lr=0.05", "trainer.max_steps=1000"])
+    params = cfg.system["optimizer"]["params"]
+    assert params["field.encoding"] == {"lr": 0.05}
+    assert params["field"]["lr"][1] == [5.0, 0.01]  # [${mul:${trainer.max_steps},0.005}, 0.01]

@@ -51,7 +51,7 @@ def test_resume_after_the_gaussian_count_changed(tmp_path, data_dir):
     overrides = [f"output_root={tmp_path}", f"data.root={data_dir / 'lego_tiny'}", "data.val_split=train", *QUIET, *SMALL,
                  "trainer.max_steps=40", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
                  "trainer.log_every_n_steps=1", "checkpoint.every_n_train_steps=20", "system.densify.refine_start=5",
-                 "system.densify.refine_every=10", "system.densify.reset_every=0", "system.export_formats=[]"]
+                 "system.densify.refine_every=10", "system.densify.reset_every=0", "system.export.formats=[]"]
     full = run_experiment("train", load_config(config, overrides=overrides + ["tag=full"]), [config], [])
     middle = tmp_path / "step20.ckpt"
     shutil.copyfile(full / "ckpts" / "step0000020.ckpt", middle)

@@ -6,11 +6,13 @@ import argparse
 from typing import Any
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, resume_required: bool = False) -> None:
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="+", metavar="CONFIG_OR_OVERRIDE",
-                        help="YAML config file(s), then dotlist overrides such as system.optimizer.args.lr=0.01")
-    parser.add_argument("--resume", metavar="CKPT", required=resume_required,
-                        help="checkpoint to resume from (train) or to load (validate, test, export)")
+                        help="YAML config file(s) (or, to evaluate or export, a run folder), then dotlist overrides "
+                             "such as system.optimizer.args.lr=0.01")
+    parser.add_argument("--resume", metavar="CKPT",
+                        help="checkpoint to resume from (train) or to load (validate, test, export; default: the run "
+                             "folder's ckpts/last.ckpt)")
     parser.add_argument("--gpus", metavar="IDS", default=None,
                         help="comma-separated GPU ids, e.g. 0,1 (several GPUs train with DDP)")
 
@@ -35,6 +37,30 @@ def parse_gpus(text: str | None) -> Any:
     return ids
 
 
+def resolve_run_folder(path: str, args: argparse.Namespace) -> str:
+    """A run folder given where a config goes: its ``configs/parsed.yaml``, and (evaluating or exporting, when no
+    --resume is given) its ``ckpts/last.ckpt``. ``lift3d train RUN/`` is ambiguous (a new run or more steps of this
+    one?), so it is refused with both commands."""
+    from pathlib import Path
+
+    from lift3d.config import ConfigError
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return path
+    parsed, last = folder / "configs" / "parsed.yaml", folder / "ckpts" / "last.ckpt"
+    if not parsed.is_file():
+        raise ConfigError(f"{folder} is a folder, not a config: give a YAML file (a run folder holds configs/parsed.yaml)")
+    if getattr(args, "command", "") == "train":
+        raise ConfigError(f"{folder} is a run folder: continue it with lift3d train {parsed} --resume {last}, or start "
+                          f"a new run from its settings with lift3d train {parsed}")
+    if not getattr(args, "resume", None):
+        if not last.is_file():
+            raise ConfigError(f"{folder} has no checkpoint to load ({last} is missing): pass --resume CKPT")
+        args.resume = str(last)
+    return str(parsed)
+
+
 def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None = None) -> tuple[Any, list[str], list[str]]:
     """The experiment config from the positional items, --resume and --gpus."""
     from lift3d.config import ConfigError, load_config
@@ -42,6 +68,11 @@ def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None 
     paths, overrides = split_configs(args.config)
     if not paths:
         raise ConfigError("no config file given: pass a YAML file, e.g. configs/reconstruct-gaussians.yaml")
+    paths = [resolve_run_folder(path, args) for path in paths]
+    command = getattr(args, "command", "train")
+    if command != "train" and not getattr(args, "resume", None):
+        raise ConfigError(f"lift3d {command} needs a checkpoint: pass --resume outputs/NAME/TAG@TIME/ckpts/last.ckpt "
+                          "(or give the run folder instead of the config)")
     overrides = list(extra_overrides or []) + overrides
     if getattr(args, "resume", None):
         overrides.append(f"resume={args.resume}")

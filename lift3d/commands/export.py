@@ -10,7 +10,7 @@ HELP = "export a checkpoint's asset (meshes, Gaussian .ply, video) into the tria
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    add_config_arguments(parser, resume_required=True)
+    add_config_arguments(parser)
     parser.add_argument("--format", nargs="+", default=None, metavar="FMT",
                         help="formats to write (default: the recipe's own list)")
 

@@ -65,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  cuda:{i}           {props.name}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}")
     else:
         print("  CUDA             not available (CPU only)")
+    print("writers:")
+    from lift3d.aftercare import writer_status
+
+    for name, status in writer_status().items():
+        print(f"  {name:18s} {status}")
     print("backends:")
     for name, status in backend_report().items():
         print(f"  {name:18s} {status}")

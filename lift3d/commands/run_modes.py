@@ -14,7 +14,7 @@ HELP = {
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    add_config_arguments(parser, resume_required=name != "train")
+    add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

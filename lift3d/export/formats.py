@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 
+from lift3d.aftercare import attempt
 from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.grid import BboxLike, ColourFn, DensityFn
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.splat import write_splat
 from lift3d.export.texture import bake_texture
-from lift3d.export.video import orbit_cameras, write_orbit_video
+from lift3d.export.video import orbit_cameras, render_frames
 from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.saving import OutputSaver
 
@@ -32,6 +33,10 @@ FORMATS: dict[str, tuple[str, str]] = {
     "mp4": ("render_fn", "turntable video (H.264)"),
     "gif": ("render_fn", "turntable animation"),
 }
+
+
+class ExportFormatError(ValueError):
+    """A format name lift3d does not know, or one this run cannot make; the message lists the ones it can."""
 
 
 @dataclass
@@ -84,12 +89,12 @@ def check_formats(formats: Sequence[str], sources: ExportSources) -> list[str]:
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
         if fmt == "ply":
-            raise ValueError("format 'ply' is ambiguous: use mesh-ply (a mesh with vertex colours) or 3dgs-ply (3D Gaussians)")
+            raise ExportFormatError("format 'ply' is ambiguous: use mesh-ply (a mesh with vertex colours) or 3dgs-ply (3D Gaussians)")
         if fmt not in FORMATS:
             known = ", ".join(f"{k} ({v[1]})" for k, v in FORMATS.items())
-            raise ValueError(f"unknown export format {fmt!r}; known formats: {known}")
+            raise ExportFormatError(f"unknown export format {fmt!r}; known formats: {known}")
         if getattr(sources, FORMATS[fmt][0]) is None:
-            raise ValueError(f"this system cannot export {fmt!r} ({FORMATS[fmt][1]}); it can export: {', '.join(sources.provides()) or 'nothing'}")
+            raise ExportFormatError(f"this run cannot export {fmt!r} ({FORMATS[fmt][1]}); it can export: {', '.join(sources.provides()) or 'nothing'}")
         if fmt not in out:
             out.append(fmt)
     return out
@@ -117,26 +122,32 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
                                              chunk=cfg.chunk, device=sources.device)
         return cache["textured"]
 
-    videos = tuple(f for f in formats if f in ("mp4", "gif"))
-    for fmt in formats:
+    frames: list = []
+
+    def write(fmt: str) -> list[Path]:
         if fmt == "glb":
-            written += write_glb(mesh_for_files(), saver.path(f"{stem}.glb"), cfg.up_axis)
-        elif fmt == "obj":
-            written += write_obj(mesh_for_files(), saver.path(f"{stem}.obj"), cfg.up_axis)
-        elif fmt == "mesh-ply":
-            written += write_ply(mesh(), saver.path(f"{stem}-mesh.ply"), cfg.up_axis)
-        elif fmt == "3dgs-ply":
+            return write_glb(mesh_for_files(), saver.path(f"{stem}.glb"), cfg.up_axis)
+        if fmt == "obj":
+            return write_obj(mesh_for_files(), saver.path(f"{stem}.obj"), cfg.up_axis)
+        if fmt == "mesh-ply":
+            return write_ply(mesh(), saver.path(f"{stem}-mesh.ply"), cfg.up_axis)
+        if fmt == "3dgs-ply":
             path = saver.path(f"{stem}-gaussians.ply")
             sources.write_3dgs_ply(path)
-            written.append(path)
-        elif fmt == "splat":
-            written += write_splat(saver.path(f"{stem}.splat"), sources.gaussians)
-        elif fmt in videos and fmt == videos[0]:
+            return [path]
+        if fmt == "splat":
+            return write_splat(saver.path(f"{stem}.splat"), sources.gaussians)
+        if not frames:  # mp4 and gif share one turntable render
             cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,
                                     cfg.video_width, cfg.video_height, device=sources.device)
-            written += write_orbit_video(saver, f"{stem}-orbit", sources.render_fn, cameras, cfg.video_fps, videos, cfg.render_batch)
-    for path in written:
-        log.info("exported %s", path)
+            frames.extend(render_frames(sources.render_fn, cameras, cfg.render_batch))
+        return [saver.video(f"{stem}-orbit.{fmt}", frames, fps=cfg.video_fps)]
+
+    for fmt in formats:  # each format succeeds or warns on its own: one missing writer does not cost the others
+        paths = attempt(f"the {fmt} export", write, fmt) or []
+        for path in paths:
+            log.info("exported %s", path)
+        written += paths
     return written
 
 

@@ -17,7 +17,9 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
+from lift3d.export import ExportConfig, ExportSources, export_formats
 from lift3d.metrics import psnr, ssim
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
@@ -53,6 +55,7 @@ class SystemConfig:
     nonfinite_loss: str = "stop"  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
     nonfinite_check_every: int = 1  # check the loss every N steps (each check is one host sync; 0: never)
     video_fps: int = 30  # frame rate of the test orbit video
+    export: ExportConfig = field(default_factory=ExportConfig)  # exported asset (formats, mesh options; lift3d export)
     matmul_precision: str = ""  # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
 
 
@@ -215,6 +218,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     # ----------------------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["lift3d"] = {"system_type": self.registered_name}  # which recipe wrote it (checked on load)
         for name, part in self._unsaved.items():
             if hasattr(part, "checkpoint_state"):
                 checkpoint[f"part:{name}"] = part.checkpoint_state()
@@ -336,10 +340,16 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._record_metrics("test")
         if self._test_frames and self.trainer.is_global_zero:
             frames = [self._test_frames[k] for k in sorted(self._test_frames)]
-            self.saver.video(f"it{self.true_global_step}-test.mp4", frames, fps=self.cfg.video_fps)
+            attempt("the test video", self.saver.video, f"it{self.true_global_step}-test.mp4", frames, fps=self.cfg.video_fps)
         self._test_frames = {}
 
     # ----------------------------------------------------------------------------------- export
-    def export(self, saver: OutputSaver, formats: list[str]) -> list[Path]:
-        """Write the trained asset in ``formats``; recipes override this (see ``lift3d export``)."""
-        raise NotImplementedError(f"{type(self).__name__} has no exporter")
+    def export_sources(self) -> ExportSources:
+        """What this recipe's representation can hand to the exporters (see ``lift3d.export``)."""
+        raise ValueError(f"{self.registered_name} runs have nothing to export")
+
+    def export(self, saver: OutputSaver, formats: list[str] | None) -> list[Path]:
+        """Write the asset in ``formats`` (None: ``export.formats``) through the one export table; each format
+        succeeds or warns on its own (``lift3d.aftercare``)."""
+        cfg = self.cfg.export
+        return export_formats(saver, formats or cfg.formats, cfg, self.export_sources(), stem=f"it{self.true_global_step}")

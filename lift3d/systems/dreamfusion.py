@@ -21,7 +21,6 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.config import scheduled
-from lift3d.export import ExportSources, mesh_from_field
 from lift3d.registry import register
 from lift3d.render.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
@@ -150,18 +149,6 @@ class DreamFusionSystem(FieldQueries, TextTo3DSystem):
         out = self.renderer(batch["cameras"], background=batch.get("background"), light_positions=batch.get("light_positions"),
                             compute_normals=self.cfg.eval_normals)
         return {k: out[k] for k in ("rgb", "alpha", "depth", "normal") if k in out}
-
-    def export_sources(self) -> ExportSources:
-        cfg = self.cfg.export
-        grid = self.renderer.occupancy
-        occupancy = grid.occupied.reshape((grid.resolution,) * 3) if grid.cfg.enabled else None
-        return ExportSources(
-            mesh=lambda: mesh_from_field(self.density_at, self.field.bbox, cfg, colour_fn=self.albedo_at,
-                                         occupancy=occupancy, device=self.device),
-            colour_fn=self.albedo_at,
-            render_fn=lambda cameras: self.render({"cameras": cameras}),
-            device=self.device,
-        )
 
 
 @dataclass

@@ -10,25 +10,25 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import scheduled
+from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
+from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
 from lift3d.metrics import ssim
 from lift3d.registry import register
-from lift3d.saving import OutputSaver
 from lift3d.schedule import is_schedule
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 
 log = logging.getLogger("lift3d.systems.reconstruct_gaussians")
 # the pinned, non-blocking batch transfer below is meant to override the data module's default
 warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
-EXPORT_FORMATS = ("ply",)
 
 
 @dataclass
@@ -47,7 +47,8 @@ class ReconstructGaussiansConfig(SystemConfig):
     densify: dict = field(default_factory=dict)  # its config
     extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
     scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
-    export_formats: list = field(default_factory=lambda: ["ply"])  # assets written when training ends
+    export: ExportConfig = field(default_factory=lambda: ExportConfig(
+        formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # written when training ends; lift3d export takes any format
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
@@ -182,13 +183,13 @@ class ReconstructGaussiansSystem(BaseSystem):
 
     def on_fit_end(self) -> None:
         super().on_fit_end()
-        if self.trainer.is_global_zero and self.cfg.export_formats:
-            for path in self.export(self.saver, list(self.cfg.export_formats)):
-                print(f"lift3d: wrote {path} ({len(self.gaussians)} Gaussians)", flush=True)
+        if self.trainer.is_global_zero and self.cfg.export.formats:
+            attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
 
-    def export(self, saver: OutputSaver, formats: list[str] | None) -> list[Path]:
-        formats = list(formats or ["ply"])
-        unknown = [f for f in formats if f not in EXPORT_FORMATS]
-        if unknown:
-            raise ValueError(f"reconstruct-gaussians exports {', '.join(EXPORT_FORMATS)}; not {', '.join(unknown)}")
-        return [save_ply(saver.path(f"it{self.true_global_step}-gaussians.ply"), self.gaussians)]
+    def export_sources(self) -> ExportSources:
+        """The Gaussians (3dgs-ply, splat), a mesh of their density coloured by them (glb, obj) and turntables."""
+        g = self.gaussians
+        tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
+                                  colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
+        return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path: save_ply(path, g),
+                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.config import scheduled
+from lift3d.export import ExportConfig
 from lift3d.registry import register
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.field_queries import FieldQueries
@@ -42,6 +43,8 @@ class ReconstructNerfConfig(SystemConfig):
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
+    export: ExportConfig = dataclasses.field(default_factory=lambda: ExportConfig(
+        formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # what lift3d export writes by default
 
 
 @register("reconstruct-nerf")

@@ -35,16 +35,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.aftercare import attempt
 from lift3d.config import scheduled
-from lift3d.export import ExportConfig, ExportSources, export_formats
-from lift3d.saving import OutputSaver
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 
 log = logging.getLogger(__name__)
@@ -70,7 +68,6 @@ class TextTo3DConfig(SystemConfig):
     geometry_convert_override: dict = dataclasses.field(default_factory=dict)  # changes to that stage's system config before loading
     guidance_panel: bool = True  # validation grids add the guidance's one-step denoised estimate of each render
     guidance_panel_t: float = 0.5  # timestep of that estimate, as a fraction of the diffusion model's T
-    export: ExportConfig = dataclasses.field(default_factory=ExportConfig)  # exported asset (formats, mesh options)
     export_after_test: bool = True  # export the asset (export.formats) into save/ whenever the test views are rendered
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
     loss: TextTo3DLoss = dataclasses.field(default_factory=TextTo3DLoss)  # loss weights
@@ -218,13 +215,4 @@ class TextTo3DSystem(BaseSystem):
     def on_test_epoch_end(self) -> None:
         super().on_test_epoch_end()
         if self.cfg.export_after_test and self.trainer.is_global_zero:
-            self.export(self.saver, list(self.cfg.export.formats))  # export_formats logs each file
-
-    # ------------------------------------------------------------------------------ export
-    def export_sources(self) -> ExportSources:
-        """What this recipe's representation can hand to the exporters (see ``lift3d.export``)."""
-        raise NotImplementedError(f"{type(self).__name__} has no exporter")
-
-    def export(self, saver: OutputSaver, formats: list[str] | None) -> list[Path]:
-        cfg = self.cfg.export
-        return export_formats(saver, formats or cfg.formats, cfg, self.export_sources(), stem=f"it{self.true_global_step}")
+            attempt("the export", self.export, self.saver, list(self.cfg.export.formats))  # each format logs its file
