@@ -74,13 +74,16 @@ def write_photo(path: Path) -> Path:
     return path
 
 
-def run_stage(recipe: str, overrides: list[str], folder: Path) -> tuple[dict[str, Any], Path]:
+def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0) -> tuple[dict[str, Any], Path]:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runner import run_experiment
 
     cfg = load_config(recipe_config(recipe), overrides=overrides)
     timer = StageTimer()
+    from benchmarks.bench_recipes import ProfileWindow
+
+    window = ProfileWindow(20, profile)  # after the warm-up steps
     import lift3d.runner as runner
 
     build = runner.build_trainer
@@ -89,6 +92,8 @@ def run_stage(recipe: str, overrides: list[str], folder: Path) -> tuple[dict[str
         trainer = build(*args, **kwargs)
         if kwargs.get("train", args[2] if len(args) > 2 else False):
             trainer.callbacks.append(timer)
+            if profile:
+                trainer.callbacks.append(window)
         return trainer
 
     runner.build_trainer = with_timer
@@ -103,6 +108,8 @@ def run_stage(recipe: str, overrides: list[str], folder: Path) -> tuple[dict[str
               "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2), "wall_s_with_test_and_export": round(wall, 1),
               "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
               "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3)}
+    if profile and window.summary is not None:
+        record["profile"] = window.summary
     return record, trial
 
 
@@ -112,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="/tmp/lift3d-random-models", help="where the random model folders are written")
     parser.add_argument("--steps-cap", type=int, default=0, help="cap every stage at this many steps (0: the recipes' own)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every stage")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the first stage (after 20)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(json.dumps({"bench": "image_to_3d", "error": "needs a CUDA GPU"}))
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 common += [f"system.text_guidance.pretrained_model_name_or_path={sd}", "system.text_guidance.prompt=a ball",
                            "system.text_guidance.prompt_cache_dir=none"]
             cap = [f"trainer.max_steps={args.steps_cap}"] if args.steps_cap else []
-            record, trial = run_stage(first, [*common, *cap, *args.set, f"tag={name}"], folder)
+            record, trial = run_stage(first, [*common, *cap, *args.set, f"tag={name}"], folder, args.profile)
             print(json.dumps({**record, "case": name}), flush=True)
             if mesh:
                 record, _ = run_stage(mesh, [*common, *cap, *args.set, f"tag={name}-mesh",

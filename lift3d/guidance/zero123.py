@@ -138,6 +138,7 @@ class Zero123Guidance(LatentDiffusionGuidance):
                              f"got {self.cfg.camera_embedding!r}")
         self.reference_camera: tuple[float, float, float] | None = None
         self._reference: tuple[Tensor, Tensor] | None = None  # (CLIP embedding [1, D], latents [1, 4, h, w])
+        self._reference_device: torch.device | None = None  # where they were computed
         self._reference_rgb: Tensor | None = None
 
     def load_models(self) -> Zero123Models:
@@ -158,7 +159,7 @@ class Zero123Guidance(LatentDiffusionGuidance):
     @torch.no_grad()
     def reference_conditioning(self) -> tuple[Tensor, Tensor]:
         """(CLIP image embedding [1, D], reference latents [1, 4, h, w]), computed once per reference."""
-        if self._reference is None or self._reference[0].device != self.execution_device:
+        if self._reference is None or self._reference_device != self.execution_device:
             if self._reference_rgb is None:
                 raise ValueError("the zero123 guidance has no reference image: the system must call set_reference first")
             self._ready()
@@ -173,6 +174,7 @@ class Zero123Guidance(LatentDiffusionGuidance):
             # Zero123 concatenates the posterior mode without the VAE's scaling factor
             latents = self.vae.encode((vae_in * 2 - 1).to(self.dtype), return_dict=False)[0].mode().float()
             self._reference = (embedding, latents)
+            self._reference_device = self.execution_device  # ("cuda" is not equal to a tensor's "cuda:0")
         return self._reference
 
     def camera_conditioning(self, batch: dict[str, Any], n: int) -> Tensor:
