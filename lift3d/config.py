@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import omegaconf
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -217,9 +218,11 @@ def _register_resolvers() -> None:
         "div": lambda a, b: a / b,
     }.items():
         if not OmegaConf.has_resolver(name):
-            # the new-style API: its resolvers get interpolations resolved (omegaconf 2.3's legacy
-            # register_resolver would hand over the raw '${trainer.max_steps}' string)
-            OmegaConf.register_new_resolver(name, fn)
+            # resolvers that get their arguments resolved: omegaconf 2.3 calls them register_new_resolver (its
+            # register_resolver is the legacy kind, handed the raw '${trainer.max_steps}'); 2.4 renamed them back
+            # to register_resolver and deprecated register_new_resolver
+            modern = tuple(int(v) for v in omegaconf.__version__.split(".")[:2]) >= (2, 4)
+            (OmegaConf.register_resolver if modern else OmegaConf.register_new_resolver)(name, fn)
 
 
 def _load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, DictConfig]]:

@@ -29,3 +29,13 @@ def data_dir() -> Path:
     if not (DATA / "lego_tiny" / "transforms_train.json").is_file():
         raise FileNotFoundError(f"test data not found at {DATA}: set LIFT3D_TEST_DATA to the shared data folder")
     return DATA
+
+
+@pytest.fixture(autouse=True)
+def _restore_matmul_precision():
+    """Runs set torch's global float32 matmul precision (TF32 on CUDA); later tests must not inherit it."""
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)

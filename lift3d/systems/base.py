@@ -250,7 +250,12 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     def on_fit_start(self) -> None:
         self._move_unsaved_parts()
-        if self.cfg.matmul_precision and self.device.type == "cuda":
+        self.apply_matmul_precision(self.device)
+
+    def apply_matmul_precision(self, device: torch.device) -> None:
+        """``torch.set_float32_matmul_precision(cfg.matmul_precision)`` when running on CUDA (it is global: set it
+        before any work of the run, so a stage conversion in ``setup`` and training use the same)."""
+        if self.cfg.matmul_precision and device.type == "cuda":
             torch.set_float32_matmul_precision(self.cfg.matmul_precision)
 
     def on_fit_end(self) -> None:

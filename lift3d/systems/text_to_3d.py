@@ -124,6 +124,8 @@ class TextTo3DSystem(BaseSystem):
         stage if one is given, then build the guidance so an unreachable model fails before step 0."""
         if stage != "fit":
             return
+        if self._trainer is not None:
+            self.apply_matmul_precision(self.trainer.strategy.root_device)
         if self.cfg.geometry_convert_from:
             from lift3d.systems.stages import load_previous_stage
 
