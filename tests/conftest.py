@@ -39,3 +39,17 @@ def _restore_matmul_precision():
     before = torch.get_float32_matmul_precision()
     yield
     torch.set_float32_matmul_precision(before)
+
+
+@pytest.fixture(autouse=True)
+def _restore_lift3d_logger():
+    """The CLI makes the ``lift3d`` logger stop propagating (its own stderr handler); a later test's caplog, which
+    listens on the root logger in older pytest, must still hear it."""
+    import logging
+
+    logger = logging.getLogger("lift3d")
+    before = logger.propagate, logger.level, list(logger.handlers)
+    yield
+    logger.propagate, level, handlers = before
+    logger.setLevel(level)
+    logger.handlers[:] = handlers

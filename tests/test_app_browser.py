@@ -30,7 +30,7 @@ from tests.tiny_diffusion import tiny_sd_path
 from tests.validators import gltf_problems, validate_gltf
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RECIPE_LABEL = "Text to 3D: Gaussian SDS (fast)"  # a built-in entry of lift3d/app/recipes.py
 PROMPT = "a glazed ceramic apple"
@@ -140,6 +140,9 @@ def test_app_runs_a_job_in_a_real_browser(server):
             viewport={"width": 1280, "height": 1000}, accept_downloads=True)
         try:
             page = browser.new_page()
+            console: list[str] = []  # the page's own errors, saved when the viewer stays empty
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             page.goto(url)
             page.wait_for_selector("#lift3d-status[data-state=idle]", timeout=60_000)
             if page.locator("#recipe input").input_value() != RECIPE_LABEL:  # the built-in recipes come first
@@ -182,7 +185,10 @@ def test_app_runs_a_job_in_a_real_browser(server):
             # the result: the 3D viewer draws the model, the orbit video and the downloads are there
             deadline = time.monotonic() + 60
             while not _canvas_has_a_picture(page):
-                assert time.monotonic() < deadline, "the 3D viewer never drew the model"
+                if time.monotonic() > deadline:
+                    page.screenshot(path=shots / "no-model.png", full_page=True)
+                    (shots / "console.txt").write_text("\n".join(console))
+                    raise AssertionError("the 3D viewer never drew the model (see no-model.png)")
                 time.sleep(0.5)
             page.wait_for_selector("#result-video video", timeout=30_000)
             page.wait_for_selector("#latest-image img", timeout=30_000)  # the last validation grid

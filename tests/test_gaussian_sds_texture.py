@@ -153,10 +153,12 @@ def test_texture_stage_trains_checkpoints_and_exports_a_textured_glb(gaussian_ru
 def test_texture_stage_on_cuda(gaussian_run, tmp_path):
     """The same on the GPU: the Gaussians' density and colours queried there during conversion, float32 rasterization."""
     assert torch.cuda.is_available()
-    train_texture_stage(gaussian_run, tmp_path, validate=False)  # the device machine may have no node for the validator
+    # the device machine may have no node for the validator; the reference conversion runs on the CPU, so the
+    # GPU's grid of densities agrees to float tolerance, not bit for bit
+    train_texture_stage(gaussian_run, tmp_path, validate=False, exact=False)
 
 
-def train_texture_stage(gaussian_run: str, tmp_path, validate: bool) -> None:
+def train_texture_stage(gaussian_run: str, tmp_path, validate: bool, exact: bool = True) -> None:
     overrides = COMMON + SD + SMALL_STAGE + [
         f"output_root={tmp_path}", "tag=texture", "trainer.max_steps=2", f"system.geometry_convert_from={gaussian_run}",
         f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}",
@@ -168,7 +170,11 @@ def train_texture_stage(gaussian_run: str, tmp_path, validate: bool) -> None:
     assert not any(k.startswith("guidance") for k in state["state_dict"])
     # the frozen mesh is the conversion's; the texture field moved away from the inherited one
     converted, _, _ = texture_stage(gaussian_run)
-    assert torch.equal(state["state_dict"]["geometry.sdf"], converted.geometry.sdf.detach())
+    sdf, reference = state["state_dict"]["geometry.sdf"].cpu(), converted.geometry.sdf.detach()
+    if exact:
+        assert torch.equal(sdf, reference)
+    else:
+        assert (sdf - reference).abs().max() < 1e-3 and ((sdf > 0) == (reference > 0)).float().mean() > 0.999
     key = "geometry.texture.mlp.layers.0.weight"
     assert not torch.equal(state["state_dict"][key], converted.state_dict()[key])
     glbs = sorted((trial / "save").rglob("*.glb"))
@@ -180,7 +186,8 @@ def train_texture_stage(gaussian_run: str, tmp_path, validate: bool) -> None:
 
     scene = trimesh.load(glbs[-1])
     mesh = next(iter(scene.geometry.values())) if hasattr(scene, "geometry") else scene
-    assert len(mesh.faces) == converted.geometry().num_faces
+    faces = converted.geometry().num_faces
+    assert len(mesh.faces) == faces if exact else abs(len(mesh.faces) - faces) <= 0.01 * faces
     assert mesh.visual.material.baseColorTexture is not None  # a baked texture, not vertex colours
 
 

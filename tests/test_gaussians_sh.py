@@ -10,6 +10,13 @@ import torch
 from lift3d.gaussians.sh import Y0, degree_of, eval_sh, num_bases, rgb_to_sh, sh_bases, sh_to_color, sh_to_rgb
 
 
+def _complex_sh(degree: int, order: int, polar: np.ndarray, azimuth: np.ndarray) -> np.ndarray:
+    """SciPy's complex SH: ``sph_harm_y`` from 1.15, ``sph_harm`` (order first, azimuth first) before it."""
+    if hasattr(scipy.special, "sph_harm_y"):
+        return scipy.special.sph_harm_y(degree, order, polar, azimuth)
+    return scipy.special.sph_harm(order, degree, azimuth, polar)
+
+
 def _scipy_real_sh(l_max: int, dirs: np.ndarray) -> np.ndarray:
     """Real SH from SciPy's complex ones, ordered l = 0..l_max, m = -l..l."""
     x, y, z = dirs.T
@@ -17,7 +24,7 @@ def _scipy_real_sh(l_max: int, dirs: np.ndarray) -> np.ndarray:
     columns = []
     for l in range(l_max + 1):  # noqa: E741
         for m in range(-l, l + 1):
-            Y = scipy.special.sph_harm_y(l, abs(m), theta, phi)
+            Y = _complex_sh(l, abs(m), theta, phi)
             if m > 0:
                 columns.append(math.sqrt(2) * (-1) ** m * Y.real)
             elif m < 0:

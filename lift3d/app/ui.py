@@ -18,7 +18,7 @@ import gradio as gr
 from lift3d.app.jobs import ACTIVE, JobQueue, JobSpec
 from lift3d.app.recipes import IMAGE, OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
 from lift3d.app.uploads import UploadError, prepare_image, prepare_scene
-from lift3d.app.views import CSS, job_view, message_html, result_values, status_html
+from lift3d.app.views import CSS, HEAD, job_view, message_html, result_values, status_html
 
 log = logging.getLogger("lift3d")
 
@@ -142,7 +142,7 @@ class AppState:
             elif key == "timer":
                 updates.append(gr.update(active=value))
             elif key == "files":
-                updates.append(gr.update(value=value or None, visible=bool(value)))
+                updates.append(gr.update(value=value or None))
             else:
                 updates.append(gr.update(value=value))
         return [*updates, wanted]
@@ -185,7 +185,7 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                                   height=220)
                 model = gr.Model3D(label="Result", interactive=False, elem_id="result-model", height=420)
                 video = gr.Video(label="Orbit video", interactive=False, elem_id="result-video", autoplay=True, loop=True, height=320)
-                files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="result-files", visible=False)
+                files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="result-files")
         timer = gr.Timer(1.0, active=False)
         outputs = [status, latest, model, video, files, cancel, timer, shown]
 
@@ -209,7 +209,7 @@ def launch(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, hos
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     try:
         demo.queue(default_concurrency_limit=None).launch(
-            server_name=host, server_port=port, share=share, allowed_paths=[str(output_root)], theme=theme, css=CSS,
+            server_name=host, server_port=port, share=share, allowed_paths=[str(output_root)], theme=theme, css=CSS, head=HEAD,
             show_error=True, ssr_mode=False,
         )
     finally:

@@ -105,6 +105,16 @@ def result_values(results: Results) -> tuple[str | None, str | None, list[str]]:
             [str(p) for p in results.files])
 
 
+# Browsers may offer WebGPU with no adapter behind it (headless or GPU-blocklisted Chrome); the 3D viewer of gradio
+# before 6.31 (Babylon.js) then fails and the page stops drawing results. Hiding navigator.gpu when no adapter comes
+# makes it use WebGL, which such browsers still have.
+HEAD = """<script>
+if (navigator.gpu) {
+  navigator.gpu.requestAdapter().then((adapter) => { if (!adapter) delete Navigator.prototype.gpu; },
+                                      () => { delete Navigator.prototype.gpu; });
+}
+</script>"""
+
 CSS = """
 .lift3d-status { padding: 0.6em 0.8em; border-radius: 8px; border: 1px solid var(--border-color-primary); }
 .lift3d-headline { font-weight: 600; margin-bottom: 0.4em; }

@@ -11,6 +11,7 @@ vertex colours are converted from sRGB to linear (8 bits, normalised) before wri
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +99,13 @@ def write_obj(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
             tm, include_normals=mesh.normals is not None, include_texture=True, return_texture=True,
             mtl_name=f"{path.stem}.mtl",
         )
+        # the texture is ``name.png`` whatever trimesh calls it (4.0 names it after the material's index)
+        renames = {name: f"{path.stem}{Path(name).suffix}" for name in files if not name.endswith(".mtl")}
         for name, data in files.items():
-            out = path.with_name(name)
+            if name.endswith(".mtl"):
+                for old, new in renames.items():
+                    data = re.sub(rb"(map_\w+\s+)" + re.escape(old.encode()) + rb"\b", rb"\g<1>" + new.encode(), data)
+            out = path.with_name(renames.get(name, name))
             atomic_write_bytes(out, data)
             written.append(out)
     else:

@@ -9,8 +9,6 @@ Gradients with respect to the points are not provided: callers needing them use 
 against (under ``TRITON_INTERPRET=1`` on CPU).
 """
 
-from __future__ import annotations
-
 import logging
 
 import torch
@@ -116,8 +114,8 @@ if triton is not None:
             row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             next_row, _ = _level_vertex(sx, sy, sz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
-            head = ((row != prev_row) | ~has_prev).to(tl.int32)
-            tail = (row != next_row) | ~has_next
+            head = ((row != prev_row) | (lane == 0) | (rows >= n_points)).to(tl.int32)  # not has_prev (no ~: triton 3.0's interpreter lacks it)
+            tail = (row != next_row) | (lane == BLOCK - 1) | (rows + 1 >= n_points)  # not has_next
             value = weight[:, None] * grad
             heads = tl.broadcast_to(head[:, None], (BLOCK, N_FEATURES))
             run_sum, _ = tl.associative_scan((value, heads), 0, _segment_sum)
