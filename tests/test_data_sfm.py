@@ -98,10 +98,14 @@ def test_a_video_goes_through_the_same_path(tmp_path):
     options = SfmOptions()
     scene = prepare_capture(video, options, video_frames=n)
     assert scene == tmp_path / "orbit" and options.matcher == "sequential"
+    import pycolmap
+
+    assert len(pycolmap.Reconstruction(scene / "sparse" / "0").cameras) == 1  # one video, one camera
     module = PosedImagesDataModule({"root": str(scene), "normalize": "none", "holdout_every": 0})
     assert len(module.capture.frames) == n
     order = [int(f.image.stem.removeprefix("frame_")) for f in module.capture.frames]
     rotation, position, extent = pose_errors(np.stack([f.c2w for f in module.capture.frames]), c2w.double().numpy()[order])
+    print(f"video poses: rotation {rotation:.3f} deg, position {position / extent:.2%} of the extent")
     assert rotation < 1.0 and position < 0.02 * extent, (rotation, position, extent)
 
 

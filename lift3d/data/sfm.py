@@ -124,6 +124,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
             batch = names[chunk:chunk + 8]
             pycolmap.extract_features(database, images, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
                                       reader_options=reader, extraction_options=extraction)
+            reader.existing_camera_id = 1  # later chunks share the first chunk's camera (a fresh database's first)
             progress.advance(task, len(batch))
         options.stage_seconds["features"] = time.perf_counter() - start
 
