@@ -52,8 +52,8 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
         head = f.read(4)
     if head == b"ply\n":
         raise CheckpointError(
-            f"{path} is a 3DGS .ply, not a checkpoint: load it in Python with lift3d.gaussians.ply.load_ply, or start "
-            f"a run's Gaussians at its points with system.gaussians.init=points system.gaussians.init_path={path}")
+            f"{path} is a 3DGS .ply, not a checkpoint: convert or mesh it with `lift3d export {path} --format glb splat "
+            f"mp4`, or start a run from its Gaussians with system.gaussians.init=ply system.gaussians.init_path={path}")
     import zipfile
 
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; anything else is not one of ours

@@ -86,7 +86,7 @@ def test_point_cloud_and_mesh_initialisation(tmp_path, data_dir):
     import trimesh
 
     mesh = trimesh.load(str(data_dir / "meshes" / "suzanne" / "suzanne.obj"), force="mesh")
-    points, _ = init.sample_mesh(data_dir / "meshes" / "suzanne" / "suzanne.obj", 300)
+    points, _ = init.sample_mesh(data_dir / "meshes" / "suzanne" / "suzanne.obj", 300, up_axis="+z")  # the file's frame
     # every sample lies on some triangle: in its plane with barycentric coordinates in [0, 1]
     tri = torch.tensor(mesh.triangles, dtype=torch.float64)  # [F, 3, 3]
     p = points.double()[:, None]  # [S, 1, 3]

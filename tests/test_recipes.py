@@ -96,7 +96,7 @@ def test_gaussian_sds_starts_from_a_user_mesh_fitted_into_the_init_ball(data_dir
 
     mesh_path = data_dir / "meshes" / "suzanne" / "suzanne.obj"
     overrides = ["system.gaussians.init=mesh", f"system.gaussians.init_path={mesh_path}", "system.gaussians.init_points=400",
-                 "system.gaussians.init_radius=0.6"]
+                 "system.gaussians.init_radius=0.6", "system.gaussians.init_up_axis=+z"]  # +z: the file's own frame
     cfg = load_config(recipe_config("gaussian-sds"), overrides=overrides)
     system = find(cfg.system_type)(cfg.system)
     torch.manual_seed(0)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
 
 from lift3d.commands.common import add_config_arguments, load_experiment
 
-HELP = "export a checkpoint's asset (meshes, Gaussian .ply, video) into the trial's save/"
+log = logging.getLogger("lift3d.export")
+
+HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video) into the trial's save/, or convert a 3DGS .ply or "
+        ".splat from any tool (written beside it)")
+GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -30,6 +36,14 @@ def run(args: argparse.Namespace) -> int:
     if args.format:  # --format takes every later word: hand key=value overrides back to the config
         args.config = args.config + [item for item in args.format if "=" in item]
         args.format = [item for item in args.format if "=" not in item] or None
+    gaussian_file = _gaussian_file(args.config)
+    if gaussian_file is not None:
+        written = export_gaussian_file(gaussian_file, args.format or GAUSSIAN_FILE_FORMATS,
+                                       [item for item in args.config if "=" in item])
+        print(f"lift3d: exported {len(written)} file(s) beside {gaussian_file}:")
+        for path in written:
+            print(f"  {path}  {_size(path.stat().st_size)}")
+        return 0
     cfg, _, _ = load_experiment(args)
     trial = trial_dir_of_checkpoint(cfg.resume) or make_trial_dir(cfg)
     system = load_system(cfg, cfg.resume)
@@ -38,3 +52,44 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(f"  {path}  {_size(path.stat().st_size)}")
     return 0
+
+
+def _gaussian_file(items: list[str]) -> Path | None:
+    """The one positional item when it is a Gaussian file (.ply or .splat) rather than a config or run folder."""
+    paths = [Path(item) for item in items if "=" not in item]
+    if len(paths) == 1 and paths[0].suffix.lower() in (".ply", ".splat"):
+        if not paths[0].is_file():
+            raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
+        return paths[0]
+    return None
+
+
+def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
+    """Convert or mesh a 3DGS .ply or a .splat made by any tool: its Gaussians in a reconstruct-gaussians system
+    (every attribute as stored), exported through the one export table as ``<stem>.<format>`` beside the file."""
+    import torch
+
+    from lift3d.config import load_config
+    from lift3d.export.formats import export_formats
+    from lift3d.export.splat import read_splat
+    from lift3d.gaussians.ply import load_ply
+    from lift3d.gaussians.sh import degree_of, rgb_to_sh
+    from lift3d.recipes import recipe_config
+    from lift3d.registry import find
+    from lift3d.saving import OutputSaver
+
+    if path.suffix.lower() == ".splat":
+        tensors = read_splat(path)
+        opacity = tensors.opacities.clamp(1e-4, 1 - 1e-4)
+        params = {"means": tensors.means, "log_scales": tensors.scales.clamp_min(1e-12).log(), "quats": tensors.quats,
+                  "opacity_logits": torch.log(opacity / (1 - opacity)), "sh0": rgb_to_sh(tensors.colours)[:, None, :],
+                  "shN": torch.zeros(len(tensors.means), 0, 3)}
+    else:
+        params = load_ply(path)
+    degree = degree_of(params["shN"].shape[1] + 1)
+    fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
+    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed + list(overrides))
+    system = find(cfg.system_type)(cfg.system)
+    system.gaussians.set_parameters(params)
+    log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
+    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, system.export_sources(), stem=path.stem)

@@ -110,14 +110,31 @@ def read_point_cloud(path: str | Path) -> tuple[Tensor, Tensor]:
     return points, colors
 
 
-def sample_mesh(path: str | Path, n: int, seed: int = 0) -> tuple[Tensor, Tensor]:
-    """``n`` points on a mesh surface (area-weighted) with grey colours, e.g. to start from a shape prior."""
+def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") -> tuple[Tensor, Tensor]:
+    """``n`` points on a mesh surface (area-weighted), turned so the file's ``up_axis`` is world +z (the
+    convention of every mesh input), with the mesh's texture or vertex colours where it has them (else grey)."""
     import trimesh
 
+    from lift3d.meshes.io import axis_rotation
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"mesh file not found: {path}")
     mesh = trimesh.load(str(path), force="mesh")
     if len(mesh.faces) == 0:
         raise ValueError(f"{path} holds no triangles to sample")
-    points, _ = trimesh.sample.sample_surface(mesh, n, seed=seed)
-    points = torch.from_numpy(np.asarray(points, dtype=np.float32))
-    return points, torch.full_like(points, 0.5)
+    coloured = getattr(mesh.visual, "kind", None) in ("vertex", "texture", "face")
+    try:
+        sampled = trimesh.sample.sample_surface(mesh, n, seed=seed, sample_color=coloured)
+    except Exception:  # a texture trimesh cannot sample (no image behind the UVs): grey, as for an uncoloured mesh
+        coloured = False
+        sampled = trimesh.sample.sample_surface(mesh, n, seed=seed)
+    front = "+x" if up_axis.endswith("z") else "+z"  # z-up files keep their frame; y-up ones as texture-mesh turns them
+    points = np.asarray(sampled[0], dtype=np.float64) @ axis_rotation(up_axis, front).T
+    points = torch.from_numpy(points.astype(np.float32))
+    if coloured and len(sampled) > 2 and sampled[2] is not None and len(sampled[2]) == n:
+        colours = torch.from_numpy(np.asarray(sampled[2], dtype=np.float32)[:, :3] / 255.0)
+    else:
+        colours = torch.full_like(points, 0.5)
+    return points, colours
 

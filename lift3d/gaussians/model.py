@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.gaussians.init import knn_scales
-from lift3d.gaussians.sh import num_bases, rgb_to_sh
+from lift3d.gaussians.sh import degree_of, num_bases, rgb_to_sh
 from lift3d.registry import register
 
 PARAMETER_NAMES = ("means", "log_scales", "quats", "opacity_logits", "sh0", "shN")
@@ -29,10 +30,11 @@ class GaussianModelConfig:
 
     sh_degree: int = 3  # highest spherical-harmonics degree (0..3)
     sh_degree_interval: int = 1000  # raise the active SH degree by one every N steps (0: highest from the start)
-    init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh
+    init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh, ply
     init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
-    init_path: str = ""  # PLY point cloud (init: points) or mesh file (init: mesh)
+    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or 3DGS .ply whose Gaussians start the run (init: ply)
+    init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
     init_opacity: float = 0.1  # starting opacity of every Gaussian
     init_scale: float = 1.0  # multiplier on the nearest-neighbour starting size
     init_color: list = field(default_factory=list)  # RGB in 0..1 for points without colour (empty: random)
@@ -101,7 +103,23 @@ class GaussianModel(BaseModule):
 
     def update_step(self, epoch: int, global_step: int) -> None:
         interval = self.cfg.sh_degree_interval
-        self.active_sh_degree = self.cfg.sh_degree if interval <= 0 else min(self.cfg.sh_degree, global_step // interval)
+        scheduled = self.cfg.sh_degree if interval <= 0 else min(self.cfg.sh_degree, global_step // interval)
+        self.active_sh_degree = max(scheduled, self.loaded_sh_degree)
+
+    loaded_sh_degree = 0  # Gaussians read from a trained file keep their bands from the first step
+
+    @torch.no_grad()
+    def load_3dgs_ply(self, path: str | Path) -> int:
+        """Every attribute of a 3DGS .ply (the Inria / gsplat / nerfstudio layout) as this model's Gaussians,
+        SH bands padded with zeros or cut to ``sh_degree``; returns the file's own SH degree."""
+        from lift3d.gaussians.ply import load_ply, with_sh_degree
+
+        params = load_ply(path)
+        file_degree = degree_of(params["shN"].shape[1] + 1)
+        self.set_parameters(with_sh_degree(params, self.cfg.sh_degree))
+        self.loaded_sh_degree = min(file_degree, self.cfg.sh_degree)
+        self.active_sh_degree = max(self.active_sh_degree, self.loaded_sh_degree)
+        return file_degree
 
     # ----------------------------------------------------------------------------------- initialisation
     @torch.no_grad()

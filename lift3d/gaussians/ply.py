@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.sh import degree_of, num_bases
+from lift3d.gaussians.sh import num_bases
 from lift3d.saving import atomic_write_bytes
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
@@ -117,8 +117,12 @@ def load_ply(path: str | Path, sh_degree: int | None = None) -> dict[str, Tensor
     if not all(torch.isfinite(v).all() for v in params.values()):
         raise PlyFormatError(f"{path} holds NaN or infinite values")
     if sh_degree is not None and sh_degree != file_degree:
-        k = num_bases(sh_degree) - 1
-        shN = params["shN"][:, :k]
-        params["shN"] = torch.cat([shN, shN.new_zeros(n, k - shN.shape[1], 3)], dim=1)
-    degree_of(params["shN"].shape[1] + 1)
+        params = with_sh_degree(params, sh_degree)
     return params
+
+
+def with_sh_degree(params: dict[str, Tensor], sh_degree: int) -> dict[str, Tensor]:
+    """The parameters with SH bands up to ``sh_degree``: higher ones dropped, missing ones zero."""
+    k = num_bases(sh_degree) - 1
+    shN = params["shN"][:, :k]
+    return {**params, "shN": torch.cat([shN, shN.new_zeros(len(shN), k - shN.shape[1], 3)], dim=1)}

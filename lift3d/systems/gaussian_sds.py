@@ -101,9 +101,13 @@ class GaussianSDSSystem(TextTo3DSystem):
         elif c.init == "points":
             points, colors = init.read_point_cloud(c.init_path)
         elif c.init == "mesh":
-            points, colors = init.sample_mesh(c.init_path, c.init_points)
+            points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
+        elif c.init == "ply":
+            degree = self.gaussians.load_3dgs_ply(c.init_path)
+            log.info("started from the %d Gaussians of %s (SH degree %d)", len(self.gaussians), c.init_path, degree)
+            return
         else:
-            raise ValueError(f"system.gaussians.init must be random, points or mesh for gaussian-sds, got '{c.init}'")
+            raise ValueError(f"system.gaussians.init must be random, points, mesh or ply for gaussian-sds, got '{c.init}'")
         if c.init in ("points", "mesh") and self.cfg.init_fit_radius:
             points = fit_in_ball(points, c.init_radius or 0.5)
         self.gaussians.initialize(points, colors, generator)

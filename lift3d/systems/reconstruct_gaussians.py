@@ -121,9 +121,13 @@ class ReconstructGaussiansSystem(BaseSystem):
         elif method == "points":
             points, colors = init.read_point_cloud(c.init_path)
         elif method == "mesh":
-            points, colors = init.sample_mesh(c.init_path, c.init_points)
+            points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
+        elif method == "ply":
+            degree = self.gaussians.load_3dgs_ply(c.init_path)
+            log.info("started from the %d Gaussians of %s (SH degree %d)", len(self.gaussians), c.init_path, degree)
+            return
         else:
-            raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points or mesh, got '{c.init}'")
+            raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points, mesh or ply, got '{c.init}'")
         self.gaussians.initialize(points, colors, generator)
         log.info("initialised %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
 
