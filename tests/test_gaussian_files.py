@@ -62,12 +62,14 @@ def gaussian_system(degree: int, *overrides: str):
 
 
 @pytest.mark.parametrize("degree,normals", [(0, False), (3, True), (3, False), (1, True)])
-def test_inria_files_load_with_every_attribute(tmp_path, degree, normals):
+def test_inria_files_load_with_every_attribute(tmp_path, caplog, degree, normals):
     params = trained_gaussians(50, degree)
     write_inria_ply(tmp_path / "point_cloud.ply", params, normals, extra=degree == 1)
-    loaded = load_ply(tmp_path / "point_cloud.ply")
+    with caplog.at_level("INFO", logger="lift3d.gaussians"):
+        loaded = load_ply(tmp_path / "point_cloud.ply")
     for name, value in params.items():
         assert torch.equal(loaded[name], value), name
+    assert ("ignored the properties filter_3D" in caplog.text) == (degree == 1)  # other tools' extra fields, named
 
 
 def test_the_file_renders_as_the_model_in_memory(tmp_path):

@@ -203,3 +203,67 @@ def test_texture_mesh_recipe_textures_spot_and_exports_a_textured_glb(tmp_path, 
     gltf = glb_json(glbs[-1])
     assert "baseColorTexture" in gltf["materials"][0]["pbrMetallicRoughness"]
     assert glb_faces(gltf) == 5856  # Spot's triangles, exported as given
+
+
+def test_texture_mesh_exports_land_on_the_input_file(tmp_path):
+    """A y-up .glb placed away from the origin and large: the textured .glb comes back in the file's own
+    coordinates (no recentring, scaling or turn), so it overlays the input."""
+    import numpy as np
+    import trimesh
+
+    cone = trimesh.creation.cone(radius=2.0, height=9.0, sections=16)
+    cone.apply_transform(trimesh.transformations.rotation_matrix(-np.pi / 2, [1, 0, 0]))  # its axis along +y (glTF up)
+    cone.apply_translation([5.0, 2.0, -3.0])
+    cone.export(str(tmp_path / "cone.glb"))
+    given = trimesh.load(str(tmp_path / "cone.glb"), force="mesh")
+    overrides = stage_overrides(tmp_path, "cone", 2) + [f"system.geometry.path={tmp_path / 'cone.glb'}",
+                                                      "trainer.val_check_interval=2", "system.export.formats=[glb,obj]"]
+    trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    extent = float(np.ptp(given.vertices, axis=0).max())
+    for suffix in ("glb", "obj"):
+        out = trimesh.load(str(sorted((trial / "save").rglob(f"*.{suffix}"))[-1]), force="mesh")
+        distance = np.linalg.norm(out.vertices[:, None] - given.vertices[None], axis=-1)
+        assert distance.min(1).max() < 1e-5 * extent and distance.min(0).max() < 1e-5 * extent, suffix
+        assert np.allclose(out.bounds, given.bounds, atol=1e-5 * extent), suffix
+
+
+TETRA_OBJ = """v 0 0 0
+v 1 0 0
+v 0 1 0
+v 0 0 1
+vt 0.05 0.05
+vt 0.45 0.05
+vt 0.05 0.45
+vt 0.55 0.05
+vt 0.95 0.05
+vt 0.55 0.45
+vt 0.05 0.55
+vt 0.45 0.55
+vt 0.05 0.95
+vt 0.55 0.55
+vt 0.95 0.55
+vt 0.55 0.95
+f 1/1 3/2 2/3
+f 1/4 2/5 4/6
+f 1/7 4/8 3/9
+f 2/10 3/11 4/12
+"""
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_texture_mesh_bakes_into_the_files_own_uvs(tmp_path, keep):
+    """An .obj with its own UV layout (one island per face): kept by default, a new atlas with keep_uvs=false."""
+    import numpy as np
+    import trimesh
+
+    (tmp_path / "tetra.obj").write_text(TETRA_OBJ)
+    overrides = stage_overrides(tmp_path, "tetra", 2) + [
+        f"system.geometry.path={tmp_path / 'tetra.obj'}", f"system.geometry.keep_uvs={str(keep).lower()}",
+        "trainer.val_check_interval=2", "system.export.formats=[obj]"]
+    trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    out = trimesh.load(str(sorted((trial / "save").rglob("*.obj"))[-1]), force="mesh", process=False)
+    given = np.array([[float(x) for x in line.split()[1:]] for line in TETRA_OBJ.splitlines() if line.startswith("vt ")])
+    got = np.asarray(out.visual.uv)
+    matched = np.linalg.norm(got[:, None] - given[None], axis=-1).min(1) < 1e-6
+    assert matched.all() if keep else not matched.all()
+    assert len(out.faces) == 4 and np.allclose(out.bounds, [[0, 0, 0], [1, 1, 1]], atol=1e-5)  # in the file's frame

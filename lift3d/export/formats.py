@@ -78,6 +78,7 @@ class ExportSources:
     write_3dgs_ply: Callable[[Path], Any] | None = None  # the Gaussian model's own 3DGS .ply writer
     render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
     device: torch.device | str = "cpu"  # where queries run
+    file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
 
     def provides(self) -> list[str]:
         return [name for name, (need, _) in FORMATS.items() if getattr(self, need) is not None]
@@ -124,13 +125,23 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
 
     frames: list = []
 
+    frame = sources.file_frame
+    up_axis = "z" if frame is not None else cfg.up_axis  # in the user's file frame, the coordinates are final
+
+    def placed(m: Mesh) -> Mesh:
+        """The mesh as written: in the user's file's coordinates when it came from their file."""
+        if frame is None:
+            return m
+        normals = None if m.normals is None else frame.directions_to_file(m.normals)
+        return Mesh(frame.to_file(m.vertices), m.faces, m.vertex_colours, normals, m.uvs, m.texture)
+
     def write(fmt: str) -> list[Path]:
         if fmt == "glb":
-            return write_glb(mesh_for_files(), saver.path(f"{stem}.glb"), cfg.up_axis)
+            return write_glb(placed(mesh_for_files()), saver.path(f"{stem}.glb"), up_axis)
         if fmt == "obj":
-            return write_obj(mesh_for_files(), saver.path(f"{stem}.obj"), cfg.up_axis)
+            return write_obj(placed(mesh_for_files()), saver.path(f"{stem}.obj"), up_axis)
         if fmt == "mesh-ply":
-            return write_ply(mesh(), saver.path(f"{stem}-mesh.ply"), cfg.up_axis)
+            return write_ply(placed(mesh()), saver.path(f"{stem}-mesh.ply"), up_axis)
         if fmt == "3dgs-ply":
             path = saver.path(f"{stem}-gaussians.ply")
             sources.write_3dgs_ply(path)

@@ -9,6 +9,7 @@ SH degree 0..3. Normals are written as zeros and ignored when reading.
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,10 @@ def load_ply(path: str | Path, sh_degree: int | None = None) -> dict[str, Tensor
     if wrong:
         raise PlyFormatError(f"{path}: properties {', '.join(wrong)} are not floating point; the 3DGS layout stores float32")
     n = len(vertex.data)
+    ignored = [name for name in names if name not in property_names(n_rest)]
+    if ignored:
+        logging.getLogger("lift3d.gaussians").info("%s: ignored the properties %s (not part of the 3DGS layout)",
+                                                    path.name, ", ".join(ignored))
 
     def column(*keys: str) -> Tensor:
         return torch.from_numpy(np.stack([np.asarray(vertex.data[k], dtype=np.float32) for k in keys], axis=-1))

@@ -2,7 +2,8 @@
 fixed, only its texture field is optimised against the prompt.
 
 The file (.obj, .glb, .gltf, .ply, ... through trimesh) is read once, normalised into a box and
-rotated into lift3d's frame (+z up, front towards +x). Its vertices and faces are buffers rebuilt
+rotated into lift3d's frame (+z up, front towards +x); exports undo that (``file_frame``), so they overlay
+the input file. Its vertices and faces are buffers rebuilt
 from the file, so checkpoints hold only the texture field.
 """
 
@@ -15,7 +16,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.meshes.io import load_mesh
+from lift3d.meshes.io import load_mesh_in_frame
 from lift3d.meshes.mesh import Mesh
 from lift3d.registry import find, register
 
@@ -27,6 +28,7 @@ class CustomMeshConfig:
     half_extent: float = 0.5  # half side of the normalised box, scene units
     up_axis: str = "+y"  # the file's up axis (+y for glTF and most OBJ exports), mapped to world +z
     front_axis: str = "+z"  # the file's front axis, mapped to world +x (seen by the camera at azimuth 0)
+    keep_uvs: bool = True  # exports bake into the file's own UVs when it has them (false: a new xatlas atlas)
     texture_type: str = "hash-grid-texture"  # registered texture field, forward(points [N, 3]) -> features [N, C]
     texture: dict = field(default_factory=dict)  # the texture field's config
 
@@ -45,9 +47,15 @@ class CustomMeshGeometry(BaseModule):
             raise ValueError("custom-mesh needs geometry.path: the .obj/.glb file whose texture is optimised")
         if not c.texture_type:
             raise ValueError("custom-mesh needs a texture field (geometry.texture_type, e.g. hash-grid-texture)")
-        mesh = load_mesh(c.path, normalize=c.normalize, half_extent=c.half_extent, up_axis=c.up_axis, front_axis=c.front_axis)
+        mesh, self.file_frame = load_mesh_in_frame(c.path, normalize=c.normalize, half_extent=c.half_extent,
+                                                   up_axis=c.up_axis, front_axis=c.front_axis,
+                                                   uv_without_texture=c.keep_uvs)  # exports go back to it
         self.register_buffer("vertices", mesh.vertices, persistent=False)
         self.register_buffer("faces", mesh.faces, persistent=False)
+        keep = c.keep_uvs and mesh.uv is not None
+        self.register_buffer("file_uv", mesh.uv if keep else None, persistent=False)
+        self.register_buffer("file_uv_faces", (mesh.uv_faces if mesh.uv_faces is not None else mesh.faces) if keep else None,
+                             persistent=False)
         self.texture = find(c.texture_type)(c.texture)
         self._mesh: Mesh | None = None
 
@@ -56,6 +64,15 @@ class CustomMeshGeometry(BaseModule):
         if self._mesh is None or self._mesh.vertices.device != self.vertices.device:
             self._mesh = Mesh(self.vertices, self.faces)
         return self._mesh
+
+    def uv_layout(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The file's UV layout for exports, split at its seams: (vertex index [U], uvs [U, 2], faces [F, 3] over U);
+        None without UVs or with keep_uvs off."""
+        if self.file_uv is None:
+            return None
+        pairs = torch.stack([self.faces.reshape(-1), self.file_uv_faces.reshape(-1)], dim=1)  # (vertex, uv) per corner
+        unique, corner_to_unique = torch.unique(pairs, dim=0, return_inverse=True)
+        return unique[:, 0], self.file_uv[unique[:, 1]], corner_to_unique.reshape(-1, 3)
 
     def isosurface(self) -> Mesh:
         return self()

@@ -3,6 +3,7 @@ welded positions, UVs with their own index buffer, the base-colour texture, norm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,25 @@ import torch
 from torch import Tensor
 
 from lift3d.meshes.mesh import Mesh
+
+
+@dataclass(frozen=True)
+class FileFrame:
+    """How a mesh file's coordinates became lift3d's: world = (rotation @ p - centre) * scale. Exports of a user's
+    mesh apply the inverse, so they overlay the input file exactly."""
+
+    rotation: np.ndarray  # [3, 3] the file's up/front axes to world +z/+x
+    centre: np.ndarray  # [3] the rotated bounding box's centre (zero when not normalised)
+    scale: float  # 1 when not normalised
+
+    def to_file(self, points: np.ndarray) -> np.ndarray:
+        """World points [N, 3] back in the file's coordinates."""
+        return (np.asarray(points, np.float64) / self.scale + self.centre) @ self.rotation
+
+    def directions_to_file(self, directions: np.ndarray) -> np.ndarray:
+        """World directions [N, 3] (normals) in the file's axes."""
+        return np.asarray(directions, np.float64) @ self.rotation
+
 
 _AXES = {"+x": (1, 0, 0), "-x": (-1, 0, 0), "+y": (0, 1, 0), "-y": (0, -1, 0), "+z": (0, 0, 1), "-z": (0, 0, -1)}
 
@@ -47,7 +67,20 @@ def load_mesh(
     up_axis: str = "+y",
     front_axis: str = "+z",
 ) -> Mesh:
-    """Read a mesh file into a ``Mesh`` (float32, CPU).
+    """Read a mesh file into a ``Mesh`` (see ``load_mesh_in_frame``, which also says how it was placed)."""
+    return load_mesh_in_frame(path, texture_path, normalize, half_extent, up_axis, front_axis)[0]
+
+
+def load_mesh_in_frame(
+    path: str | Path,
+    texture_path: str | Path | None = None,
+    normalize: bool = True,
+    half_extent: float = 0.5,
+    up_axis: str = "+y",
+    front_axis: str = "+z",
+    uv_without_texture: bool = False,
+) -> tuple[Mesh, FileFrame]:
+    """Read a mesh file into a ``Mesh`` (float32, CPU) and the ``FileFrame`` that placed it.
 
     With ``normalize`` the bounding box is centred at the origin and scaled so its largest half side is
     ``half_extent`` (0.5: the unit box). Vertices split by trimesh at UV seams are welded back by
@@ -66,15 +99,18 @@ def load_mesh(
         raise ValueError(f"could not read {path} as a mesh with trimesh: {error}") from None
     if not isinstance(loaded, trimesh.Trimesh) or len(loaded.faces) == 0:
         raise ValueError(f"{path} holds no triangles")
-    positions = np.asarray(loaded.vertices, dtype=np.float64) @ axis_rotation(up_axis, front_axis).T
+    rotation = axis_rotation(up_axis, front_axis)
+    positions = np.asarray(loaded.vertices, dtype=np.float64) @ rotation.T
     split_faces = np.asarray(loaded.faces, dtype=np.int64)
 
     welded, inverse = np.unique(positions, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     faces = inverse[split_faces]
+    centre, scale = np.zeros(3), 1.0
     if normalize:
         low, high = welded.min(0), welded.max(0)
-        welded = (welded - (low + high) / 2) * (half_extent / max((high - low).max() / 2, 1e-12))
+        centre, scale = (low + high) / 2, half_extent / max((high - low).max() / 2, 1e-12)
+        welded = (welded - centre) * scale
 
     visual = loaded.visual
     uv = getattr(visual, "uv", None) if getattr(visual, "kind", None) == "texture" else None
@@ -93,8 +129,9 @@ def load_mesh(
     def tensor(a: np.ndarray | None, dtype: torch.dtype) -> Tensor | None:
         return None if a is None else torch.as_tensor(np.ascontiguousarray(a), dtype=dtype)
 
-    if uv is not None and texture is None:
-        uv = None  # UVs without a texture are of no use to the renderer
+    if uv is not None and texture is None and not uv_without_texture:
+        uv = None  # UVs without a texture are of no use to the renderer (a texturing stage may bake into them)
+    frame = FileFrame(rotation, centre, float(scale))
     return Mesh(
         vertices=tensor(welded, torch.float32),
         faces=tensor(faces, torch.long),
@@ -102,4 +139,4 @@ def load_mesh(
         uv_faces=tensor(split_faces if uv is not None else None, torch.long),
         texture=tensor(texture, torch.float32),
         vertex_colors=tensor(vertex_colors, torch.float32),
-    )
+    ), frame

@@ -279,12 +279,18 @@ class MeshStageSystem(TextTo3DSystem):
     def export_mesh(self) -> ExportMesh:
         """The current mesh with vertex albedo, as the exporters take it."""
         mesh = self.geometry()
-        vertices = mesh.vertices.detach()
+        vertices, faces, normals = mesh.vertices.detach(), mesh.faces, mesh.vertex_normals().detach()
+        layout = self.geometry.uv_layout() if hasattr(self.geometry, "uv_layout") else None
+        uvs = None
+        if layout is not None:  # a user's mesh with UVs: split at its seams, the texture is baked into its UVs
+            index, uv, faces = layout
+            vertices, normals, uvs = vertices[index], normals[index], uv.detach().cpu().numpy()
         return ExportMesh(
             vertices=vertices.cpu().numpy(),
-            faces=mesh.faces.cpu().numpy().astype(np.int64),
+            faces=faces.cpu().numpy().astype(np.int64),
             vertex_colours=self.albedo_at(vertices).float().clamp(0, 1).cpu().numpy(),
-            normals=mesh.vertex_normals().detach().cpu().numpy(),
+            normals=normals.cpu().numpy(),
+            uvs=uvs,
         )
 
     def export_sources(self) -> ExportSources:
@@ -293,4 +299,5 @@ class MeshStageSystem(TextTo3DSystem):
             colour_fn=self.albedo_at,
             render_fn=lambda cameras: self.render({"cameras": cameras}),
             device=self.device,
+            file_frame=getattr(self.geometry, "file_frame", None),  # a user's mesh is exported where it was
         )
