@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import struct
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,7 +157,7 @@ def stage_overrides(tmp_path, tag: str, steps: int, previous: str = "") -> list[
     convert = [f"system.geometry_convert_from={previous}"] if previous else []
     return COMMON + guidance_overrides() + convert + [
         f"output_root={tmp_path}", f"tag={tag}", f"trainer.max_steps={steps}", "system.export.texture_size=64",
-    ] + (small_texture if tag != "nerf" else [])
+    ] + (small_texture + ["system.inherit_texture_steps=30", "system.inherit_texture_points=8192"] if tag != "nerf" else [])
 
 
 @pytest.mark.slow
@@ -267,3 +268,29 @@ def test_texture_mesh_bakes_into_the_files_own_uvs(tmp_path, keep):
     matched = np.linalg.norm(got[:, None] - given[None], axis=-1).min(1) < 1e-6
     assert matched.all() if keep else not matched.all()
     assert len(out.faces) == 4 and np.allclose(out.bounds, [[0, 0, 0], [1, 1, 1]], atol=1e-5)  # in the file's frame
+
+
+def test_texture_mesh_starts_from_the_files_texture(tmp_path):
+    """A tetrahedron whose four faces are four colours of its texture: the texture field starts from them."""
+    from PIL import Image
+
+    quadrants = {(0, 0): (230, 30, 30), (1, 0): (30, 200, 40), (0, 1): (40, 60, 220), (1, 1): (240, 220, 30)}
+    image = np.zeros((64, 64, 3), np.uint8)
+    for (qu, qv), colour in quadrants.items():  # (u, v) quadrant; v = 0 is the image's bottom row
+        image[32 * (1 - qv):32 * (2 - qv), 32 * qu:32 * (qu + 1)] = colour
+    Image.fromarray(image).save(tmp_path / "tetra.png")
+    (tmp_path / "tetra.mtl").write_text("newmtl paint\nKd 1 1 1\nmap_Kd tetra.png\n")
+    (tmp_path / "tetra.obj").write_text("mtllib tetra.mtl\nusemtl paint\n" + TETRA_OBJ)
+    overrides = stage_overrides(tmp_path, "tetra", 1) + [f"system.geometry.path={tmp_path / 'tetra.obj'}",
+                                                       "system.inherit_texture_steps=300"]
+    cfg = load_config(recipe_config("texture-mesh"), overrides=overrides)
+    system = find(cfg.system_type)(cfg.system)
+    system.setup("fit")
+    positions = np.array([[float(x) for x in line.split()[1:]] for line in TETRA_OBJ.splitlines() if line.startswith("v ")])
+    corners = [line.split()[1:] for line in TETRA_OBJ.splitlines() if line.startswith("f ")]
+    frame = system.geometry.file_frame  # the file's coordinates -> lift3d's
+    for face, (quadrant, colour) in zip(corners, quadrants.items()):
+        inside = positions[[int(c.split("/")[0]) - 1 for c in face]].mean(0)
+        centroid = torch.tensor((inside @ frame.rotation.T - frame.centre) * frame.scale, dtype=torch.float32)[None]
+        albedo = system.albedo_at(centroid)[0] * 255
+        assert (albedo - torch.tensor(colour, dtype=torch.float32)).abs().max() < 40, (quadrant, albedo, colour)

@@ -52,10 +52,12 @@ class CustomMeshGeometry(BaseModule):
                                                    uv_without_texture=c.keep_uvs)  # exports go back to it
         self.register_buffer("vertices", mesh.vertices, persistent=False)
         self.register_buffer("faces", mesh.faces, persistent=False)
-        keep = c.keep_uvs and mesh.uv is not None
-        self.register_buffer("file_uv", mesh.uv if keep else None, persistent=False)
-        self.register_buffer("file_uv_faces", (mesh.uv_faces if mesh.uv_faces is not None else mesh.faces) if keep else None,
+        has_uv = mesh.uv is not None
+        self.register_buffer("file_uv", mesh.uv, persistent=False)
+        self.register_buffer("file_uv_faces", (mesh.uv_faces if mesh.uv_faces is not None else mesh.faces) if has_uv else None,
                              persistent=False)
+        texture = mesh.texture[..., :3] if has_uv and mesh.texture is not None else None
+        self.register_buffer("file_texture", texture, persistent=False)  # [H, W, 3] in 0..1: where the texture starts
         self.texture = find(c.texture_type)(c.texture)
         self._mesh: Mesh | None = None
 
@@ -68,11 +70,30 @@ class CustomMeshGeometry(BaseModule):
     def uv_layout(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """The file's UV layout for exports, split at its seams: (vertex index [U], uvs [U, 2], faces [F, 3] over U);
         None without UVs or with keep_uvs off."""
-        if self.file_uv is None:
+        if self.file_uv is None or not self.cfg.keep_uvs:
             return None
         pairs = torch.stack([self.faces.reshape(-1), self.file_uv_faces.reshape(-1)], dim=1)  # (vertex, uv) per corner
         unique, corner_to_unique = torch.unique(pairs, dim=0, return_inverse=True)
         return unique[:, 0], self.file_uv[unique[:, 1]], corner_to_unique.reshape(-1, 3)
+
+    @torch.no_grad()
+    def texture_samples(self, n: int, seed: int = 0) -> tuple[Tensor, Tensor] | None:
+        """``n`` surface points [n, 3] (area-weighted) with the file's texture colour there [n, 3]; None when the
+        file has no texture. A texturing stage fits its texture field to them before distilling."""
+        if self.file_texture is None:
+            return None
+        generator = torch.Generator().manual_seed(seed)
+        tri = self.vertices[self.faces].cpu()  # [F, 3, 3]
+        area = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1).norm(dim=-1)
+        face = torch.multinomial(area, n, replacement=True, generator=generator)
+        root, r2 = torch.rand(n, generator=generator).sqrt(), torch.rand(n, generator=generator)
+        bary = torch.stack([1 - root, root * (1 - r2), root * r2], dim=-1)[:, :, None]  # uniform in each triangle
+        points = (bary * tri[face]).sum(1)
+        uv = (bary * self.file_uv.cpu()[self.file_uv_faces.cpu()[face]]).sum(1) % 1.0  # repeat, as viewers wrap
+        image = self.file_texture.cpu().permute(2, 0, 1)[None].float()  # [1, 3, H, W], row 0 at the top (v = 1)
+        grid = torch.stack([uv[:, 0] * 2 - 1, (1 - uv[:, 1]) * 2 - 1], dim=-1)[None, None]  # [1, 1, n, 2]
+        colours = torch.nn.functional.grid_sample(image, grid, mode="bilinear", align_corners=False)[0, :, 0].T
+        return points.to(self.vertices), colours.clamp(0, 1).to(self.vertices)
 
     def isosurface(self) -> Mesh:
         return self()

@@ -72,7 +72,7 @@ class MeshStageConfig(TextTo3DConfig):
     isosurface_threshold: float | None = None  # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
     isosurface_fill_holes: bool = False  # NeRF -> DMTet: fill enclosed empty pockets first (one outer surface for shells)
     isosurface_keep_components: int = 0  # NeRF -> DMTet: keep only the k largest solid regions of the grid (0: all; 1 drops floaters)
-    inherit_texture: bool = True  # on conversion: fit the texture field to the previous stage's albedo (NeRF) or copy it (mesh)
+    inherit_texture: bool = True  # fit the texture field to the previous stage's albedo (NeRF), copy it (mesh), or to a user mesh file's texture
     inherit_texture_steps: int = 500  # Adam steps of that fit
     inherit_texture_points: int = 262144  # surface points it fits on
     loss: MeshStageLoss = dataclasses.field(default_factory=MeshStageLoss)  # loss weights
@@ -165,6 +165,31 @@ class MeshStageSystem(TextTo3DSystem):
         geometry.initialize_from_grid_density(self._clean_level_set(density, float(threshold)), float(threshold))
         if self.cfg.inherit_texture and hasattr(previous, "albedo_at"):
             self._inherit_albedo(previous.albedo_at, device)
+
+    def setup(self, stage: str) -> None:
+        """A user's textured mesh (texture-mesh) starts its texture field from the file's texture (inherit_texture)."""
+        super().setup(stage)
+        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
+        if stage != "fit" or resuming or self.cfg.geometry_convert_from or not self.cfg.inherit_texture:
+            return
+        samples = self.geometry.texture_samples(self.cfg.inherit_texture_points) if hasattr(self.geometry, "texture_samples") else None
+        if samples is None:
+            return
+        points, colours = samples
+        home = self.device
+        work = self.trainer.strategy.root_device if self._trainer is not None else home  # GPU work, as convert_from
+        self.geometry.to(work)
+        self.material.to(work)
+        try:
+            params = [p for p in self.geometry.texture.parameters() if p.requires_grad]
+            loss = fit_texture(lambda p: self.material.albedo(self.features_at(p)), params, points.to(work),
+                               colours.to(work), steps=self.cfg.inherit_texture_steps)
+        finally:
+            self.geometry.to(home)
+            self.material.to(home)
+        self.reset_mesh_cache()
+        log.info("texture field started from the mesh file's texture: mse %.4g after %d steps", loss,
+                 self.cfg.inherit_texture_steps)
 
     def _clean_level_set(self, density: Tensor, threshold: float) -> Tensor:
         """The grid density [V] with enclosed pockets filled and only the largest solid regions kept, as configured."""
