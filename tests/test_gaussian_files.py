@@ -153,3 +153,23 @@ def test_gaussians_from_a_mesh_stand_upright_in_its_colours(tmp_path, up):
     assert top[:, 2].mean() > bottom[:, 2].mean() + 2.0  # the cone's 3 units run along world +z
     assert heights.max() - heights.min() > 2.9 and (points[:, 0].max() - points[:, 0].min()) < 1.01
     assert torch.allclose(colours, torch.tensor([230, 20, 20]) / 255.0, atol=1e-6)  # the mesh's own colour
+
+
+def test_a_splat_file_starts_a_model_too(tmp_path, capsys):
+    from lift3d.export import GaussianTensors, rgb_from_sh_dc, write_splat
+    from lift3d.gaussians.model import GaussianModel
+
+    params = trained_gaussians(64, 0)
+    tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
+                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+    write_splat(tmp_path / "model.splat", tensors)
+    model = GaussianModel({"sh_degree": 1})
+    assert model.load_gaussian_file(tmp_path / "model.splat") == 0 and len(model) == 64
+    order = torch.cdist(model.means.detach(), params["means"]).argmin(dim=1)
+    assert torch.equal(model.means.detach(), params["means"][order])
+    assert torch.allclose(model.opacities.detach(), torch.sigmoid(params["opacity_logits"][order]), atol=1 / 255)
+    assert model.shN.shape == (64, 3, 3) and not model.shN.any()  # degree 1 asked: the missing band is zero
+    (tmp_path / "broken.splat").write_bytes(b"x" * 33)
+    assert main(["export", str(tmp_path / "broken.splat"), "--format", "glb"]) == 2
+    err = capsys.readouterr().err
+    assert "not a .splat file" in err and "Traceback" not in err

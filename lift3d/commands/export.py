@@ -67,25 +67,15 @@ def _gaussian_file(items: list[str]) -> Path | None:
 def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
     """Convert or mesh a 3DGS .ply or a .splat made by any tool: its Gaussians in a reconstruct-gaussians system
     (every attribute as stored), exported through the one export table as ``<stem>.<format>`` beside the file."""
-    import torch
-
     from lift3d.config import load_config
     from lift3d.export.formats import export_formats
-    from lift3d.export.splat import read_splat
-    from lift3d.gaussians.ply import load_ply
-    from lift3d.gaussians.sh import degree_of, rgb_to_sh
+    from lift3d.gaussians.files import load_gaussian_file
+    from lift3d.gaussians.sh import degree_of
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
     from lift3d.saving import OutputSaver
 
-    if path.suffix.lower() == ".splat":
-        tensors = read_splat(path)
-        opacity = tensors.opacities.clamp(1e-4, 1 - 1e-4)
-        params = {"means": tensors.means, "log_scales": tensors.scales.clamp_min(1e-12).log(), "quats": tensors.quats,
-                  "opacity_logits": torch.log(opacity / (1 - opacity)), "sh0": rgb_to_sh(tensors.colours)[:, None, :],
-                  "shN": torch.zeros(len(tensors.means), 0, 3)}
-    else:
-        params = load_ply(path)
+    params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
     fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed + list(overrides))

@@ -17,18 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from lift3d.export.gaussian_density import GaussianTensors
+from lift3d.gaussians.files import SPLAT_DTYPE, decode_splat
 from lift3d.saving import atomic_write_bytes
 
 SH_C0 = 0.28209479177387814  # the degree-0 spherical-harmonic constant 1 / (2 sqrt(pi))
 
-SPLAT_DTYPE = np.dtype(
-    [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]
-)
-assert SPLAT_DTYPE.itemsize == 32
 
 
 def rgb_from_sh_dc(sh_dc: Tensor) -> Tensor:
@@ -73,16 +69,6 @@ def write_splat(path: str | Path, gaussians: GaussianTensors, sort: bool = True)
 
 def read_splat(path: str | Path) -> GaussianTensors:
     """Decode a ``.splat`` file (quantised colour, opacity and rotation come back to within 1/255)."""
-    data = Path(path).read_bytes()
-    if len(data) % SPLAT_DTYPE.itemsize:
-        raise ValueError(f"{path} is not a .splat file: its size {len(data)} is not a multiple of 32 bytes")
-    records = np.frombuffer(data, dtype=SPLAT_DTYPE)
-    rgba = records["rgba"].astype(np.float32) / 255.0
-    quats = (records["rotation"].astype(np.float32) - 128.0) / 128.0
-    return GaussianTensors(
-        means=torch.from_numpy(records["position"].copy()),
-        scales=torch.from_numpy(records["scale"].copy()),
-        quats=torch.from_numpy(quats),
-        opacities=torch.from_numpy(rgba[:, 3].copy()),
-        colours=torch.from_numpy(rgba[:, :3].copy()),
-    )
+    values = decode_splat(path)
+    return GaussianTensors(means=values["means"], scales=values["scales"], quats=values["quats"],
+                           opacities=values["opacities"], colours=values["colours"])

@@ -33,7 +33,7 @@ class GaussianModelConfig:
     init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh, ply
     init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
-    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or 3DGS .ply whose Gaussians start the run (init: ply)
+    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or 3DGS .ply / .splat whose Gaussians start the run (init: ply)
     init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
     init_opacity: float = 0.1  # starting opacity of every Gaussian
     init_scale: float = 1.0  # multiplier on the nearest-neighbour starting size
@@ -109,12 +109,13 @@ class GaussianModel(BaseModule):
     loaded_sh_degree = 0  # Gaussians read from a trained file keep their bands from the first step
 
     @torch.no_grad()
-    def load_3dgs_ply(self, path: str | Path) -> int:
-        """Every attribute of a 3DGS .ply (the Inria / gsplat / nerfstudio layout) as this model's Gaussians,
-        SH bands padded with zeros or cut to ``sh_degree``; returns the file's own SH degree."""
-        from lift3d.gaussians.ply import load_ply, with_sh_degree
+    def load_gaussian_file(self, path: str | Path) -> int:
+        """Every attribute of a 3DGS .ply (the Inria / gsplat / nerfstudio layout) or a .splat as this model's
+        Gaussians, SH bands padded with zeros or cut to ``sh_degree``; returns the file's own SH degree."""
+        from lift3d.gaussians.files import load_gaussian_file
+        from lift3d.gaussians.ply import with_sh_degree
 
-        params = load_ply(path)
+        params = load_gaussian_file(path)
         file_degree = degree_of(params["shN"].shape[1] + 1)
         self.set_parameters(with_sh_degree(params, self.cfg.sh_degree))
         self.loaded_sh_degree = min(file_degree, self.cfg.sh_degree)

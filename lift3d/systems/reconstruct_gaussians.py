@@ -123,7 +123,7 @@ class ReconstructGaussiansSystem(BaseSystem):
         elif method == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
         elif method == "ply":
-            degree = self.gaussians.load_3dgs_ply(c.init_path)
+            degree = self.gaussians.load_gaussian_file(c.init_path)
             log.info("started from the %d Gaussians of %s (SH degree %d)", len(self.gaussians), c.init_path, degree)
             return
         else:

@@ -1,0 +1,50 @@
+"""Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.ply``) and the
+compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.export.splat``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lift3d.gaussians.ply import PlyFormatError, load_ply
+from lift3d.gaussians.sh import rgb_to_sh
+
+SPLAT_DTYPE = np.dtype(
+    [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]
+)
+assert SPLAT_DTYPE.itemsize == 32
+
+
+def decode_splat(path: str | Path) -> dict[str, Tensor]:
+    """A ``.splat`` file's activated values: means, scales, unit quats (wxyz), opacities and colours in 0..1
+    (quantised colour, opacity and rotation come back to within 1/255)."""
+    data = Path(path).read_bytes()
+    if len(data) % SPLAT_DTYPE.itemsize or not data:
+        raise PlyFormatError(f"{path} is not a .splat file: its size {len(data)} is not a positive multiple of 32 bytes")
+    records = np.frombuffer(data, dtype=SPLAT_DTYPE)
+    rgba = records["rgba"].astype(np.float32) / 255.0
+    return {
+        "means": torch.from_numpy(records["position"].copy()),
+        "scales": torch.from_numpy(records["scale"].copy()),
+        "quats": torch.from_numpy((records["rotation"].astype(np.float32) - 128.0) / 128.0),
+        "opacities": torch.from_numpy(rgba[:, 3].copy()),
+        "colours": torch.from_numpy(rgba[:, :3].copy()),
+    }
+
+
+def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
+    """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``, ``shN``) of a
+    3DGS .ply (its own SH degree) or a .splat (SH degree 0: its colours)."""
+    path = Path(path)
+    if path.suffix.lower() != ".splat":
+        return load_ply(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Gaussian file not found: {path}")
+    values = decode_splat(path)
+    opacity = values["opacities"].clamp(1e-4, 1 - 1e-4)
+    return {"means": values["means"], "log_scales": values["scales"].clamp_min(1e-12).log(), "quats": values["quats"],
+            "opacity_logits": torch.log(opacity / (1 - opacity)), "sh0": rgb_to_sh(values["colours"])[:, None, :],
+            "shN": torch.zeros(len(values["means"]), 0, 3)}
