@@ -54,7 +54,7 @@ def test_texture_size_zero_writes_vertex_colours(tmp_path):
 def test_gaussian_sources_write_gaussians_and_their_mesh(tmp_path):
     raw = raw_gaussians(32)
     g, _ = skin_of_sphere(n=600)
-    sources = gaussian_sources(g, ExportConfig(**SMALL), write_3dgs_ply=lambda path: reference_3dgs_ply(path, raw),
+    sources = gaussian_sources(g, ExportConfig(**SMALL), write_3dgs_ply=lambda path, **kept: reference_3dgs_ply(path, raw),
                                render_fn=lambda c: render_sphere(c, 0.55))
     written = export_formats(OutputSaver(tmp_path), ["3dgs-ply", "splat", "glb", "mp4"], ExportConfig(**SMALL), sources, stem="g")
     assert [p.name for p in written] == ["g-gaussians.ply", "g.splat", "g.glb", "g-orbit.mp4"]

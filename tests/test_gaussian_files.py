@@ -173,3 +173,23 @@ def test_a_splat_file_starts_a_model_too(tmp_path, capsys):
     assert main(["export", str(tmp_path / "broken.splat"), "--format", "glb"]) == 2
     err = capsys.readouterr().err
     assert "not a .splat file" in err and "Traceback" not in err
+
+
+def test_gaussian_files_can_be_pruned_for_size(tmp_path):
+    params = trained_gaussians(400, 3)
+    write_inria_ply(tmp_path / "model.ply", params, normals=False)
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "splat", "3dgs-ply",
+                 "system.export.gaussian_min_opacity=0.5", "system.export.gaussian_max_count=100",
+                 "system.export.gaussian_sh_degree=0"]) == 0
+    opacity = torch.sigmoid(params["opacity_logits"])
+    importance = torch.where(opacity >= 0.5, params["log_scales"].exp().prod(-1) * opacity, torch.tensor(-1.0))
+    expected = importance.topk(100).indices.sort().values  # the 100 most visible of those at least half opaque
+    assert int((opacity >= 0.5).sum()) > 100  # so the count cap, not only the floor, decided
+    pruned = load_ply(tmp_path / "model-gaussians.ply")
+    assert pruned["shN"].shape == (100, 0, 3)  # SH degree 0: the file lost its 45 rest coefficients
+    kept = torch.cdist(pruned["means"], params["means"]).argmin(dim=1).sort().values
+    assert torch.equal(kept, expected)
+    assert torch.equal(pruned["sh0"], params["sh0"][torch.cdist(pruned["means"], params["means"]).argmin(dim=1)])
+    splat = read_splat(tmp_path / "model.splat")
+    assert len(splat.means) == 100 and float(splat.opacities.min()) >= 0.5 - 1 / 255
+    assert torch.equal(torch.cdist(splat.means, params["means"]).argmin(dim=1).sort().values, expected)

@@ -22,7 +22,7 @@ A NeRF system::
 A Gaussian system (activated tensors; colours from SH degree 0)::
 
         g = GaussianTensors(means, scales, quats_wxyz, opacities, colours=rgb_from_sh_dc(sh_dc))
-        sources = gaussian_sources(g, cfg, write_3dgs_ply=lambda path: write_gaussian_ply(path, ...),
+        sources = gaussian_sources(g, cfg, write_3dgs_ply=lambda path, **kept: save_ply(path, model, **kept),
                                    render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
         return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
 

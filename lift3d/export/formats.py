@@ -66,6 +66,9 @@ class ExportConfig:
     video_width: int = 512  # turntable: frame width in pixels
     video_height: int = 512  # turntable: frame height in pixels
     render_batch: int = 4  # views per render call (turntable and back-projection)
+    gaussian_min_opacity: float = 0.0  # Gaussian files (3dgs-ply, splat): drop Gaussians fainter than this (0: keep all)
+    gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
+    gaussian_sh_degree: int = -1  # 3dgs-ply: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
 
 
 @dataclass
@@ -75,7 +78,7 @@ class ExportSources:
     mesh: Callable[[], Mesh] | None = None  # builds the (vertex-coloured) mesh; called at most once, only if needed
     colour_fn: ColourFn | None = None  # albedo at points [N, 3] -> [N, 3], baked into textures
     gaussians: GaussianTensors | None = None  # activated Gaussians with colours, for .splat
-    write_3dgs_ply: Callable[[Path], Any] | None = None  # the Gaussian model's own 3DGS .ply writer
+    write_3dgs_ply: Callable[..., Any] | None = None  # the model's 3DGS .ply writer: (path, keep=mask, sh_degree=int)
     render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
@@ -125,6 +128,12 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
 
     frames: list = []
 
+    def kept_gaussians() -> torch.Tensor | None:
+        """The Gaussians the files keep (None: all), by the export's opacity floor and count cap."""
+        if sources.gaussians is None:
+            return None
+        return gaussian_keep_mask(sources.gaussians, cfg.gaussian_min_opacity, cfg.gaussian_max_count)
+
     frame = sources.file_frame
     up_axis = "z" if frame is not None else cfg.up_axis  # in the user's file frame, the coordinates are final
 
@@ -144,10 +153,12 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
             return write_ply(placed(mesh()), saver.path(f"{stem}-mesh.ply"), up_axis)
         if fmt == "3dgs-ply":
             path = saver.path(f"{stem}-gaussians.ply")
-            sources.write_3dgs_ply(path)
+            degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
+            sources.write_3dgs_ply(path, keep=kept_gaussians(), sh_degree=degree)
             return [path]
         if fmt == "splat":
-            return write_splat(saver.path(f"{stem}.splat"), sources.gaussians)
+            keep = kept_gaussians()
+            return write_splat(saver.path(f"{stem}.splat"), sources.gaussians if keep is None else sources.gaussians.select(keep))
         if not frames:  # mp4 and gif share one turntable render
             cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,
                                     cfg.video_width, cfg.video_height, device=sources.device)
@@ -234,3 +245,21 @@ def gaussian_sources(
 
     return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
                          render_fn=render_fn, device=device)
+
+
+def gaussian_keep_mask(gaussians: GaussianTensors, min_opacity: float, max_count: int) -> torch.Tensor | None:
+    """[N] bool: Gaussians at least ``min_opacity`` opaque, at most ``max_count`` of them (the most visible by
+    volume x opacity, as .splat orders them); None when both are off. Logged, so a smaller file says why."""
+    if min_opacity <= 0 and max_count <= 0:
+        return None
+    opacities = gaussians.opacities.detach().reshape(-1).float().cpu()
+    keep = opacities >= min_opacity
+    if 0 < max_count < int(keep.sum()):
+        importance = gaussians.scales.detach().float().cpu().prod(dim=-1) * opacities
+        importance[~keep] = -1.0
+        top = torch.topk(importance, max_count).indices
+        keep = torch.zeros_like(keep)
+        keep[top] = True
+    log.info("Gaussian files keep %d of %d Gaussians (opacity >= %g, at most %s)", int(keep.sum()), len(keep), min_opacity,
+             max_count or "all")
+    return keep

@@ -38,6 +38,12 @@ class GaussianTensors:
         if n == 0:
             raise ValueError("there are no Gaussians to export")
 
+    def select(self, keep: Tensor) -> GaussianTensors:
+        """The Gaussians where ``keep`` [N] (bool) is true."""
+        keep = keep.to(self.means.device)
+        return GaussianTensors(self.means[keep], self.scales[keep], self.quats[keep], self.opacities[keep],
+                               None if self.colours is None else self.colours[keep])
+
     def detached(self) -> GaussianTensors:
         """float32 copies without autograd history."""
         def f(t: Tensor | None) -> Tensor | None:

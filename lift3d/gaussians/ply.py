@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.sh import num_bases
+from lift3d.gaussians.sh import degree_of, num_bases
 from lift3d.saving import atomic_write_bytes
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
@@ -53,11 +53,17 @@ def gaussians_to_array(params: dict[str, Tensor]) -> np.ndarray:
     return record
 
 
-def save_ply(path: str | Path, gaussians) -> Path:
-    """Write a model (or a dict of its parameters) as a binary little-endian 3DGS PLY, atomically."""
+def save_ply(path: str | Path, gaussians, keep: Tensor | None = None, sh_degree: int | None = None) -> Path:
+    """Write a model (or a dict of its parameters) as a binary little-endian 3DGS PLY, atomically; ``keep`` [N]
+    (bool) selects Gaussians, ``sh_degree`` cuts the SH bands (smaller files)."""
     from plyfile import PlyData, PlyElement
 
     params = gaussians.parameters_dict() if hasattr(gaussians, "parameters_dict") else gaussians
+    if keep is not None:
+        keep = keep.to(params["means"].device)
+        params = {name: value[keep] for name, value in params.items()}
+    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
+        params = with_sh_degree(params, sh_degree)
     element = PlyElement.describe(gaussians_to_array(params), "vertex")
     buffer = io.BytesIO()
     PlyData([element], text=False, byte_order="<").write(buffer)

@@ -195,5 +195,5 @@ class ReconstructGaussiansSystem(BaseSystem):
         g = self.gaussians
         tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
                                   colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
-        return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path: save_ply(path, g),
+        return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
                                 render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
