@@ -110,7 +110,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
     formats = check_formats(formats, sources)
     stem = cfg.stem or stem
     written: list[Path] = []
-    cache: dict[str, Mesh] = {}
+    cache: dict[str, Any] = {}  # the mesh, its textured copy and the Gaussians kept: each made once
 
     def mesh() -> Mesh:
         if "mesh" not in cache:
@@ -129,10 +129,10 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
     frames: list = []
 
     def kept_gaussians() -> torch.Tensor | None:
-        """The Gaussians the files keep (None: all), by the export's opacity floor and count cap."""
-        if sources.gaussians is None:
-            return None
-        return gaussian_keep_mask(sources.gaussians, cfg.gaussian_min_opacity, cfg.gaussian_max_count)
+        """The Gaussians the files keep (None: all), by the export's opacity floor and count cap; chosen once."""
+        if "keep" not in cache and sources.gaussians is not None:
+            cache["keep"] = gaussian_keep_mask(sources.gaussians, cfg.gaussian_min_opacity, cfg.gaussian_max_count)
+        return cache.get("keep")
 
     frame = sources.file_frame
     up_axis = "z" if frame is not None else cfg.up_axis  # in the user's file frame, the coordinates are final

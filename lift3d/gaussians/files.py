@@ -44,7 +44,6 @@ def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     if not path.is_file():
         raise FileNotFoundError(f"Gaussian file not found: {path}")
     values = decode_splat(path)
-    opacity = values["opacities"].clamp(1e-4, 1 - 1e-4)
     return {"means": values["means"], "log_scales": values["scales"].clamp_min(1e-12).log(), "quats": values["quats"],
-            "opacity_logits": torch.log(opacity / (1 - opacity)), "sh0": rgb_to_sh(values["colours"])[:, None, :],
+            "opacity_logits": torch.logit(values["opacities"], eps=1e-4), "sh0": rgb_to_sh(values["colours"])[:, None, :],
             "shN": torch.zeros(len(values["means"]), 0, 3)}

@@ -7,6 +7,7 @@ rendering), ``opacity_logits`` [N] (opacity = sigmoid), ``sh0`` [N, 1, 3] (DC) a
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from lift3d.base import BaseModule
 from lift3d.gaussians.init import knn_scales
 from lift3d.gaussians.sh import degree_of, num_bases, rgb_to_sh
 from lift3d.registry import register
+
+log = logging.getLogger("lift3d.gaussians")
 
 PARAMETER_NAMES = ("means", "log_scales", "quats", "opacity_logits", "sh0", "shN")
 
@@ -120,6 +123,7 @@ class GaussianModel(BaseModule):
         self.set_parameters(with_sh_degree(params, self.cfg.sh_degree))
         self.loaded_sh_degree = min(file_degree, self.cfg.sh_degree)
         self.active_sh_degree = max(self.active_sh_degree, self.loaded_sh_degree)
+        log.info("started from the %d Gaussians of %s (SH degree %d)", len(self), path, file_degree)
         return file_degree
 
     # ----------------------------------------------------------------------------------- initialisation

@@ -18,6 +18,7 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.meshes.io import load_mesh_in_frame
 from lift3d.meshes.mesh import Mesh
+from lift3d.meshes.texture_field import interpolate_corners, surface_samples
 from lift3d.registry import find, register
 
 
@@ -82,14 +83,10 @@ class CustomMeshGeometry(BaseModule):
         file has no texture. A texturing stage fits its texture field to them before distilling."""
         if self.file_texture is None:
             return None
-        generator = torch.Generator().manual_seed(seed)
-        tri = self.vertices[self.faces].cpu()  # [F, 3, 3]
-        area = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1).norm(dim=-1)
-        face = torch.multinomial(area, n, replacement=True, generator=generator)
-        root, r2 = torch.rand(n, generator=generator).sqrt(), torch.rand(n, generator=generator)
-        bary = torch.stack([1 - root, root * (1 - r2), root * r2], dim=-1)[:, :, None]  # uniform in each triangle
-        points = (bary * tri[face]).sum(1)
-        uv = (bary * self.file_uv.cpu()[self.file_uv_faces.cpu()[face]]).sum(1) % 1.0  # repeat, as viewers wrap
+        vertices, faces = self.vertices.cpu(), self.faces.cpu()
+        draws = surface_samples(vertices, faces, n, seed)
+        points = interpolate_corners(vertices[faces], *draws)
+        uv = interpolate_corners(self.file_uv.cpu()[self.file_uv_faces.cpu()], *draws) % 1.0  # repeat, as viewers wrap
         image = self.file_texture.cpu().permute(2, 0, 1)[None].float()  # [1, 3, H, W], row 0 at the top (v = 1)
         grid = torch.stack([uv[:, 0] * 2 - 1, (1 - uv[:, 1]) * 2 - 1], dim=-1)[None, None]  # [1, 1, n, 2]
         colours = torch.nn.functional.grid_sample(image, grid, mode="bilinear", align_corners=False)[0, :, 0].T

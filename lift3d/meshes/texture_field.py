@@ -88,9 +88,10 @@ def fit_texture(
     return float(loss.detach())
 
 
-def sample_surface(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> Tensor:
-    """``n`` points [n, 3] drawn uniformly by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3]
-    (seeded, so a converted stage starts the same every time)."""
+def surface_samples(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """``n`` draws uniform by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3] (seeded): the face [n]
+    and the weights (u, v) [n, 1] each of the triangle's second and third corner, so other per-corner values
+    (UVs, colours) can be interpolated at the same points."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     tri = vertices.detach()[faces]  # [F, 3, 3]
     area = torch.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1).norm(dim=-1)
@@ -99,6 +100,16 @@ def sample_surface(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> Te
     face = torch.multinomial(area.cpu().double(), n, replacement=True, generator=generator).to(vertices.device)
     u, v = torch.rand(2, n, 1, generator=generator).to(vertices)
     flip = (u + v) > 1  # fold the unit square onto the triangle
-    u, v = torch.where(flip, 1 - u, u), torch.where(flip, 1 - v, v)
-    t = tri[face]
+    return face, torch.where(flip, 1 - u, u), torch.where(flip, 1 - v, v)
+
+
+def interpolate_corners(values: Tensor, face: Tensor, u: Tensor, v: Tensor) -> Tensor:
+    """Per-corner ``values`` [F, 3, C] at the ``surface_samples`` draws: [n, C]."""
+    t = values[face]
     return t[:, 0] + u * (t[:, 1] - t[:, 0]) + v * (t[:, 2] - t[:, 0])
+
+
+def sample_surface(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> Tensor:
+    """``n`` points [n, 3] drawn uniformly by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3]
+    (seeded, so a converted stage starts the same every time)."""
+    return interpolate_corners(vertices.detach()[faces], *surface_samples(vertices, faces, n, seed))

@@ -103,8 +103,7 @@ class GaussianSDSSystem(TextTo3DSystem):
         elif c.init == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
         elif c.init == "ply":
-            degree = self.gaussians.load_gaussian_file(c.init_path)
-            log.info("started from the %d Gaussians of %s (SH degree %d)", len(self.gaussians), c.init_path, degree)
+            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialise
             return
         else:
             raise ValueError(f"system.gaussians.init must be random, points, mesh or ply for gaussian-sds, got '{c.init}'")

@@ -25,8 +25,10 @@ Each stage exports its mesh with a baked texture (``export.formats: [glb]``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,28 +124,39 @@ class MeshStageSystem(TextTo3DSystem):
 
         Runs on the trainer's device (Lightning calls ``setup`` before it moves the system there): the
         density queries on the grid and the texture fit are GPU work."""
-        home = self.device
-        work = self.trainer.strategy.root_device if self._trainer is not None else home
-        previous.to(work)
-        self.geometry.to(work)
-        self.material.to(work)
+        previous.to(self._work_device())
         try:
-            if hasattr(previous, "density_at"):
-                self._convert_from_density(previous, previous_cfg)
-            elif isinstance(getattr(previous, "geometry", None), nn.Module):
-                self._convert_from_mesh(previous, previous_cfg)
-            else:
-                raise ValueError(
-                    f"system.geometry_convert_from: a {previous_cfg.system_type} run cannot start a mesh stage: it needs a "
-                    "density field to mesh (a dreamfusion, prolificdreamer or gaussian-sds run: density_at / albedo_at) "
-                    "or a mesh-stage run to copy; point system.geometry_convert_from at one of those"
-                )
+            with self._surface_on_work_device():
+                if hasattr(previous, "density_at"):
+                    self._convert_from_density(previous, previous_cfg)
+                elif isinstance(getattr(previous, "geometry", None), nn.Module):
+                    self._convert_from_mesh(previous, previous_cfg)
+                else:
+                    raise ValueError(
+                        f"system.geometry_convert_from: a {previous_cfg.system_type} run cannot start a mesh stage: it "
+                        "needs a density field to mesh (a dreamfusion, prolificdreamer or gaussian-sds run: density_at / "
+                        "albedo_at) or a mesh-stage run to copy; point system.geometry_convert_from at one of those"
+                    )
         finally:
-            self.geometry.to(home)
-            self.material.to(home)
             previous.to("cpu")
         self._copy_matching(previous, ("material", "background"))
         self.reset_mesh_cache()
+
+    def _work_device(self) -> torch.device:
+        """Where setup-time work runs: the trainer's device (Lightning calls ``setup`` before moving the system)."""
+        return self.trainer.strategy.root_device if self._trainer is not None else self.device
+
+    @contextlib.contextmanager
+    def _surface_on_work_device(self) -> Iterator[torch.device]:
+        """Geometry and material on the work device for the duration (grid queries and texture fits are GPU work)."""
+        home, work = self.device, self._work_device()
+        self.geometry.to(work)
+        self.material.to(work)
+        try:
+            yield work
+        finally:
+            self.geometry.to(home)
+            self.material.to(home)
 
     def _convert_from_density(self, previous: Any, previous_cfg: Any) -> None:
         geometry = self.geometry
@@ -175,21 +188,9 @@ class MeshStageSystem(TextTo3DSystem):
         samples = self.geometry.texture_samples(self.cfg.inherit_texture_points) if hasattr(self.geometry, "texture_samples") else None
         if samples is None:
             return
-        points, colours = samples
-        home = self.device
-        work = self.trainer.strategy.root_device if self._trainer is not None else home  # GPU work, as convert_from
-        self.geometry.to(work)
-        self.material.to(work)
-        try:
-            params = [p for p in self.geometry.texture.parameters() if p.requires_grad]
-            loss = fit_texture(lambda p: self.material.albedo(self.features_at(p)), params, points.to(work),
-                               colours.to(work), steps=self.cfg.inherit_texture_steps)
-        finally:
-            self.geometry.to(home)
-            self.material.to(home)
+        with self._surface_on_work_device() as work:
+            self._fit_albedo(*(t.to(work) for t in samples), "the mesh file's texture")
         self.reset_mesh_cache()
-        log.info("texture field started from the mesh file's texture: mse %.4g after %d steps", loss,
-                 self.cfg.inherit_texture_steps)
 
     def _clean_level_set(self, density: Tensor, threshold: float) -> Tensor:
         """The grid density [V] with enclosed pockets filled and only the largest solid regions kept, as configured."""
@@ -208,10 +209,14 @@ class MeshStageSystem(TextTo3DSystem):
         mesh = self.geometry()
         points = sample_surface(mesh.vertices, mesh.faces, self.cfg.inherit_texture_points, seed=0)
         targets = torch.cat([albedo_fn(p.to(device)).to(points) for p in points.split(262144)])
+        self._fit_albedo(points, targets, "the previous albedo")
+
+    def _fit_albedo(self, points: Tensor, targets: Tensor, source: str) -> None:
+        """Regress the texture field's albedo onto ``targets`` [N, 3] at surface ``points`` [N, 3]."""
         params = [p for p in self.geometry.texture.parameters() if p.requires_grad]
         loss = fit_texture(lambda p: self.material.albedo(self.features_at(p)), params, points, targets,
                            steps=self.cfg.inherit_texture_steps)
-        log.info("texture field fitted to the previous albedo: mse %.4g after %d steps", loss, self.cfg.inherit_texture_steps)
+        log.info("texture field fitted to %s: mse %.4g after %d steps", source, loss, self.cfg.inherit_texture_steps)
 
     def _convert_from_mesh(self, previous: Any, previous_cfg: Any) -> None:
         skip = () if self.cfg.inherit_texture else ("texture.",)

@@ -123,8 +123,7 @@ class ReconstructGaussiansSystem(BaseSystem):
         elif method == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
         elif method == "ply":
-            degree = self.gaussians.load_gaussian_file(c.init_path)
-            log.info("started from the %d Gaussians of %s (SH degree %d)", len(self.gaussians), c.init_path, degree)
+            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialise
             return
         else:
             raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points, mesh or ply, got '{c.init}'")
