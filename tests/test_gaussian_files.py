@@ -193,3 +193,11 @@ def test_gaussian_files_can_be_pruned_for_size(tmp_path):
     splat = read_splat(tmp_path / "model.splat")
     assert len(splat.means) == 100 and float(splat.opacities.min()) >= 0.5 - 1 / 255
     assert torch.equal(torch.cdist(splat.means, params["means"]).argmin(dim=1).sort().values, expected)
+
+
+def test_a_bad_mesh_up_axis_is_a_config_error_before_any_work():
+    from lift3d.config import ConfigError
+    from lift3d.gaussians.model import GaussianModel
+
+    with pytest.raises(ConfigError, match="init_up_axis must be one of"):
+        GaussianModel({"init": "mesh", "init_path": "absent.glb", "init_up_axis": "up"})

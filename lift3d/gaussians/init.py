@@ -110,13 +110,25 @@ def read_point_cloud(path: str | Path) -> tuple[Tensor, Tensor]:
     return points, colors
 
 
+def mesh_rotation(up_axis: str) -> np.ndarray:
+    """[3, 3] turning a mesh file's ``up_axis`` to world +z: z-up files keep their frame, y-up ones turn as
+    texture-mesh turns them (front +z to +x). A bad axis is a config error naming the key."""
+    from lift3d.config import ConfigError
+    from lift3d.meshes.io import axis_rotation
+
+    try:
+        return axis_rotation(up_axis, "+x" if up_axis.endswith("z") else "+z")
+    except ValueError:
+        raise ConfigError(f"system.gaussians.init_up_axis must be one of +x, -x, +y, -y, +z, -z (the mesh file's up "
+                          f"axis), got {up_axis!r}") from None
+
+
 def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") -> tuple[Tensor, Tensor]:
     """``n`` points on a mesh surface (area-weighted), turned so the file's ``up_axis`` is world +z (the
     convention of every mesh input), with the mesh's texture or vertex colours where it has them (else grey)."""
     import trimesh
 
-    from lift3d.meshes.io import axis_rotation
-
+    rotation = mesh_rotation(up_axis)  # a bad axis fails before the file is read
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"mesh file not found: {path}")
@@ -129,8 +141,7 @@ def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") ->
     except Exception:  # a texture trimesh cannot sample (no image behind the UVs): grey, as for an uncoloured mesh
         coloured = False
         sampled = trimesh.sample.sample_surface(mesh, n, seed=seed)
-    front = "+x" if up_axis.endswith("z") else "+z"  # z-up files keep their frame; y-up ones as texture-mesh turns them
-    points = np.asarray(sampled[0], dtype=np.float64) @ axis_rotation(up_axis, front).T
+    points = np.asarray(sampled[0], dtype=np.float64) @ rotation.T
     points = torch.from_numpy(points.astype(np.float32))
     if coloured and len(sampled) > 2 and sampled[2] is not None and len(sampled[2]) == n:
         colours = torch.from_numpy(np.asarray(sampled[2], dtype=np.float32)[:, :3] / 255.0)

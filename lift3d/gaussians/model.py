@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.gaussians.init import knn_scales
+from lift3d.gaussians.init import knn_scales, mesh_rotation
 from lift3d.gaussians.sh import degree_of, num_bases, rgb_to_sh
 from lift3d.registry import register
 
@@ -53,6 +53,8 @@ class GaussianModel(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         num_bases(self.cfg.sh_degree)  # validates the degree
+        if self.cfg.init == "mesh":
+            mesh_rotation(self.cfg.init_up_axis)  # validates the axis before any work
         self.active_sh_degree = 0 if self.cfg.sh_degree_interval > 0 else self.cfg.sh_degree
         self.set_parameters(self.empty_parameters(0))
 
