@@ -41,24 +41,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scene", help="a posed scene folder (any layout lift3d reads), a photo folder or a video")
     parser.add_argument("--method", default="gaussians", choices=("gaussians", "nerf"))
-    parser.add_argument("--steps", type=int, default=7000, help="training steps (validation runs once, at the end)")
+    parser.add_argument("--steps", type=int, default=7000, help="training steps (validation runs at the end, and every --val-every)")
+    parser.add_argument("--val-every", type=int, default=0, help="also validate every this many steps (0: only at the end)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     parser.add_argument("--renders", default="", help="copy the validation renders into this folder")
     parser.add_argument("--output-root", default="outputs", help="where the run's folder goes")
+    parser.add_argument("--recipe", default="", help="a recipe name instead of the one lift3d reconstruct picks")
     parser.add_argument("--time-cap", type=float, default=0.0, help="stop training after this many seconds (then validate)")
     args = parser.parse_args(argv)
 
     import lift3d.runner as runner
-    from lift3d.commands.reconstruct import recipe_for
+    from lift3d.commands.reconstruct import is_unbounded, recipe_for
     from lift3d.config import load_config
     from lift3d.data.scene import detect_format
     from lift3d.data.sfm import prepare_capture
+    from lift3d.recipes import recipe_config
 
     scene = prepare_capture(Path(args.scene).expanduser().resolve())
-    detect_format(scene)
-    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available())
+    layout = detect_format(scene)
+    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available(), unbounded=is_unbounded(layout))
+    if args.recipe:
+        config = recipe_config(args.recipe)
     overrides = [f"data.root={scene}", f"tag={scene.name}", f"trainer.max_steps={args.steps}",
-                 f"trainer.val_check_interval={args.steps}", "trainer.run_test_after_fit=false",
+                 f"trainer.val_check_interval={args.val_every or args.steps}", "trainer.run_test_after_fit=false",
                  "trainer.enable_progress_bar=false", f"output_root={args.output_root}", *args.set]
     cfg = load_config(config, overrides=overrides)
     timer = StageTimer()
@@ -82,11 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if not metrics.is_file() or json.loads(metrics.read_text()).get("val", {}).get("step") != timer.steps:
         cfg.resume = str(trial / "ckpts" / "last.ckpt")  # stopped by the time cap before its validation: validate now
         runner.run_experiment("validate", cfg, [config], overrides)
-    val = json.loads(metrics.read_text())["val"]
+    record_json = json.loads(metrics.read_text())
+    val = record_json["val"]
+    history = [[entry["step"], round(entry["psnr"], 3)] for entry in record_json.get("history", []) if "psnr" in entry]
     record = {"bench": "capture", "scene": str(scene), "method": args.method, "config": config.name, "steps": timer.steps,
               "train_s": round(timer.seconds, 1), "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2),
               "wall_s": round(wall, 1), "val_psnr": round(val["psnr"], 3), "val_ssim": round(val["ssim"], 4),
-              "val_views": val["views"], "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
+              "val_views": val["views"], "val_history": history, "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
               "environment": environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))}
     if torch.cuda.is_available():
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)

@@ -19,21 +19,33 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
 
 
-def recipe_for(method: str, sample: bool, on_cpu: bool = False) -> Path:
-    """``configs/reconstruct-<method>.yaml``: its ``-sample`` variant for the built-in scene, its ``-cpu`` variant
-    (a budget that finishes in minutes) for a user's scene on a machine without a CUDA GPU, when they exist."""
+def recipe_for(method: str, sample: bool, on_cpu: bool = False, unbounded: bool = False) -> Path:
+    """``configs/reconstruct-<method>.yaml`` or the first of its variants that exists and fits: ``-sample`` for
+    the built-in scene; for a user's scene ``-unbounded-cpu``, ``-unbounded`` (photos that show the world
+    around the object), ``-cpu`` (a budget that finishes in minutes on a machine without a CUDA GPU)."""
     from lift3d.config import ConfigError
     from lift3d.recipes import recipe_config, recipe_names
 
     names = recipe_names()
     base = f"reconstruct-{method}"
-    for variant, wanted in (("sample", sample), ("cpu", on_cpu and not sample)):
-        if wanted and f"{base}-{variant}" in names:
+    if sample:
+        variants = ["sample"]
+    else:
+        variants = (["unbounded-cpu"] if unbounded and on_cpu else []) + (["unbounded"] if unbounded else [])
+        variants += ["cpu"] if on_cpu else []
+    for variant in variants:
+        if f"{base}-{variant}" in names:
             return recipe_config(f"{base}-{variant}")
     if base not in names:
         raise ConfigError(f"--method {method} needs the recipe configs/{base}.yaml, which this lift3d does not "
                           f"have (recipes: {', '.join(names) or 'none'}); try --method gaussians")
     return recipe_config(base)
+
+
+def is_unbounded(layout: str) -> bool:
+    """Whether photos of this layout show the world around the object: every layout but Blender's (renders of an
+    object on a transparent background) comes from a camera in a real place."""
+    return layout != "blender"
 
 
 def _summary(trial: Path) -> list[str]:
@@ -68,12 +80,12 @@ def run(args: argparse.Namespace) -> int:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
     scene = Path(paths[0]).expanduser().resolve() if paths else sample_scene_path()
     scene = prepare_capture(scene)  # a video or a folder of photos without poses: structure from motion first
-    detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
+    layout = detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
     if not paths:
         print(f"lift3d: no scene given; reconstructing the built-in sample scene ({scene})", flush=True)
     gpus = parse_gpus(args.gpus)
     on_cpu = gpus is None and not torch.cuda.is_available()
-    config = recipe_for(args.method, sample=not paths, on_cpu=on_cpu)
+    config = recipe_for(args.method, sample=not paths, on_cpu=on_cpu, unbounded=is_unbounded(layout))
     if on_cpu and config.stem.endswith("-cpu"):
         print(f"lift3d: no CUDA GPU: using the CPU budget of {config.name} (smaller images, fewer steps); "
               "override it like any config key, e.g. trainer.max_steps=...", flush=True)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.fields.contraction import check_contraction, to_unit_cube
 from lift3d.fields.encodings import HashGrid, HashGridConfig
 from lift3d.fields.mlp import ACTIVATIONS, MLP, activation
 from lift3d.registry import register
@@ -23,9 +24,10 @@ from lift3d.registry import register
 
 @dataclass
 class ImplicitVolumeConfig:
-    """Field over the cube [-radius, radius]^3."""
+    """Field over the cube [-radius, radius]^3 (and, contracted, the space around it)."""
 
     radius: float = 1.0  # half side of the cube the field (and its occupancy grid) covers, scene units
+    contraction: str = "none"  # none (nothing outside the cube), cube or sphere: all space beyond it squeezed in (unbounded scenes)
     encoding: HashGridConfig = field(default_factory=HashGridConfig)  # the multiresolution hash grid
     hidden_dim: int = 64  # width of the density MLP
     n_hidden_layers: int = 1  # hidden layers of the density MLP
@@ -55,6 +57,7 @@ class ImplicitVolume(BaseModule):
             raise ValueError(f"density_activation '{c.density_activation}' is not one of {', '.join(ACTIVATIONS)}")
         if c.density_blob not in ("none", "gaussian", "linear"):
             raise ValueError(f"density_blob must be none, gaussian or linear, got '{c.density_blob}'")
+        check_contraction(c.contraction)
         if c.normal_type not in ("finite_difference", "analytic"):
             raise ValueError(f"normal_type must be finite_difference or analytic, got '{c.normal_type}'")
         self.encoding = HashGrid(c.encoding)
@@ -65,9 +68,14 @@ class ImplicitVolume(BaseModule):
         self.encoding.set_step(global_step)
 
     # ------------------------------------------------------------------------------------ evaluation
+    @property
+    def contraction(self) -> str:
+        """How space outside the cube is represented: none, cube or sphere (see ``lift3d.fields.contraction``)."""
+        return self.cfg.contraction
+
     def normalize(self, points: Tensor) -> Tensor:
-        """World points [N, 3] -> unit-cube coordinates [N, 3]."""
-        return (points - self.bbox[0]) / (self.bbox[1] - self.bbox[0])
+        """World points [N, 3] -> unit-cube coordinates [N, 3] (contracted when the field is unbounded)."""
+        return to_unit_cube(points, self.bbox, self.cfg.contraction)
 
     def _blob(self, points: Tensor) -> Tensor:
         c = self.cfg

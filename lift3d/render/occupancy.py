@@ -3,7 +3,8 @@
 Each cell stores the opacity ``density * step_size`` seen at random points inside it, decayed by
 ``ema_decay`` at every update and raised to new evaluations; a cell is occupied when its value exceeds
 ``min(mean, threshold)``. Updates run every ``update_every`` steps on every cell during warm-up, then on
-a random quarter of all cells plus as many occupied ones. All of it runs on the device without host syncs.
+a random quarter of all cells plus as many occupied ones. All of it runs on the device without host syncs. Over a contracted (unbounded) field the grid covers the
+contracted space, so its outer cells hold ever larger shells of the world (``lift3d.fields.contraction``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from lift3d.fields.contraction import check_contraction, from_unit_cube, to_unit_cube
 
 
 @dataclass
@@ -36,13 +39,15 @@ def cell_coordinates(resolution: int, device: torch.device | None = None) -> Ten
 
 
 class OccupancyGrid(nn.Module):
-    """Which cells of the box may hold density; ``occupied`` is a flat [res^3] bool buffer (i, j, k order)."""
+    """Which cells of the box (or of the contracted space around it) may hold density; ``occupied`` is a flat
+    [res^3] bool buffer (i, j, k order)."""
 
-    def __init__(self, cfg: OccupancyGridConfig, bbox: Tensor) -> None:
+    def __init__(self, cfg: OccupancyGridConfig, bbox: Tensor, contraction: str = "none") -> None:
         super().__init__()
         if cfg.resolution < 1 or cfg.resolution**3 > 2**24:
             raise ValueError(f"occupancy grid resolution must be in 1..256, got {cfg.resolution}")
-        self.cfg = cfg
+        check_contraction(contraction)
+        self.cfg, self.contraction = cfg, contraction
         n = cfg.resolution**3
         self.register_buffer("bbox", bbox.detach().clone().float())
         self.register_buffer("opacity", torch.zeros(n))
@@ -53,8 +58,9 @@ class OccupancyGrid(nn.Module):
         return self.cfg.resolution
 
     def cell_index(self, points: Tensor) -> tuple[Tensor, Tensor]:
-        """Flat cell index [N] of world ``points`` [N, 3] (clamped) and whether each point is inside the box."""
-        unit = (points - self.bbox[0]) / (self.bbox[1] - self.bbox[0])
+        """Flat cell index [N] of world ``points`` [N, 3] (clamped) and whether each point is inside the grid
+        (always, when contracted)."""
+        unit = to_unit_cube(points, self.bbox, self.contraction)
         inside = ((unit >= 0) & (unit <= 1)).all(dim=-1)
         r = self.cfg.resolution
         cell = (unit * r).long().clamp(0, r - 1)
@@ -72,7 +78,7 @@ class OccupancyGrid(nn.Module):
         r = self.cfg.resolution
         ijk = torch.stack([index // (r * r), (index // r) % r, index % r], dim=-1).float()
         offset = torch.rand_like(ijk) if jitter else torch.full_like(ijk, 0.5)
-        return self.bbox[0] + (ijk + offset) / r * (self.bbox[1] - self.bbox[0])
+        return from_unit_cube((ijk + offset) / r, self.bbox, self.contraction)
 
     def should_update(self, step: int) -> bool:
         return self.cfg.enabled and step % max(self.cfg.update_every, 1) == 0

@@ -2,7 +2,8 @@
 
 Marching follows Instant-NGP: a fixed step ``dt`` from where the ray enters the box, offset by a
 per-ray jitter (stratified sampling), with every step whose midpoint falls in an empty occupancy cell
-dropped. Steps are compacted into packed arrays either exactly (``nonzero``: one host sync) or into a
+dropped. For unbounded scenes steps grow with distance: ``dt`` up to ``disparity_from``, then evenly spaced in
+inverse distance (Mip-NeRF 360), which reaches infinity in as many steps again. Steps are compacted into packed arrays either exactly (``nonzero``: one host sync) or into a
 fixed budget (cumsum + scatter: no host sync, static shapes; rays that do not fit are reported).
 """
 
@@ -25,16 +26,43 @@ def ray_box(rays_o: Tensor, rays_d: Tensor, bbox: Tensor, near: float = 0.0) -> 
     return t_near, t_far
 
 
-def step_bounds(t_near: Tensor, t_far: Tensor, jitter: Tensor, step_size: float, k: Tensor) -> tuple[Tensor, Tensor]:
+def step_index(t: Tensor, step_size: float, disparity_from: float = 0.0) -> Tensor:
+    """Continuous step count from distance 0 to distance ``t``: ``t / dt``, or with ``disparity_from`` = K > 0
+    ``t / dt`` up to K and ``(K / dt) (2 - K / t)`` beyond (steps evenly spaced in 1 / t, Mip-NeRF 360), which
+    tends to ``2 K / dt``: infinity is that many steps away."""
+    if disparity_from <= 0:
+        return t / step_size
+    knee = disparity_from
+    return torch.where(t <= knee, t / step_size, knee / step_size * (2 - knee / t.clamp_min(knee)))
+
+
+def step_distance(u: Tensor, step_size: float, disparity_from: float = 0.0) -> Tensor:
+    """The inverse of ``step_index``: distance of continuous step count ``u`` (at most a million times K)."""
+    if disparity_from <= 0:
+        return u * step_size
+    knee = disparity_from
+    fraction = u * step_size / knee
+    return torch.where(fraction <= 1, u * step_size, knee / (2 - fraction.clamp(1, 2 - 1e-6)))
+
+
+def step_bounds(t_near: Tensor, t_far: Tensor, jitter: Tensor, step_size: float, k: Tensor,
+                disparity_from: float = 0.0) -> tuple[Tensor, Tensor]:
     """Interval [lo, hi] of marching step ``k`` (broadcast with the per-ray tensors): steps tile [t_near, t_far]
-    with boundaries t_near + (k + jitter) * dt, jitter in (0, 1]; lo >= hi means no such step."""
-    lo = torch.maximum(t_near, t_near + (k - 1 + jitter) * step_size)
-    hi = torch.minimum(t_far, t_near + (k + jitter) * step_size)
+    with boundaries at step counts u(t_near) + k + jitter, jitter in (0, 1] (``step_index``: t_near + (k +
+    jitter) * dt with fixed steps); lo >= hi means no such step."""
+    if disparity_from <= 0:
+        lo = torch.maximum(t_near, t_near + (k - 1 + jitter) * step_size)
+        hi = torch.minimum(t_far, t_near + (k + jitter) * step_size)
+        return lo, hi
+    start = step_index(t_near, step_size, disparity_from) + jitter
+    lo = torch.maximum(t_near, step_distance(start + k - 1, step_size, disparity_from))
+    hi = torch.minimum(t_far, step_distance(start + k, step_size, disparity_from))
     return lo, hi
 
 
 def n_marching_steps(max_chord: float, step_size: float) -> int:
-    """Steps needed to cover a chord of length ``max_chord`` with any jitter."""
+    """Steps needed to cover a chord of length ``max_chord`` (or ``max_chord`` step counts, with a step size
+    of 1) with any jitter."""
     return int(math.ceil(max_chord / step_size)) + 1
 
 

@@ -10,6 +10,10 @@ occupied cell, then the full field with gradients on the steps whose transmittan
 ``early_stop_eps`` (early ray termination). While training on CUDA both passes use fixed sample budgets
 sized from the counts of earlier steps (read back asynchronously), so a step has no host sync; rays
 that overflow a budget are reported in ``ray_valid`` for the loss to skip.
+
+Over an unbounded (contracted) field rays run from ``near_plane`` to ``far_plane`` instead of through the
+field's box, the occupancy grid covers the contracted space, and steps are fixed up to ``disparity_from``,
+then evenly spaced in inverse distance, so a ray reaches the far plane in twice as many steps.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from lift3d.render.sampling import (
     ray_box,
     sample_pdf,
     step_bounds,
+    step_distance,
+    step_index,
     stratified_samples,
 )
 
@@ -49,6 +55,8 @@ class VolumeRendererConfig:
     n_samples: int = 64  # importance: stratified samples per ray
     n_importance: int = 64  # importance: extra samples per ray drawn from the stratified weights
     near_plane: float = 0.0  # no sample closer to the ray origin than this
+    far_plane: float = 1000.0  # unbounded (contracted) fields: no sample farther than this, scene units
+    disparity_from: float = 0.0  # unbounded fields: fixed steps up to this distance, then evenly spaced in 1/distance (Mip-NeRF 360)
     randomized: bool = True  # jitter samples while training (stratified sampling)
     train_chunk_rays: int = 32768  # rays per chunk while training (bounds the marching candidates' memory; 0: one chunk)
     eval_chunk_rays: int = -1  # rays per chunk when not training (-1: 65536 on CUDA, 16384 on CPU)
@@ -77,8 +85,16 @@ class VolumeRenderer(BaseModule):
             raise ValueError(f"renderer sampler must be occupancy or importance, got '{c.sampler}'")
         if c.sample_budget not in ("auto", "always", "never"):
             raise ValueError(f"renderer sample_budget must be auto, always or never, got '{c.sample_budget}'")
+        if c.disparity_from < 0 or c.far_plane <= c.near_plane:
+            raise ValueError(f"renderer needs disparity_from >= 0 and far_plane > near_plane, got {c.disparity_from}, "
+                             f"{c.far_plane}, {c.near_plane}")
         self.parts = _Parts(field, material, background)
-        self.occupancy = OccupancyGrid(c.occupancy, field.bbox)
+        self.contraction = getattr(field, "contraction", "none")
+        if self.contraction != "none" and c.disparity_from <= 0:
+            raise ValueError(f"an unbounded field (contraction {self.contraction}) needs renderer.disparity_from > 0 (the "
+                             "distance from the camera beyond which steps grow), so rays reach far_plane in a bounded number "
+                             "of steps: e.g. the cameras' distance from the scene centre plus the field's radius")
+        self.occupancy = OccupancyGrid(c.occupancy, field.bbox, self.contraction)
         extent = (field.bbox[1] - field.bbox[0]).float()
         self.diagonal = float(extent.norm())
         self.step_size = self.diagonal / c.steps_per_diagonal
@@ -133,18 +149,36 @@ class VolumeRenderer(BaseModule):
             self._pending = False
 
     # ------------------------------------------------------------------------------ sampling
+    @property
+    def unbounded(self) -> bool:
+        return self.contraction != "none"
+
+    def _ray_range(self, rays_o: Tensor, rays_d: Tensor) -> tuple[Tensor, Tensor]:
+        """Where each ray is sampled: through the field's box, or from the near to the far plane (unbounded)."""
+        if not self.unbounded:
+            return ray_box(rays_o, rays_d, self.field.bbox, self.cfg.near_plane)
+        n = rays_o.shape[0]
+        return rays_o.new_full((n,), self.cfg.near_plane), rays_o.new_full((n,), self.cfg.far_plane)
+
+    def _n_steps(self, t_near: Tensor, t_far: Tensor, static: bool) -> int:
+        """Marching steps that cover every ray: from the box's diagonal or the planes (static shapes, no host
+        sync), else from the longest chord of these rays."""
+        if self.unbounded:
+            span = step_index(torch.tensor([self.cfg.near_plane, self.cfg.far_plane]), self.step_size, self.cfg.disparity_from)
+            return n_marching_steps(float(span[1] - span[0]), 1.0)
+        # fixed steps of dt are the smallest: a chord never needs more than chord / dt of them
+        chord = self.diagonal if static else (float((t_far - t_near).clamp_min(0).max()) if t_near.numel() else 0.0)
+        return n_marching_steps(chord, self.step_size)
+
     def _march(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
         """Occupancy-grid marching + density-only early termination -> packed samples."""
         n_rays, device = rays_o.shape[0], rays_o.device
         use_budget = self._use_budget(device, training)
         jitter = (1.0 - torch.rand(n_rays, device=device)) if training and self.cfg.randomized else torch.full((n_rays,), 0.5, device=device)
-        if use_budget:
-            chord = self.diagonal  # static shapes: no host sync
-        else:
-            chord = float((t_far - t_near).clamp_min(0).max()) if n_rays else 0.0
-        n_steps = n_marching_steps(chord, self.step_size)
+        n_steps = self._n_steps(t_near, t_far, static=use_budget)
         k = torch.arange(n_steps, device=device, dtype=rays_o.dtype)
-        lo, hi = step_bounds(t_near[:, None], t_far[:, None], jitter[:, None], self.step_size, k[None, :])
+        lo, hi = step_bounds(t_near[:, None], t_far[:, None], jitter[:, None], self.step_size, k[None, :],
+                             self.cfg.disparity_from)
         mask = hi > lo
         if self.occupancy.cfg.enabled:
             mid = 0.5 * (lo + hi)
@@ -182,7 +216,13 @@ class VolumeRenderer(BaseModule):
         n, m = self.cfg.n_samples, self.cfg.n_importance
         random = training and self.cfg.randomized
         t_far = torch.maximum(t_far, t_near)
-        t = stratified_samples(t_near, t_far, n, torch.rand(n_rays, n, device=device) if random else None)
+        jitter = torch.rand(n_rays, n, device=device) if random else None
+        if self.unbounded:  # evenly in step counts: denser near the camera, sparser towards the far plane
+            step, knee = self.step_size, self.cfg.disparity_from
+            u = stratified_samples(step_index(t_near, step, knee), step_index(t_far, step, knee), n, jitter)
+            t = step_distance(u, step, knee)
+        else:
+            t = stratified_samples(t_near, t_far, n, jitter)
         ray = torch.arange(n_rays, device=device)
         if m > 0:
             with torch.no_grad():
@@ -210,7 +250,7 @@ class VolumeRenderer(BaseModule):
                       shading: str | None, compute_normals: bool, material: Any = None) -> dict[str, Tensor]:
         training = self.training and torch.is_grad_enabled()
         n_rays = rays_o.shape[0]
-        t_near, t_far = ray_box(rays_o, rays_d, self.field.bbox, self.cfg.near_plane)
+        t_near, t_far = self._ray_range(rays_o, rays_d)
         if self.cfg.sampler == "occupancy":
             samples = self._march(rays_o, rays_d, t_near, t_far, training)
         else:
