@@ -49,6 +49,11 @@ def test_posed_images_batches(data_dir):
     rb = rays._sample_rays(3, step_generator(0, 3))
     assert rb["rays_o"].shape == (64, 3) and rb["rgb"].shape == (64, 3)
     assert torch.allclose(rb["rays_d"].norm(dim=-1), torch.ones(64))
+    # on CUDA the loader pins every batch, which refuses views whose elements share memory (expanded tensors)
+    for batch_ in (batch, rb):
+        for key, value in batch_.items():
+            if isinstance(value, torch.Tensor) and value.numel() > 1:
+                assert 0 not in value.stride(), f"{key} is an expanded view: pin_memory would refuse it"
     orbit = dm.orbit_cameras(6)
     assert len(orbit) == 6 and orbit.width == 50
 

@@ -239,7 +239,8 @@ class PosedImagesDataModule(BaseDataModule):
     def _sample_rays(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         origins, directions = self._all_rays()
         pick = torch.randint(0, origins.shape[0], (self.cfg.rays_per_batch,), generator=generator)
-        background = self._background_for(1, generator).expand(len(pick), 3)
+        # a real [N, 3] tensor, not an expanded view: the loader pins batches on CUDA, which refuses overlapping memory
+        background = self._background_for(1, generator).expand(len(pick), 3).contiguous()
         rgb, alpha = self._composite(self.train.rgba.reshape(-1, 4)[pick], background)
         return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
 
