@@ -207,11 +207,6 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
     if any(f.lens != lens for f in frames) or len(frames) < 2:
         log.info("not triangulating sparse points: the frames do not share one lens")
         return None
-    try:
-        pycolmap = _pycolmap()
-    except SceneFormatError as error:
-        log.warning("not triangulating sparse points: %s", error)
-        return None
     image_dir = Path(os.path.commonpath([str(f.image.parent) for f in frames]))
     names = [f.image.relative_to(image_dir).as_posix() for f in frames]
     # keyed by what the points depend on: file names and sizes (not times: a copied scene keeps its cache), poses, lens
@@ -223,6 +218,11 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
         data = np.load(cached)
         log.info("sparse points: %d triangulated at the given poses (cached in %s)", len(data["points"]), folder)
         return data["points"], data["colors"]
+    try:
+        pycolmap = _pycolmap()
+    except SceneFormatError as error:
+        log.warning("not triangulating sparse points: %s", error)
+        return None
     if not log.isEnabledFor(logging.DEBUG):
         pycolmap.logging.minloglevel = 1
     model_name, n_coeffs = _COLMAP_LENS[lens.kind]
