@@ -57,6 +57,25 @@ class StageTimer(Callback):
         self.seconds, self.steps = time.perf_counter() - (self.start or time.perf_counter()), trainer.global_step
 
 
+class WindowTimer(Callback):
+    """Milliseconds a step over each window of ``every`` steps (GPU synced at the window ends), with the
+    model's Gaussian count at the window's end: where in a stage the time goes."""
+
+    def __init__(self, every: int = 50) -> None:
+        self.every, self.mark, self.windows = every, None, []
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step % self.every:
+            return
+        _sync()
+        now = time.perf_counter()
+        if self.mark is not None:
+            count = len(module.gaussians) if hasattr(module, "gaussians") else None
+            self.windows.append([step, round((now - self.mark) * 1000 / self.every, 1), count])
+        self.mark = now
+
+
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -74,7 +93,8 @@ def write_photo(path: Path) -> Path:
     return path
 
 
-def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0) -> tuple[dict[str, Any], Path]:
+def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
+              profile_start: int = 20) -> tuple[dict[str, Any], Path]:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runner import run_experiment
@@ -83,7 +103,8 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0)
     timer = StageTimer()
     from benchmarks.bench_recipes import ProfileWindow
 
-    window = ProfileWindow(20, profile)  # after the warm-up steps
+    window = ProfileWindow(profile_start, profile)  # after the warm-up steps
+    windows = WindowTimer()
     import lift3d.runner as runner
 
     build = runner.build_trainer
@@ -91,7 +112,7 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0)
     def with_timer(*args: Any, **kwargs: Any) -> L.Trainer:
         trainer = build(*args, **kwargs)
         if kwargs.get("train", args[2] if len(args) > 2 else False):
-            trainer.callbacks.append(timer)
+            trainer.callbacks += [timer, windows]
             if profile:
                 trainer.callbacks.append(window)
         return trainer
@@ -107,7 +128,8 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0)
     record = {"bench": "image_to_3d", "stage": recipe, "steps": timer.steps, "train_s": round(timer.seconds, 2),
               "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2), "wall_s_with_test_and_export": round(wall, 1),
               "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
-              "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3)}
+              "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3),
+              "ms_per_step_windows": windows.windows}
     if profile and window.summary is not None:
         record["profile"] = window.summary
     return record, trial
@@ -119,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="/tmp/lift3d-random-models", help="where the random model folders are written")
     parser.add_argument("--steps-cap", type=int, default=0, help="cap every stage at this many steps (0: the recipes' own)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every stage")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the first stage (after 20)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the first stage")
+    parser.add_argument("--first-stage-only", action="store_true", help="skip the mesh stages")
+    parser.add_argument("--profile-start", type=int, default=20, metavar="STEP", help="the first profiled step")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(json.dumps({"bench": "image_to_3d", "error": "needs a CUDA GPU"}))
@@ -140,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                 common += [f"system.text_guidance.pretrained_model_name_or_path={sd}", "system.text_guidance.prompt=a ball",
                            "system.text_guidance.prompt_cache_dir=none"]
             cap = [f"trainer.max_steps={args.steps_cap}"] if args.steps_cap else []
-            record, trial = run_stage(first, [*common, *cap, *args.set, f"tag={name}"], folder, args.profile)
+            record, trial = run_stage(first, [*common, *cap, *args.set, f"tag={name}"], folder, args.profile, args.profile_start)
             print(json.dumps({**record, "case": name}), flush=True)
-            if mesh:
+            if mesh and not args.first_stage_only:
                 record, _ = run_stage(mesh, [*common, *cap, *args.set, f"tag={name}-mesh",
                                              f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"], folder)
                 print(json.dumps({**record, "case": name}), flush=True)

@@ -75,6 +75,25 @@ def test_compile_matches_eager(tmp_path, cuda_graphs):
     close(got, reference, 1e-3)
 
 
+def test_eager_cuda_graphs_match_eager_and_capture_once(tmp_path):
+    from lift3d.guidance.options import GraphedForward
+
+    reference = gradient(make(tmp_path, dtype="fp32"))
+    graphed = make(tmp_path, dtype="fp32", cuda_graphs=True)  # cuda_graphs without compile: the eager UNet captured
+    got = gradient(graphed, steps=3)
+    assert isinstance(graphed._unet_fn, GraphedForward) and len(graphed._unet_fn.graphs) == 1
+    close(got, reference, 1e-4)
+    # a call of another shape captures a second graph, and each replays its own
+    torch.manual_seed(5)
+    rgb = torch.rand(1, 16, 16, 3, device=CUDA, requires_grad=True)
+    graphed(rgb, cuda_views([0], [30]), timesteps=torch.tensor([500], device=CUDA), noise=torch.randn(1, 4, 8, 8, device=CUDA))
+    assert len(graphed._unet_fn.graphs) == 2
+    close(gradient(graphed), reference, 1e-4)
+    vsd = make(tmp_path, "vsd", dtype="fp32", cuda_graphs=True)  # LoRA toggles between calls: never captured
+    vsd._ready()
+    assert not isinstance(vsd._unet_fn, GraphedForward)
+
+
 @pytest.mark.parametrize("mode", ["model", "sequential"])
 def test_cpu_offload_matches_resident(tmp_path, mode):
     reference = gradient(make(tmp_path, dtype="fp32"))

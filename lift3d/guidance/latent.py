@@ -20,6 +20,7 @@ from torch import Tensor
 from lift3d.guidance.base import DistillationConfig, DistillationGuidance
 from lift3d.guidance.loading import resolve_dtype
 from lift3d.guidance.options import (
+    GraphedForward,
     ModelOffload,
     ModelOptionsConfig,
     check_options,
@@ -47,6 +48,7 @@ class LatentDiffusionGuidance(DistillationGuidance):
     """Distillation through a frozen latent diffusion model; subclasses load ``models`` and condition it."""
 
     Config = LatentDiffusionConfig
+    graph_capture_safe = True  # the UNet's control flow is the same on every call (cuda_graphs may capture it eagerly)
 
     def __init__(self, cfg: Any = None, models: Any = None) -> None:
         super().__init__(cfg)
@@ -67,6 +69,7 @@ class LatentDiffusionGuidance(DistillationGuidance):
         self._unet_fn: Any = None
         self._encode_fn: Any = None
         self._cuda_graphs = False  # compiled with CUDA graphs: mark each step, copy outputs
+        self._graphed = False  # the eager UNet forward captured as CUDA graphs (cuda_graphs without compile): copy outputs
         self.latent_input = cfg.latent_input  # systems may switch it per step (a latent warm-up, then RGB)
 
     def load_models(self) -> Any:
@@ -116,12 +119,19 @@ class LatentDiffusionGuidance(DistillationGuidance):
             torch.backends.cudnn.benchmark = True
         unet_fn, encode_fn = self.unet, self._encode_images
         self._cuda_graphs = bool(self.cfg.compile and self.cfg.cuda_graphs and cuda)
+        self._graphed = bool(self.cfg.cuda_graphs and not self.cfg.compile and cuda and not self.offload.active)
+        if self._graphed and not self.graph_capture_safe:
+            log.info("guidance.cuda_graphs without compile does not apply to %s (its UNet changes between calls); "
+                     "running it eagerly", type(self).__name__)
+            self._graphed = False
         if self.cfg.compile and cuda:
             unet_fn = compile_fn(self.unet, self.cfg)
             if self.cfg.compile_vae:
                 encode_fn = compile_fn(self._encode_images, self.cfg)
         elif self.cfg.compile:
             log.info("guidance.compile needs CUDA; running the UNet eagerly on %s", device)
+        elif self._graphed:
+            unet_fn = GraphedForward(self.unet)
         # plain attributes, not child modules: the UNet is registered once (as .unet), and a compile fallback
         # wrapper is a callable, not an nn.Module
         object.__setattr__(self, "_unet_fn", unet_fn)
@@ -136,7 +146,7 @@ class LatentDiffusionGuidance(DistillationGuidance):
             x = x.contiguous(memory_format=torch.channels_last)
         with self.offload:
             out = self._unet_fn(x, t, encoder_hidden_states=context.to(self.dtype), class_labels=class_labels, return_dict=False)[0]
-        return out.clone() if self._cuda_graphs else out  # CUDA-graph outputs are overwritten by the next replay
+        return out.clone() if self._cuda_graphs or self._graphed else out  # CUDA-graph outputs are overwritten by the next replay
 
     def forward(self, rgb: Tensor, batch: dict[str, Any], return_images: bool = False, timesteps: Tensor | None = None,
                 noise: Tensor | None = None) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class VSDGuidance(StableDiffusionGuidance):
     """ProlificDreamer guidance; ``loss_vsd`` carries the gradient, ``loss_lora`` reports the LoRA fit."""
 
     Config = VSDConfig
+    graph_capture_safe = False  # LoRA adapters are switched off and on between UNet calls
     loss_name = "loss_vsd"
 
     def __init__(self, cfg: Any = None, models: DiffusionModels | None = None) -> None:
