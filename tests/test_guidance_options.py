@@ -37,6 +37,7 @@ def gradient(guidance, autocast: torch.dtype | None = None) -> torch.Tensor:
         {"cpu_offload": "model"},
         {"cpu_offload": "sequential"},
         {"compile": True, "cuda_graphs": True},
+        {"cuda_graphs": True},  # without compile: CUDA only (the GPU twin checks the replay); on CPU it runs eagerly
     ],
     ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -123,3 +124,24 @@ def test_the_trainers_autocast_does_not_reach_the_frozen_models(tmp_path):
     expected = gradient(guidance)
     got = gradient(guidance, autocast=torch.bfloat16)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7 * float(expected.abs().max()))
+
+
+def test_graphed_forward_runs_eagerly_where_it_cannot_capture():
+    """``GraphedForward`` captures only no-gradient CUDA calls: CPU calls and calls with gradients run the function
+    itself and capture nothing (the capture and replay are checked on the device: tests/test_guidance_gpu.py)."""
+    from lift3d.guidance.options import GraphedForward
+
+    calls = []
+
+    def fn(x, scale=1.0):
+        calls.append(x.shape)
+        return (x * scale,)
+
+    graphed = GraphedForward(fn)
+    x = torch.ones(3, requires_grad=True)
+    out = graphed(x, scale=2.0)[0]
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0))
+    with torch.no_grad():
+        assert torch.equal(graphed(torch.ones(2), scale=3.0)[0], torch.full((2,), 3.0))
+    assert len(calls) == 2 and graphed.graphs == {}
