@@ -155,6 +155,35 @@ def test_early_termination_changes_little_and_saves_samples():
     assert out[1e-3]["num_samples"] < 0.7 * out[0.0]["num_samples"]
 
 
+@pytest.mark.parametrize("alpha_threshold", [0.0, 1e-3])
+def test_segmented_termination_keeps_the_same_samples_and_evaluates_fewer(alpha_threshold):
+    """The exact march's density pass a segment of steps at a time (rays already opaque skip the rest) keeps the
+    samples one pass over every candidate keeps, and never evaluates what lies behind an opaque surface."""
+    evaluated = []
+
+    def counting(p):
+        evaluated.append(p.shape[0])
+        return ball(0.5, 50.0)(p)
+
+    field = AnalyticField(counting, radius=1.0)
+    o, d = _rays(128)
+    out, density_points = {}, {}
+    for segment in (0, 16):
+        renderer = make_renderer(field, steps_per_diagonal=256, early_stop_eps=1e-3, alpha_threshold=alpha_threshold,
+                                 march_segment=segment)
+        renderer.occupancy.mark_all()
+        evaluated.clear()
+        with torch.no_grad():
+            out[segment] = renderer.render_rays(o, d)
+        density_points[segment] = sum(evaluated) - int(out[segment]["num_samples"])  # the density-only pass
+    assert out[16]["num_samples"] == out[0]["num_samples"]
+    torch.testing.assert_close(out[16]["ray_indices"], out[0]["ray_indices"])
+    torch.testing.assert_close(out[16]["sample_t"], out[0]["sample_t"])
+    for key in ("rgb", "alpha", "depth"):
+        torch.testing.assert_close(out[16][key], out[0][key], atol=1e-6, rtol=1e-6)
+    assert density_points[16] < 0.7 * density_points[0]
+
+
 def test_occupancy_grid_update_finds_the_ball():
     field = AnalyticField(ball(0.5, 50.0), radius=1.0)
     renderer = make_renderer(field, occupancy={"resolution": 16, "warmup_steps": 10})

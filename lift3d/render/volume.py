@@ -28,7 +28,7 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
 from lift3d.registry import register
-from lift3d.render.compositing import accumulate, render_weights
+from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
 from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
 from lift3d.render.sampling import (
     compact,
@@ -63,6 +63,7 @@ class VolumeRendererConfig:
     eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
+    march_segment: int = 32  # without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass)
 
 
 class _Parts:
@@ -184,13 +185,21 @@ class VolumeRenderer(BaseModule):
             mid = 0.5 * (lo + hi)
             points = rays_o[:, None, :] + rays_d[:, None, :] * mid[..., None]
             mask = mask & self.occupancy.query(points.reshape(-1, 3)).reshape(n_rays, n_steps)
+        stopping = self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
+        if stopping and not use_budget and 0 < self.cfg.march_segment < n_steps:
+            with torch.no_grad():
+                flat = self._keep_in_segments(rays_o, rays_d, lo, hi, mask)
+            if training:
+                self._record_counts({"first": mask.sum(), "second": torch.full((), float(flat.numel()), device=device)}, n_rays)
+            ray = torch.div(flat, n_steps, rounding_mode="floor")
+            return {"ray": ray, "lo": lo.reshape(-1)[flat], "hi": hi.reshape(-1)[flat], "valid": None, "ray_ok": None}
         first = compact(mask.reshape(-1), self._budget("first", n_rays) if use_budget else None)
         ray = torch.div(first.index, n_steps, rounding_mode="floor")
         lo, hi = lo.reshape(-1)[first.index], hi.reshape(-1)[first.index]
         valid = first.valid
         ray_ok = None if first.dropped is None else ~first.dropped.reshape(n_rays, n_steps).any(dim=1)
         counts = {"first": mask.sum()}
-        if self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0:
+        if stopping:
             with torch.no_grad():
                 points = rays_o[ray] + rays_d[ray] * (0.5 * (lo + hi))[:, None]
                 sigma_delta = self.field.density(points) * (hi - lo)
@@ -209,6 +218,36 @@ class VolumeRenderer(BaseModule):
         if training:
             self._record_counts(counts, n_rays)
         return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok}
+
+    def _keep_in_segments(self, rays_o: Tensor, rays_d: Tensor, lo: Tensor, hi: Tensor, mask: Tensor) -> Tensor:
+        """Flat indices [S] into the candidates ``mask`` [R, K] (ray-major, in step order) that early termination
+        keeps: densities are evaluated ``march_segment`` steps at a time and only on rays whose transmittance is
+        still above ``early_stop_eps``, so nothing behind an opaque surface is evaluated. The same samples as one
+        pass over every candidate: a sample's transmittance depends only on the samples before it."""
+        n_rays, n_steps = mask.shape
+        eps, min_alpha = self.cfg.early_stop_eps, self.cfg.alpha_threshold
+        limit = -math.log(eps) if eps > 0 else math.inf  # optical depth at which transmittance falls below eps
+        depth = torch.zeros(n_rays, device=mask.device)
+        kept = []
+        for start in range(0, n_steps, self.cfg.march_segment):
+            block = mask[:, start:start + self.cfg.march_segment] & (depth < limit)[:, None]
+            width = block.shape[1]
+            index = torch.nonzero(block.reshape(-1)).reshape(-1)
+            if index.numel() == 0:
+                if not (mask[:, start:].any(dim=1) & (depth < limit)).any():
+                    break
+                continue
+            ray, step = torch.div(index, width, rounding_mode="floor"), start + index % width
+            lo_s, hi_s = lo[ray, step], hi[ray, step]
+            sigma_delta = self.field.density(rays_o[ray] + rays_d[ray] * (0.5 * (lo_s + hi_s))[:, None]) * (hi_s - lo_s)
+            transmittance = torch.exp(-(depth[ray] + exclusive_segment_cumsum(sigma_delta, ray)))
+            alpha = 1.0 - torch.exp(-sigma_delta)
+            keep = (transmittance >= eps) & (alpha >= min_alpha) & (hi_s > lo_s)
+            kept.append((ray * n_steps + step)[keep])
+            depth = depth.index_add(0, ray, sigma_delta.to(depth.dtype))
+        if not kept:
+            return torch.zeros(0, dtype=torch.long, device=mask.device)
+        return torch.sort(torch.cat(kept)).values
 
     def _importance(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
         """Stratified samples + inverse-CDF samples from their (no-gradient) weights -> packed samples."""
