@@ -28,7 +28,7 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
 from lift3d.registry import register
-from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
+from lift3d.render.compositing import accumulate, render_weights
 from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
 from lift3d.render.sampling import (
     compact,
@@ -99,6 +99,9 @@ class VolumeRenderer(BaseModule):
         extent = (field.bbox[1] - field.bbox[0]).float()
         self.diagonal = float(extent.norm())
         self.step_size = self.diagonal / c.steps_per_diagonal
+        if self.unbounded:  # every ray spans the same step counts, from the near to the far plane
+            span = step_index(torch.tensor([c.near_plane, c.far_plane], dtype=torch.float64), self.step_size, c.disparity_from)
+            self.unbounded_steps = n_marching_steps(float(span[1] - span[0]), 1.0)
         self._per_ray: dict[str, float] = {}  # recent samples per ray of each pass, sizes the budgets
         self._readback: tuple[Tensor, Any] | None = None
         self._pending = False
@@ -165,8 +168,7 @@ class VolumeRenderer(BaseModule):
         """Marching steps that cover every ray: from the box's diagonal or the planes (static shapes, no host
         sync), else from the longest chord of these rays."""
         if self.unbounded:
-            span = step_index(torch.tensor([self.cfg.near_plane, self.cfg.far_plane]), self.step_size, self.cfg.disparity_from)
-            return n_marching_steps(float(span[1] - span[0]), 1.0)
+            return self.unbounded_steps
         # fixed steps of dt are the smallest: a chord never needs more than chord / dt of them
         chord = self.diagonal if static else (float((t_far - t_near).clamp_min(0).max()) if t_near.numel() else 0.0)
         return n_marching_steps(chord, self.step_size)
@@ -206,7 +208,7 @@ class VolumeRenderer(BaseModule):
                 if valid is not None:
                     sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
                 _, transmittance, alpha = render_weights(sigma_delta, ray)
-                keep = (transmittance >= self.cfg.early_stop_eps) & (alpha >= self.cfg.alpha_threshold) & (hi > lo)
+                keep = self._kept(transmittance, alpha, lo, hi)
                 if valid is not None:
                     keep = keep & valid
                 counts["second"] = keep.sum()
@@ -219,30 +221,33 @@ class VolumeRenderer(BaseModule):
             self._record_counts(counts, n_rays)
         return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok}
 
+    def _kept(self, transmittance: Tensor, alpha: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+        """Which samples early termination keeps: transmittance still above ``early_stop_eps``, opacity at least
+        ``alpha_threshold``, a non-empty interval."""
+        return (transmittance >= self.cfg.early_stop_eps) & (alpha >= self.cfg.alpha_threshold) & (hi > lo)
+
     def _keep_in_segments(self, rays_o: Tensor, rays_d: Tensor, lo: Tensor, hi: Tensor, mask: Tensor) -> Tensor:
         """Flat indices [S] into the candidates ``mask`` [R, K] (ray-major, in step order) that early termination
         keeps: densities are evaluated ``march_segment`` steps at a time and only on rays whose transmittance is
         still above ``early_stop_eps``, so nothing behind an opaque surface is evaluated. The same samples as one
         pass over every candidate: a sample's transmittance depends only on the samples before it."""
         n_rays, n_steps = mask.shape
-        eps, min_alpha = self.cfg.early_stop_eps, self.cfg.alpha_threshold
+        eps = self.cfg.early_stop_eps
         limit = -math.log(eps) if eps > 0 else math.inf  # optical depth at which transmittance falls below eps
-        depth = torch.zeros(n_rays, device=mask.device)
+        depth = torch.zeros(n_rays, device=mask.device)  # optical depth gathered by each ray so far
         kept = []
         for start in range(0, n_steps, self.cfg.march_segment):
-            block = mask[:, start:start + self.cfg.march_segment] & (depth < limit)[:, None]
+            alive = depth < limit
+            if not alive.any():
+                break
+            block = mask[:, start:start + self.cfg.march_segment] & alive[:, None]
             width = block.shape[1]
             index = torch.nonzero(block.reshape(-1)).reshape(-1)
-            if index.numel() == 0:
-                if not (mask[:, start:].any(dim=1) & (depth < limit)).any():
-                    break
-                continue
             ray, step = torch.div(index, width, rounding_mode="floor"), start + index % width
             lo_s, hi_s = lo[ray, step], hi[ray, step]
             sigma_delta = self.field.density(rays_o[ray] + rays_d[ray] * (0.5 * (lo_s + hi_s))[:, None]) * (hi_s - lo_s)
-            transmittance = torch.exp(-(depth[ray] + exclusive_segment_cumsum(sigma_delta, ray)))
-            alpha = 1.0 - torch.exp(-sigma_delta)
-            keep = (transmittance >= eps) & (alpha >= min_alpha) & (hi_s > lo_s)
+            _, transmittance, alpha = render_weights(sigma_delta, ray)
+            keep = self._kept(transmittance * torch.exp(-depth[ray]), alpha, lo_s, hi_s)
             kept.append((ray * n_steps + step)[keep])
             depth = depth.index_add(0, ray, sigma_delta.to(depth.dtype))
         if not kept:
