@@ -104,6 +104,10 @@ def _cases(tmp, run):
         (["validate", parsed], "--resume"),
         (["test", str(tmp / "norun")], "no checkpoint"),
         (["poses", str(tmp / "notvideo.mp4")], "cannot read the video"),
+        (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
+          "system.field.contraction=ball"], "implicit-volume: field contraction must be one of none, cube, sphere"),
+        (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
+          "system.renderer.disparity_from=0"], "needs renderer.disparity_from > 0"),
     ]
 
 
@@ -117,7 +121,7 @@ def test_every_bad_input_gets_one_clear_message(run_folder, tmp_path, capsys):
         except SystemExit as stop:  # argparse's own usage errors
             code = stop.code
         err = capsys.readouterr().err
-        if code == 0 or expected not in err or "Traceback" in err:
+        if code == 0 or expected not in err or "Traceback" in err or "internal error" in err:
             failures.append((args, expected, code, err[-600:]))
     assert not failures, json.dumps(failures, indent=1, default=str)
 

@@ -25,15 +25,17 @@ def split_configs(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def parse_gpus(text: str | None) -> Any:
-    """``"0,1"`` -> [0, 1]; None keeps the config's devices."""
+    """``"0,1"`` -> [0, 1]; None keeps the config's devices. A malformed value is the user's, a ConfigError."""
+    from lift3d.config import ConfigError
+
     if text is None:
         return None
     try:
         ids = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--gpus takes comma-separated GPU ids such as 0,1; got '{text}'") from None
+        raise ConfigError(f"--gpus takes comma-separated GPU ids such as 0,1; got '{text}'") from None
     if not ids:
-        raise ValueError("--gpus got no GPU ids")
+        raise ConfigError("--gpus got no GPU ids")
     return ids
 
 

@@ -89,8 +89,16 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
     # ----------------------------------------------------------------------------------- building parts
     @staticmethod
     def build_part(type_name: str, cfg: Any, *args: Any, **kwargs: Any) -> Any:
-        """The part registered as ``type_name``, built from ``cfg``."""
-        return find(type_name)(cfg, *args, **kwargs)
+        """The part registered as ``type_name``, built from ``cfg``. A part refuses bad values of its config with a
+        ValueError; that is the user's config, so it surfaces as a ConfigError naming the part (not an internal error)."""
+        from lift3d.config import ConfigError
+
+        try:
+            return find(type_name)(cfg, *args, **kwargs)
+        except ConfigError:
+            raise
+        except ValueError as error:
+            raise ConfigError(f"{type_name}: {error}") from error
 
     def add_unsaved_part(self, name: str, part: Any) -> None:
         """A part kept out of the state dict (e.g. frozen diffusion weights); moved to the system's device.
