@@ -23,8 +23,6 @@ from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
 from tests.viewer_scene import write_gaussian_ply
 
 
-
-
 def _camera(azimuth_deg: float, distance: float = 3.0, height: float = 1.0) -> torch.Tensor:
     a = math.radians(azimuth_deg)
     return look_at(torch.tensor([distance * math.cos(a), distance * math.sin(a), height]), torch.zeros(3), torch.tensor([0.0, 0, 1]))
