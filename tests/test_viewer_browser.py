@@ -149,3 +149,76 @@ def test_view_shows_the_gaussians_and_switches_to_depth(viewer):
     assert np.abs(first - second).max() > 0.05, "dragging should have moved the camera between the keyframes"
     video, frames = render_camera_path(ply, path_json, shots / "path.mp4", width=64, height=48, device="cpu")
     assert frames == 9 and len(list(iio.imiter(video))) == 9
+
+
+def _step(page) -> int | None:
+    import re
+
+    match = re.search(r"step (\d+) / \d+", page.inner_text("body"))
+    return int(match.group(1)) if match else None
+
+
+def test_pause_button_holds_a_cpu_training_run(tmp_path):
+    """``lift3d reconstruct --viewer`` of the sample scene on the CPU: the page shows the step counter and the
+    training cameras; Pause holds the counter, Resume lets it run on."""
+    from playwright.sync_api import sync_playwright
+
+    assert importlib.util.find_spec("viser") is not None, "viser is missing: pip install -e '.[test]' (or '.[viewer]')"
+    assert CHROMIUM.is_file(), "Debian's chromium is needed at /usr/bin/chromium: apt-get install -y chromium"
+    port = _free_port()
+    log_path = tmp_path / "train.log"
+    command = [sys.executable, "-m", "lift3d", "reconstruct", "--viewer", "--viewer-port", str(port), f"output_root={tmp_path}",
+               "trainer.max_steps=5000", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
+               "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "system.gaussians.init_points=500",
+               "system.export.formats=[]", "viewer.max_side=128", "viewer.preview_max_side=64"]
+    shots = Path(os.environ.get("LIFT3D_TEST_ARTIFACTS") or REPO / "tests" / "artifacts") / "viewer"
+    shots.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, f"lift3d reconstruct --viewer exited early:\n{log_path.read_text()}"
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"the training viewer did not answer at {url}:\n{log_path.read_text()}"
+            time.sleep(0.3)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1000, "height": 700})
+                page.goto(url)
+                page.wait_for_selector("text=Pause training", timeout=60_000)
+                deadline = time.monotonic() + 60
+                while (_step(page) or 0) < 5:
+                    assert time.monotonic() < deadline, f"no training steps on the page:\n{page.inner_text('body')}"
+                    time.sleep(0.3)
+                assert "loss" in page.inner_text("body") and "Gaussians" in page.inner_text("body")
+                page.get_by_role("button", name="Pause training").click()
+                page.wait_for_selector("text=Resume training", timeout=30_000)
+                page.wait_for_selector("text=paused", timeout=30_000)
+                held = _step(page)
+                time.sleep(2.5)
+                page.screenshot(path=shots / "4-training-paused.png")
+                assert _step(page) == held, "the step counter moved while paused"
+                page.get_by_role("button", name="Resume training").click()
+                deadline = time.monotonic() + 60
+                while (_step(page) or 0) <= held:
+                    assert time.monotonic() < deadline, "training did not resume"
+                    time.sleep(0.3)
+                assert process.poll() is None
+            finally:
+                browser.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -166,3 +166,13 @@ def test_render_budget_keeps_renders_to_their_share():
     budget.exclude(20.0)  # paused time is no training time
     assert not budget.allows(125.0) and budget.allows(130.0)
     assert not RenderBudget(0.0, start=0.0).allows(1e9)
+
+
+def test_framing_camera_looks_at_the_points_from_outside_them():
+    from lift3d.viewer.models import framing_camera
+
+    points = torch.rand(2000, 3) * torch.tensor([2.0, 2.0, 2.0]) + torch.tensor([10.0, -4.0, 1.0])  # box centred at (11, -3, 2)
+    position, look = framing_camera(points, elevation_deg=0.0)
+    assert torch.allclose(torch.tensor(look), torch.tensor([11.0, -3.0, 2.0]), atol=0.1)
+    # half-diagonal of the 2-98% box ~ 0.96 * sqrt(3); the camera is 2.4 of those along +x at elevation 0
+    assert torch.allclose(torch.tensor(position), torch.tensor([11.0 + 2.4 * 0.96 * math.sqrt(3), -3.0, 2.0]), atol=0.15)

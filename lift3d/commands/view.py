@@ -23,13 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--device", default=None, help="where to render: cuda or cpu (default: cuda when available)")
 
 
-def home_of(model) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-    """Where the page's camera starts: at the first training camera, looking at the origin (None: viser's default)."""
-    if model.training_views is None:
-        return None
-    return tuple(model.training_views.cameras.positions[0].tolist()), (0.0, 0.0, 0.0)
-
-
 def serve(server, model, device, should_stop=lambda: False) -> None:
     """Answer the page until interrupted: render each browser's view small while it moves, full once it stops."""
     from lift3d.viewer.models import render_picture
@@ -46,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from lift3d.config import ConfigError, ViewerConfig
-    from lift3d.viewer.models import load_view_model
+    from lift3d.viewer.models import home_camera, load_view_model
     from lift3d.viewer.server import ViewerServer, require_viser
 
     require_viser()  # before loading a large model
@@ -57,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_view_model(args.source, device)
     cfg = ViewerConfig(enabled=True, host=args.host, port=args.port, max_side=max_side,
                        preview_max_side=min(256, max_side), refresh_seconds=0.0)
-    server = ViewerServer(cfg, model.name, model.folder, home=home_of(model))
+    server = ViewerServer(cfg, model.name, model.folder, home=model.home or home_camera(model.training_views))
     if model.training_views is not None:
         server.show_training_views(model.training_views)
     gaussians = getattr(model.system, "gaussians", None)

@@ -41,6 +41,18 @@ class ViewModel:
     folder: Path  # where recorded camera paths are saved by default
     training_views: TrainingViews | None = None  # frustums with photos (posed-photo runs only)
     system: Any = None  # the Lightning system when the model is a run (for its Gaussian count)
+    home: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (camera position, look-at) the page starts at
+
+
+def framing_camera(points: Tensor, elevation_deg: float = 25.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(position, look-at) of a camera that sees ``points`` [N, 3] whole: it looks at the centre of their 2-98
+    percentile box from 2.4 half-diagonals away, at ``elevation_deg`` above it (+z up); stray points do not count."""
+    sample = points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:100_000]].float()
+    low, high = torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
+    centre, radius = (low + high) / 2, max(float((high - low).norm()) / 2, 1e-3)
+    e = torch.deg2rad(torch.tensor(elevation_deg))
+    position = centre + 2.4 * radius * torch.stack([torch.cos(e), torch.tensor(0.0), torch.sin(e)])
+    return tuple(position.tolist()), tuple(centre.tolist())
 
 
 def render_mode_image(out: dict[str, Tensor], mode: str, cameras: Cameras) -> np.ndarray:
@@ -65,6 +77,14 @@ def render_picture(model: ViewModel, cameras: Cameras, mode: str, device: torch.
     """Render one view of ``model`` and return it as a picture in ``mode``."""
     out = model.render_fn(cameras.to(device))
     return render_mode_image(out, mode, cameras)
+
+
+def home_camera(views: TrainingViews | None, pull_back: float = 1.35) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Where the page's camera starts: behind the first training camera (so its frustum and photo are in view),
+    looking at the origin; None (viser's default) without training views."""
+    if views is None:
+        return None
+    return tuple((views.cameras.positions[0] * pull_back).tolist()), (0.0, 0.0, 0.0)
 
 
 def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int = 96) -> TrainingViews | None:
@@ -112,7 +132,8 @@ def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
     system.gaussians.set_parameters(params)
     system.to(device).eval()
     log.info("viewing %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
-    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), path.name, path.parent, None, system)
+    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), path.name, path.parent, None, system,
+                     home=framing_camera(params["means"]))
 
 
 def _mesh_model(path: Path, device: torch.device) -> ViewModel:
@@ -122,7 +143,7 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
     renderer = MeshRenderer({"antialias": False})
     log.info("viewing a mesh of %d vertices and %d faces from %s", len(mesh.vertices), len(mesh.faces), path)
-    return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent)
+    return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent, home=framing_camera(mesh.vertices.cpu()))
 
 
 def load_view_model(source: str | Path, device: torch.device | str = "cpu") -> ViewModel:

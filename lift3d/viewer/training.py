@@ -64,14 +64,12 @@ class ViewerCallback(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        from lift3d.viewer.models import training_views_of
+        from lift3d.viewer.models import home_camera, training_views_of
         from lift3d.viewer.server import ViewerServer
 
         views = training_views_of(getattr(trainer, "datamodule", None))
-        home = None
-        if views is not None:
-            home = (tuple(views.cameras.positions[0].tolist()), (0.0, 0.0, 0.0))
-        self.server = ViewerServer(self.cfg, f"training {self.trial_dir.name}", self.trial_dir, training=True, home=home)
+        self.server = ViewerServer(self.cfg, f"training {self.trial_dir.name}", self.trial_dir, training=True,
+                                   home=home_camera(views))
         if views is not None:
             self.server.show_training_views(views)
         self.budget = RenderBudget(self.cfg.max_share, time.perf_counter())
