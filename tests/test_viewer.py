@@ -143,3 +143,23 @@ def test_pause_holds_the_training_loop_and_the_page_still_renders(tmp_path):
     assert seen["renders_while_paused"] >= 2  # the page's view, small then full, rendered from the paused model
     assert trainer.global_step == steps  # resumed and finished
     assert viewer.server is None  # stopped with the run
+
+
+@pytest.mark.parametrize("recipe, extra", [
+    ("reconstruct-gaussians-sample", ["system.gaussians.init_points=300"]),
+    pytest.param("reconstruct-nerf-cpu", [], marks=pytest.mark.slow),
+])
+def test_view_model_of_a_finished_run_renders_and_has_its_training_cameras(tmp_path, recipe, extra):
+    from lift3d.runner import run_experiment
+
+    overrides = [f"data.root={sample_scene_path()}", f"output_root={tmp_path}", "use_timestamp=false", "trainer.max_steps=3",
+                 "trainer.enable_progress_bar=false", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
+                 "checkpoint.every_n_train_steps=0", "system.export.formats=[]", *extra]
+    trial = run_experiment("train", load_config(recipe_config(recipe), overrides=overrides))
+    model = load_view_model(trial)
+    assert model.training_views is not None and len(model.training_views.cameras) == len(model.training_views.thumbnails) > 0
+    assert model.training_views.thumbnails[0].dtype == np.uint8 and model.training_views.thumbnails[0].shape[-1] == 3
+    cams = viewer_cameras(_camera(10, distance=4.0), math.radians(40), 24, 16)
+    pictures = {mode: render_picture(model, cams, mode, "cpu") for mode in RENDER_MODES}
+    assert all(p.shape == (16, 24, 3) for p in pictures.values())
+    assert np.abs(pictures["rgb"].astype(int) - pictures["depth"].astype(int)).mean() > 1
