@@ -137,10 +137,14 @@ def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
 
 
 def _mesh_model(path: Path, device: torch.device) -> ViewModel:
+    from lift3d.config import ConfigError
     from lift3d.meshes.io import load_mesh
     from lift3d.render.mesh_renderer import MeshRenderer
 
-    mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
+    try:
+        mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
+    except ValueError as error:  # not a mesh file, or one without triangles
+        raise ConfigError(f"cannot view {path}: {error}") from None
     renderer = MeshRenderer({"antialias": False})
     log.info("viewing a mesh of %d vertices and %d faces from %s", len(mesh.vertices), len(mesh.faces), path)
     return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent, home=framing_camera(mesh.vertices.cpu()))
