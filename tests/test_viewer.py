@@ -163,3 +163,20 @@ def test_view_model_of_a_finished_run_renders_and_has_its_training_cameras(tmp_p
     pictures = {mode: render_picture(model, cams, mode, "cpu") for mode in RENDER_MODES}
     assert all(p.shape == (16, 24, 3) for p in pictures.values())
     assert np.abs(pictures["rgb"].astype(int) - pictures["depth"].astype(int)).mean() > 1
+
+
+def test_viewer_flags_become_config_overrides(tmp_path, capsys):
+    from lift3d.cli import build_parser
+    from lift3d.commands.common import load_experiment, viewer_overrides
+
+    recipe = str(recipe_config("reconstruct-gaussians-sample"))
+    args = build_parser().parse_args(["train", recipe, "--viewer", "--viewer-port", "9123", "--viewer-host", "0.0.0.0"])
+    cfg, _, _ = load_experiment(args, viewer_overrides(args))
+    assert (cfg.viewer.enabled, cfg.viewer.port, cfg.viewer.host, cfg.viewer.max_share) == (True, 9123, "0.0.0.0", 0.1)
+    plain = build_parser().parse_args(["train", recipe])
+    assert viewer_overrides(plain) == [] and load_experiment(plain)[0].viewer.enabled is False
+    for command in (["reconstruct", "--viewer"], ["generate", "a cup", "--viewer"]):
+        assert viewer_overrides(build_parser().parse_args(command)) == ["viewer.enabled=true"]
+    (tmp_path / "prompts.txt").write_text("a cup\n")
+    assert main(["generate", "--prompts", str(tmp_path / "prompts.txt"), "--viewer"]) == 2
+    assert "does not go with --prompts" in capsys.readouterr().err

@@ -224,8 +224,9 @@ class ViewerServer:
             n = len(self._keyframes)
             self._path_size = render_size(view.width, view.height, self.cfg.max_side)
         wxyz, position = c2w_to_viser_pose(c2w)
+        scale = max(0.02, 0.04 * float(position.norm()))  # small beside the scene, whatever its size
         self._keyframe_nodes.append(self.server.scene.add_camera_frustum(
-            f"/camera_path/{n - 1}", fov=fovy, aspect=aspect, scale=0.15, color=(230, 120, 20), wxyz=wxyz.numpy(),
+            f"/camera_path/{n - 1}", fov=fovy, aspect=aspect, scale=scale, color=(230, 120, 20), wxyz=wxyz.numpy(),
             position=position.numpy()))
         self.path_status.content = f"{n} keyframe(s)"
 
