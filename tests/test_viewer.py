@@ -180,3 +180,36 @@ def test_viewer_flags_become_config_overrides(tmp_path, capsys):
     (tmp_path / "prompts.txt").write_text("a cup\n")
     assert main(["generate", "--prompts", str(tmp_path / "prompts.txt"), "--viewer"]) == 2
     assert "does not go with --prompts" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_renders_of_a_moving_camera_stay_within_their_share_of_training_time(tmp_path):
+    from lift3d.viewer.training import ViewerCallback
+
+    cfg, trainer, _ = _tiny_run(tmp_path, viewer=True, steps=60)
+    viewer = next(c for c in trainer.callbacks if isinstance(c, ViewerCallback))
+    viewer.cfg.max_share = 0.05
+    done = threading.Event()
+
+    def move() -> None:  # a browser whose camera never stops: every step could render
+        angle = 0.0
+        while not done.is_set():
+            if viewer.server is not None:
+                wxyz, position = c2w_to_viser_pose(_camera(angle, distance=4.0).double())
+                viewer.server.set_camera(3, wxyz.numpy(), position.numpy(), math.radians(50), 640, 480)
+                angle += 2.0
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=move, daemon=True)
+    thread.start()
+    datamodule, system = build_parts(cfg)
+    try:
+        trainer.fit(system, datamodule=datamodule)
+    finally:
+        done.set()
+    end = time.perf_counter()
+    budget = viewer.budget
+    assert viewer.renders >= 2, "a moving camera should have been rendered"
+    # renders start only while spent <= share x training time so far: at most one render over the share
+    assert budget.spent <= 0.05 * (end - budget.start) + viewer.longest_render, (budget.spent, end - budget.start)
+    assert budget.spent < 0.5 * (end - budget.start), "the viewer took most of the training time"

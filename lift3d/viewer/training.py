@@ -57,6 +57,7 @@ class ViewerCallback(Callback):
         self.server: Any = None
         self.budget: RenderBudget | None = None
         self.renders = 0  # renders shown so far (for tests and the benchmark)
+        self.longest_render = 0.0  # seconds of the slowest render (the most the budget can overshoot by)
         self._loss: Any = None
         self._next_stats = 0.0
 
@@ -154,4 +155,6 @@ class ViewerCallback(Callback):
         _synchronize(device)
         self.server.show(job, picture)
         self.renders += 1
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.longest_render = max(self.longest_render, seconds)
+        return seconds
