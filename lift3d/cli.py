@@ -23,6 +23,8 @@ COMMAND_MODULES: dict[str, str] = {
     "generate": "generate",
     "info": "info",
     "app": "app",
+    "view": "view",
+    "render": "render",
 }
 
 

@@ -188,6 +188,19 @@ class CheckpointConfig:
 
 
 @dataclass
+class ViewerConfig:
+    """The live viewer of a training run (``--viewer``; ``lift3d.viewer``): a viser page on ``host:port``."""
+
+    enabled: bool = False  # serve the viewer while training (off: no server, no callback, no cost)
+    host: str = "127.0.0.1"  # interface to listen on (0.0.0.0: the LAN)
+    port: int = 8080  # port of the viewer page
+    max_share: float = 0.1  # most of the training wall time the viewer's renders may take (0.1: 10%)
+    preview_max_side: int = 256  # render size (longest side, pixels) while the camera moves
+    max_side: int = 1024  # render size once the camera stops
+    refresh_seconds: float = 2.0  # re-render a still view this often as the model trains (0: only when it moves)
+
+
+@dataclass
 class ExperimentConfig:
     """One run: which data, which system, how to train, where outputs go."""
 
@@ -204,6 +217,7 @@ class ExperimentConfig:
     system: dict = field(default_factory=dict)  # the system's config
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # Lightning trainer options
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # checkpoint options
+    viewer: ViewerConfig = field(default_factory=ViewerConfig)  # the live viewer while training (--viewer)
 
 
 # ---------------------------------------------------------------------------------------------------

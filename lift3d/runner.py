@@ -148,6 +148,10 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
             AnnounceCallback(trial_dir),
             ProgressFileCallback(trial_dir),
         ]
+        if cfg.viewer.enabled:  # off: not even imported, so the viewer costs nothing
+            from lift3d.viewer.training import ViewerCallback
+
+            callbacks.append(ViewerCallback(cfg.viewer, trial_dir))
         from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
         kwargs["logger"] = [

@@ -28,6 +28,13 @@ wrong, what to do) and no traceback; --debug shows the traceback. One row per ca
 | validate | no --resume | --resume |
 | test | a run folder with no checkpoint | no checkpoint |
 | poses | a file that is not a video | cannot read the video |
+| view | a file that does not exist | nothing to view |
+| view | a folder that is not a run | is not a run folder |
+| view | a run folder with no checkpoint | has no checkpoint to show |
+| view | a .glb that is not a mesh | cannot view |
+| render | a camera path that does not exist | camera path not found |
+| render | a path.json without keyframes | has no keyframes |
+| render | a video name that is not .mp4 or .gif | write an .mp4 or a .gif |
 | app upload | a .zip that is not a zip | not a readable .zip |
 | app upload | nothing uploaded | upload photos |
 """
@@ -68,6 +75,9 @@ def _cases(tmp, run):
     (tmp / "badjson").mkdir(exist_ok=True)
     (tmp / "badjson" / "transforms.json").write_text("{ nope")
     (tmp / "notvideo.mp4").write_text("text")
+    (tmp / "notmesh.glb").write_text("not a glb")
+    (tmp / "nokeys.json").write_text('{"keyframes": []}')
+    (tmp / "path.json").write_text(json.dumps({"keyframes": [{"c2w": torch.eye(4).tolist()}]}))
     from lift3d.gaussians.model import GaussianModel
     from lift3d.gaussians.ply import save_ply
 
@@ -104,6 +114,13 @@ def _cases(tmp, run):
         (["validate", parsed], "--resume"),
         (["test", str(tmp / "norun")], "no checkpoint"),
         (["poses", str(tmp / "notvideo.mp4")], "cannot read the video"),
+        (["view", str(tmp / "absent.ply")], "nothing to view"),
+        (["view", str(tmp / "empty")], "is not a run folder"),
+        (["view", str(tmp / "norun")], "has no checkpoint to show"),
+        (["view", str(tmp / "notmesh.glb")], "cannot view"),
+        (["render", str(run), "--path", str(tmp / "absent.json")], "camera path not found"),
+        (["render", str(run), "--path", str(tmp / "nokeys.json")], "has no keyframes"),
+        (["render", str(run), "--path", str(tmp / "path.json"), "--out", str(tmp / "video.avi")], "write an .mp4 or a .gif"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
           "system.field.contraction=ball"], "implicit-volume: field contraction must be one of none, cube, sphere"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",

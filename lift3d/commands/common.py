@@ -82,3 +82,25 @@ def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None 
     if gpus is not None:
         overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
     return load_config(*paths, overrides=overrides), paths, overrides
+
+
+def add_viewer_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--viewer [--viewer-port N] [--viewer-host H]``: the live viewer of a training run (``lift3d.viewer``)."""
+    parser.add_argument("--viewer", action="store_true",
+                        help="serve a live 3D viewer of the model while it trains (needs pip install 'lift3d[viewer]'); "
+                             "its renders take at most viewer.max_share (default 10%%) of the training time")
+    parser.add_argument("--viewer-port", type=int, default=None, metavar="PORT", help="the viewer's port (default 8080)")
+    parser.add_argument("--viewer-host", default=None, metavar="HOST",
+                        help="the viewer's interface (default 127.0.0.1; 0.0.0.0 for the LAN)")
+
+
+def viewer_overrides(args: argparse.Namespace) -> list[str]:
+    """Config overrides for the viewer flags (none without --viewer)."""
+    if not getattr(args, "viewer", False):
+        return []
+    overrides = ["viewer.enabled=true"]
+    if args.viewer_port is not None:
+        overrides.append(f"viewer.port={args.viewer_port}")
+    if args.viewer_host is not None:
+        overrides.append(f"viewer.host={args.viewer_host}")
+    return overrides

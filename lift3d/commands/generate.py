@@ -27,6 +27,7 @@ IMAGE_METHODS = {  # --image --method -> (first stage, refine stage)
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    from lift3d.commands.common import add_viewer_arguments
     from lift3d.multi_prompt import PROMPTS_HELP
 
     parser.add_argument("prompt", nargs="?", default=None, help='what to make, e.g. "a DSLR photo of a hamburger"')
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="--image: an override for the mesh stage only (repeatable), e.g. system.export.texture_size=2048")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
     parser.add_argument("--prompts", metavar="FILE", default=None, help=PROMPTS_HELP)
+    add_viewer_arguments(parser)
 
 
 def prompt_tag(prompt: str, limit: int = 48) -> str:
@@ -112,6 +114,7 @@ def print_assets(trial: Path) -> None:
 
 def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     """One photo -> 3D: the method's first stage, then its mesh stage from the first stage's checkpoint."""
+    from lift3d.commands.common import viewer_overrides
     from lift3d.config import ConfigError, load_config
     from lift3d.recipes import recipe_config
 
@@ -134,6 +137,7 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
         raise ConfigError(f"overrides are KEY=VALUE, got {' '.join(bad)}")
     base = image_overrides(args.image, args.elevation, prompt)
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
+    devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     config = recipe_config(first)
     trial = train_stage(config, [*base, *devices, *user], f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)")
     if refine and args.refine_steps != 0:
@@ -148,7 +152,7 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lift3d.commands.common import parse_gpus
+    from lift3d.commands.common import parse_gpus, viewer_overrides
     from lift3d.config import ConfigError
     from lift3d.recipes import recipe_config
 
@@ -156,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
         return run_image(args, parse_gpus(args.gpus))
     if args.prompts:
         from lift3d.multi_prompt import run_prompt_list
+
+        if args.viewer:
+            raise ConfigError("--viewer shows one run; it does not go with --prompts (view a finished asset with lift3d view RUN)")
 
         return run_prompt_list(args)
     if args.prompt is None:
@@ -168,5 +175,6 @@ def run(args: argparse.Namespace) -> int:
     gpus = parse_gpus(args.gpus)
     if gpus is not None:
         overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
+    overrides = viewer_overrides(args) + overrides
     print_assets(train_stage(config, overrides, f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"))
     return 0

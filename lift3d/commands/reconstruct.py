@@ -12,11 +12,14 @@ METHODS = ("gaussians", "nerf")
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    from lift3d.commands.common import add_viewer_arguments
+
     parser.add_argument("config", nargs="*", metavar="[PATH] [KEY=VALUE ...]",
                         help="scene folder, photo folder or video, then config overrides such as trainer.max_steps=7000")
     parser.add_argument("--method", choices=METHODS, default="gaussians",
                         help="representation: gaussians (3D Gaussian Splatting) or nerf (default: gaussians)")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    add_viewer_arguments(parser)
 
 
 def recipe_for(method: str, sample: bool, on_cpu: bool = False, unbounded: bool = False) -> Path:
@@ -66,7 +69,7 @@ def _summary(trial: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lift3d.commands.common import parse_gpus
+    from lift3d.commands.common import parse_gpus, viewer_overrides
     from lift3d.config import load_config
     from lift3d.data.capture import SceneFormatError
     from lift3d.data.sample_scene import sample_scene_path
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if on_cpu and config.stem.endswith("-cpu"):
         print(f"lift3d: no CUDA GPU: using the CPU budget of {config.name} (smaller images, fewer steps); "
               "override it like any config key, e.g. trainer.max_steps=...", flush=True)
-    extra = [f"data.root={scene}", f"tag={scene.name}"]
+    extra = [f"data.root={scene}", f"tag={scene.name}", *viewer_overrides(args)]
     if gpus is not None:
         extra += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
     overrides = extra + overrides

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lift3d.commands.common import add_config_arguments, load_experiment
+from lift3d.commands.common import add_config_arguments, add_viewer_arguments, load_experiment, viewer_overrides
 
 HELP = {
     "train": "train a config (resume with --resume CKPT)",
@@ -15,12 +15,14 @@ HELP = {
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_arguments(parser)
+    if name == "train":
+        add_viewer_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from lift3d.runner import run_experiment
 
-    cfg, paths, overrides = load_experiment(args)
+    cfg, paths, overrides = load_experiment(args, viewer_overrides(args))
     trial = run_experiment(args.command, cfg, paths, overrides)
     print(f"lift3d: results in {trial}")
     return 0

@@ -1,0 +1,49 @@
+"""``lift3d render RUN_OR_FILE --path path.json [--out video.mp4]``: a camera path recorded in the viewer, as a video."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "render a camera path recorded in the viewer (path.json) from a run, a Gaussian .ply/.splat or a mesh to an .mp4"
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("source", metavar="RUN_OR_FILE", help="a run folder, a .ckpt in one, a .ply/.splat or a .glb/.gltf/.obj")
+    parser.add_argument("--path", required=True, metavar="PATH_JSON", help="the camera path (the viewer's Camera path > Save)")
+    parser.add_argument("--out", default=None, metavar="VIDEO", help="the video to write, .mp4 or .gif (default: beside path.json)")
+    parser.add_argument("--width", type=int, default=None, help="frame width (default: the path's)")
+    parser.add_argument("--height", type=int, default=None, help="frame height (default: the path's)")
+    parser.add_argument("--device", default=None, help="where to render: cuda or cpu (default: cuda when available)")
+
+
+def render_camera_path(source: str | Path, path_json: str | Path, out: str | Path | None = None, width: int | None = None,
+                       height: int | None = None, device: str | None = None) -> tuple[Path, int]:
+    """Render the path's frames from the model at ``source`` and write the video; (its path, the frame count)."""
+    import torch
+
+    from lift3d.config import ConfigError
+    from lift3d.export.video import render_frames
+    from lift3d.saving import OutputSaver
+    from lift3d.viewer.models import load_view_model
+    from lift3d.viewer.path import load_camera_path, path_cameras
+
+    camera_path = load_camera_path(path_json)
+    for name, value in (("--width", width), ("--height", height)):
+        if value is not None and value < 2:
+            raise ConfigError(f"{name} must be at least 2 pixels, got {value}")
+    target = Path(out) if out else Path(path_json).with_suffix(".mp4")
+    if target.suffix.lower() not in (".mp4", ".gif"):
+        raise ConfigError(f"--out {target}: write an .mp4 or a .gif")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = load_view_model(source, device)
+    cameras = path_cameras(camera_path, width, height)
+    frames = render_frames(model.render_fn, cameras.to(device))
+    written = OutputSaver(target.parent).video(target.name, frames, fps=round(camera_path.fps))
+    return written, len(frames)
+
+
+def run(args: argparse.Namespace) -> int:
+    written, frames = render_camera_path(args.source, args.path, args.out, args.width, args.height, args.device)
+    print(f"lift3d: rendered {frames} frames to {written}")
+    return 0

@@ -1,0 +1,179 @@
+"""What the viewer shows: a model that renders lift3d cameras (a run's system, a Gaussian file, a mesh), its
+training photos as frustums, and one picture per render mode (rgb, depth, alpha, normal)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lift3d.cameras import Cameras
+from lift3d.imaging import depth_to_rgb, grayscale_to_rgb, normal_to_rgb, to_numpy_image
+from lift3d.viewer.camera_math import normals_from_depth
+
+log = logging.getLogger("lift3d.viewer")
+RENDER_MODES = ("rgb", "depth", "alpha", "normal")
+MESH_SUFFIXES = (".glb", ".gltf", ".obj")
+GAUSSIAN_SUFFIXES = (".ply", ".splat")
+RenderFn = Callable[[Cameras], dict[str, Tensor]]
+
+
+@dataclass
+class TrainingViews:
+    """The photos a model was trained on: cameras and small copies of the images for the frustums."""
+
+    cameras: Cameras  # [N] lift3d cameras (OpenGL c2w)
+    thumbnails: list[np.ndarray]  # uint8 [h, w, 3] per camera
+
+
+@dataclass
+class ViewModel:
+    """A model the viewer can draw."""
+
+    render_fn: RenderFn  # cameras -> {"rgb": [B,H,W,3], "alpha", "depth", "normal"?}
+    name: str  # shown in the page's title
+    folder: Path  # where recorded camera paths are saved by default
+    training_views: TrainingViews | None = None  # frustums with photos (posed-photo runs only)
+    system: Any = None  # the Lightning system when the model is a run (for its Gaussian count)
+    home: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (camera position, look-at) the page starts at
+
+
+def framing_camera(points: Tensor, elevation_deg: float = 25.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(position, look-at) of a camera that sees ``points`` [N, 3] whole: it looks at the centre of their 2-98
+    percentile box from 2.4 half-diagonals away, at ``elevation_deg`` above it (+z up); stray points do not count."""
+    sample = points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:100_000]].float()
+    low, high = torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
+    centre, radius = (low + high) / 2, max(float((high - low).norm()) / 2, 1e-3)
+    e = torch.deg2rad(torch.tensor(elevation_deg))
+    position = centre + 2.4 * radius * torch.stack([torch.cos(e), torch.tensor(0.0), torch.sin(e)])
+    return tuple(position.tolist()), tuple(centre.tolist())
+
+
+def render_mode_image(out: dict[str, Tensor], mode: str, cameras: Cameras) -> np.ndarray:
+    """uint8 [H, W, 3] picture of the first view of renderer outputs ``out`` in ``mode`` (rgb, depth, alpha, normal);
+    a renderer without normals shows the normals of its depth map."""
+    if mode not in RENDER_MODES:
+        raise ValueError(f"unknown render mode {mode!r}; use one of {', '.join(RENDER_MODES)}")
+    alpha = out["alpha"][:1].float() if "alpha" in out else torch.ones_like(out["rgb"][:1, ..., :1]).float()
+    if mode == "rgb":
+        return to_numpy_image(out["rgb"][0, ..., :3].float().clamp(0, 1))
+    if mode == "alpha":
+        return grayscale_to_rgb(alpha[0].clamp(0, 1))
+    covered = alpha[0] > 0.5
+    if mode == "depth":
+        return depth_to_rgb(out["depth"][0].float(), covered)
+    normal = out["normal"][:1].float() if "normal" in out else normals_from_depth(out["depth"][:1].float(), cameras[:1])
+    return normal_to_rgb(torch.where(covered, normal[0].clamp(-1, 1), torch.full_like(normal[0], -1.0)))
+
+
+@torch.no_grad()
+def render_picture(model: ViewModel, cameras: Cameras, mode: str, device: torch.device | str) -> np.ndarray:
+    """Render one view of ``model`` and return it as a picture in ``mode``."""
+    out = model.render_fn(cameras.to(device))
+    return render_mode_image(out, mode, cameras)
+
+
+def home_camera(views: TrainingViews | None, pull_back: float = 1.35) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Where the page's camera starts: behind the first training camera (so its frustum and photo are in view),
+    looking at the origin; None (viser's default) without training views."""
+    if views is None:
+        return None
+    return tuple((views.cameras.positions[0] * pull_back).tolist()), (0.0, 0.0, 0.0)
+
+
+def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int = 96) -> TrainingViews | None:
+    """The posed photos of a posed-images data module (``datamodule.train``: cameras and rgba), at most
+    ``max_views`` evenly picked, as thumbnails; None for data without photos (random views of text-to-3D)."""
+    scene = getattr(datamodule, "train", None)
+    cameras, rgba = getattr(scene, "cameras", None), getattr(scene, "rgba", None)
+    if not isinstance(cameras, Cameras) or not torch.is_tensor(rgba) or rgba.ndim != 4:
+        return None
+    picked = torch.linspace(0, len(cameras) - 1, min(max_views, len(cameras))).round().long().unique()
+    step = max(1, max(cameras.width, cameras.height) // thumbnail_side)
+    thumbs = [rgba[int(i), ::step, ::step, :3].cpu().numpy().astype(np.uint8) for i in picked]
+    return TrainingViews(cameras[picked], thumbs)
+
+
+def _run_model(trial: Path, checkpoint: Path, device: torch.device) -> ViewModel:
+    from lift3d.config import load_config
+    from lift3d.registry import find
+    from lift3d.runner import load_system
+
+    cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"])
+    system = load_system(cfg, checkpoint).to(device).eval()
+    views = None
+    try:
+        views = training_views_of(find(cfg.data_type)(cfg.data))
+    except Exception as error:  # noqa: BLE001  (the photos may have moved since training; the model still shows)
+        log.info("no training cameras to show (%s)", str(error).splitlines()[0] if str(error) else type(error).__name__)
+    log.info("viewing %s (%s, step %d)", trial, cfg.system_type, system.true_global_step)
+    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), f"{trial.name} ({cfg.system_type})",
+                     trial, views, system)
+
+
+def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
+    from lift3d.config import load_config
+    from lift3d.gaussians.files import load_gaussian_file
+    from lift3d.gaussians.sh import degree_of
+    from lift3d.recipes import recipe_config
+    from lift3d.registry import find
+
+    params = load_gaussian_file(path)
+    degree = degree_of(params["shN"].shape[1] + 1)
+    fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
+    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed)
+    system = find(cfg.system_type)(cfg.system)
+    system.gaussians.set_parameters(params)
+    system.to(device).eval()
+    log.info("viewing %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
+    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), path.name, path.parent, None, system,
+                     home=framing_camera(params["means"]))
+
+
+def _mesh_model(path: Path, device: torch.device) -> ViewModel:
+    from lift3d.config import ConfigError
+    from lift3d.meshes.io import load_mesh
+    from lift3d.render.mesh_renderer import MeshRenderer
+
+    try:
+        mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
+    except ValueError as error:  # not a mesh file, or one without triangles
+        raise ConfigError(f"cannot view {path}: {error}") from None
+    renderer = MeshRenderer({"antialias": False})
+    log.info("viewing a mesh of %d vertices and %d faces from %s", len(mesh.vertices), len(mesh.faces), path)
+    return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent, home=framing_camera(mesh.vertices.cpu()))
+
+
+def load_view_model(source: str | Path, device: torch.device | str = "cpu") -> ViewModel:
+    """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, a Gaussian file
+    (.ply, .splat) or a mesh (.glb, .gltf, .obj)."""
+    from lift3d.config import ConfigError
+    from lift3d.runner import trial_dir_of_checkpoint
+
+    path, device = Path(source).expanduser(), torch.device(device)
+    if path.is_dir():
+        if not (path / "configs" / "parsed.yaml").is_file():
+            raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give a run folder, a .ckpt, .ply, .splat or .glb")
+        checkpoint = path / "ckpts" / "last.ckpt"
+        if not checkpoint.is_file():
+            raise ConfigError(f"{path} has no checkpoint to show ({checkpoint} is missing): give one of its ckpts/*.ckpt")
+        return _run_model(path, checkpoint, device)
+    if not path.is_file():
+        raise FileNotFoundError(f"nothing to view at {path}: give a run folder, a .ckpt, .ply, .splat or .glb")
+    suffix = path.suffix.lower()
+    if suffix == ".ckpt":
+        trial = trial_dir_of_checkpoint(path)
+        if trial is None:
+            raise ConfigError(f"{path} is not inside a run folder (RUN/ckpts/x.ckpt with RUN/configs/): give the run folder")
+        return _run_model(trial, path, device)
+    if suffix in GAUSSIAN_SUFFIXES:
+        return _gaussian_file_model(path, device)
+    if suffix in MESH_SUFFIXES:
+        return _mesh_model(path, device)
+    raise ConfigError(f"cannot view {path}: give a run folder, a .ckpt, a Gaussian .ply/.splat or a mesh .glb/.gltf/.obj")
