@@ -147,3 +147,25 @@ def test_cached_t5_embeddings_are_reused_without_loading_the_encoder(tmp_path, m
     monkeypatch.setattr(transformers.T5EncoderModel, "from_pretrained", classmethod(tracked))
     shorter = make(tmp_path, text_max_length=32).to("cpu")
     assert shorter.prompts.encoder_calls == 1 and shorter.prompts.embeddings(torch.device("cpu"), torch.float32)["plain"].shape == (32, T5_DIM)
+
+
+def test_a_sentencepiece_tokenizer_without_sentencepiece_says_what_to_install(tmp_path, monkeypatch):
+    """IF's own tokenizer folder holds only spiece.model: reading it needs the sentencepiece package."""
+    import importlib.util
+    import json
+    import shutil
+
+    folder = tmp_path / "if"
+    shutil.copytree(tiny_if_path(), folder)
+    shutil.rmtree(folder / "tokenizer")
+    (folder / "tokenizer").mkdir()
+    (folder / "tokenizer" / "spiece.model").write_bytes(b"\0" * 64)  # unreadable without (and with) sentencepiece
+    (folder / "tokenizer" / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sentencepiece" else real_find_spec(name, *a))
+    guidance = DeepFloydIFGuidance({"pretrained_model_name_or_path": str(folder), "prompt": "a cat",
+                                    "prompt_cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(ModelLoadError, match=r"\(tokenizer\).*pip install sentencepiece") as info:
+        guidance.to("cpu")
+    assert "\n" not in str(info.value)
+

@@ -10,6 +10,7 @@ length, so the encoder is loaded once per prompt, used, and freed before the UNe
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,13 @@ def load_deepfloyd_if(name: str, dtype: torch.dtype, variant: str | None = None,
         from transformers import AutoTokenizer, T5EncoderModel
 
         t5_dtype = resolve_text_encoder_dtype(text_encoder_dtype, torch.device(device))
-        tokenizer = load_part(AutoTokenizer.from_pretrained, name, "tokenizer", local_only, IF_PARTS)
+        try:
+            tokenizer = load_part(AutoTokenizer.from_pretrained, name, "tokenizer", local_only, IF_PARTS)
+        except ModelLoadError as error:
+            if importlib.util.find_spec("sentencepiece") is None:  # IF ships tokenizer/spiece.model, no tokenizer.json
+                raise ModelLoadError(f"{error} DeepFloyd IF's T5 tokenizer is a SentencePiece model (tokenizer/spiece.model), "
+                                     "which needs sentencepiece: pip install sentencepiece (or pip install 'lift3d[deepfloyd]')") from error
+            raise
         log.info("loading the T5 text encoder of %s to embed the prompts (cached afterwards)", name)
         model = load_part(T5EncoderModel.from_pretrained, name, "text_encoder", local_only, IF_PARTS, torch_dtype=t5_dtype,
                           **({"variant": variant} if variant else {}))
