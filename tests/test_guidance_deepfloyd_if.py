@@ -126,6 +126,7 @@ def test_cached_t5_embeddings_are_reused_without_loading_the_encoder(tmp_path, m
     monkeypatch.setattr(transformers.T5EncoderModel, "from_pretrained", classmethod(tracked))
     first = make(tmp_path).to("cpu")  # embeds on the device it will run on, before any step
     assert first.prompts.encoder_calls == 1 and len(loaded) == 1
+    assert first._placed is None  # embedded before the UNet was placed on the device (the GPU test checks the memory)
     gc.collect()
     assert loaded[0]() is None  # the encoder was released once the prompts were embedded
     files = sorted((tmp_path / "cache").glob("*.safetensors"))
