@@ -3,7 +3,9 @@
 Each case builds the recipe exactly as ``lift3d generate`` does (its YAML, Lightning trainer, mixed
 precision, optimizer, densification) but hands the system a Stable Diffusion 2.1-base-shaped UNet and
 VAE with random weights (bench_guidance.build_models: the same compute as the real model, nothing
-downloaded). It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
+downloaded); the ``dreamfusion-if`` cases get DeepFloyd IF-I-XL's UNet with random weights (random_if.py) and
+their T5 prompt embeddings cached before the timed run, as on any run after a prompt's first (made by a random
+1-layer T5 of T5-XXL's width 4096, not the 4.7B-parameter encoder: it runs once per prompt, before training). It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
 GPU synchronisations (render + guidance + backward + optimizer + densification, the CPU free to run
 ahead as in training); ms_per_step is the window over its steps, and the full run is projected as
 full_run_steps / steps_per_s (validation, test video and export not included). One JSON line per case.
@@ -12,6 +14,7 @@ full_run_steps / steps_per_s (validation, test video and export not included). O
     python benchmarks/bench_recipes.py --cases dreamfusion,gaussian-sds --budget-s 120
     python benchmarks/bench_recipes.py --tiny                        # seconds on a CPU: smoke test of the script
     python benchmarks/bench_recipes.py --cases dreamfusion --set trainer.precision=bf16-mixed --profile 6
+    python benchmarks/bench_recipes.py --cases dreamfusion-if,dreamfusion-if-eager   # DeepFloyd IF stage I
 
 ``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N more
 steps after the timed ones and adds a ``profile`` record: GPU busy time per step (union of kernel
@@ -47,6 +50,7 @@ import lightning as L  # noqa: E402
 from bench_guidance import build_models, environment  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from profiling import ProfiledSteps  # noqa: E402
+from random_if import build_if_models  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
@@ -68,9 +72,11 @@ CASES: dict[str, tuple[str, list[str], int | None, float]] = {
     "gaussian-sds-vae-slicing": ("gaussian-sds", [*EAGER, "system.guidance.vae_slicing=true"], None, 35),
     "prolificdreamer-64": ("prolificdreamer", PD64, 5000, 40),  # stage 1 before its 64 -> 512 milestone
     "prolificdreamer-512": ("prolificdreamer", PD512, 20000, 60),  # ... and after it
+    "dreamfusion-if": ("dreamfusion-if", [], None, 240),  # DeepFloyd IF stage I (4.3B UNet), embeddings cached
+    "dreamfusion-if-eager": ("dreamfusion-if", EAGER, None, 60),
 }
 DEFAULT_CASES = ["gaussian-sds", "dreamfusion", "dreamfusion-eager", "gaussian-sds-eager", "prolificdreamer-64",
-                 "prolificdreamer-512", "gaussian-sds-100k"]
+                 "prolificdreamer-512", "gaussian-sds-100k", "dreamfusion-if", "dreamfusion-if-eager"]
 TINY_NERF = [  # --tiny: tiny renders, fields and Gaussians for the tiny models
     "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
     "system.field.encoding.base_resolution=4", "system.field.encoding.per_level_scale=2.0", "system.field.hidden_dim=16",
@@ -166,12 +172,28 @@ def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
     return [*PROMPT, *overrides, *tiny, *run]
 
 
+def deepfloyd_models(cfg: Any, tiny: bool, device: torch.device, folder: Path) -> Any:
+    """Random IF-I-XL-shaped models, with the recipe's prompt embeddings cached in ``folder`` first (the small
+    stand-in T5 runs and is freed here, outside the measured run: a real run embeds once per prompt)."""
+    models = build_if_models(tiny, device, folder)
+    c = cfg.system
+    primer = find(c["guidance_type"])(c["guidance"], models=models).to(device)  # embeds, caches on disk, frees the T5
+    if primer.prompts.encoder_calls != 1:
+        raise RuntimeError("the text embeddings were expected to be computed once here")
+    del primer
+    gc.collect()
+    return models
+
+
 def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: float) -> dict[str, Any]:
     recipe, _, full_steps, _ = CASES[name]
     full_cfg = load_config(recipe_config(recipe))
-    cfg = load_config(recipe_config(recipe), overrides=case_overrides(name, args))
-    models = build_models(args.tiny, device)  # fresh per case: VSD adds LoRA adapters to its UNet
+    deepfloyd = full_cfg.system["guidance_type"] == "deepfloyd-if"
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
+        cached = [f"system.guidance.prompt_cache_dir={Path(folder) / 'text-embeddings'}"] if deepfloyd else []
+        cfg = load_config(recipe_config(recipe), overrides=[*case_overrides(name, args), *cached])
+        # fresh per case: VSD adds LoRA adapters to its UNet
+        models = deepfloyd_models(cfg, args.tiny, device, Path(folder)) if deepfloyd else build_models(args.tiny, device)
         trainer = build_trainer(cfg, Path(folder), train=True)
         timer = StepTimer(args.warmup, cap_s, end_step=args.warmup + args.steps if args.profile else 0)
         trainer.callbacks.append(timer)
@@ -207,6 +229,8 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         record["overrides"] = list(args.set)
     if window is not None and window.summary is not None:
         record["profile"] = window.summary
+    if deepfloyd:  # 0: every embedding came from the disk cache, the encoder was never built in the measured run
+        record["text_encoder_calls"] = system.guidance.prompts.encoder_calls
     if hasattr(system, "gaussians"):
         from lift3d.render.splat import choose_backend
 

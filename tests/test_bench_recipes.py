@@ -31,6 +31,8 @@ def test_tiny_benchmark_measures_every_case(bench, capsys):
         assert record["timed_steps"] == 3 and record["steps_per_s"] > 0
         assert record["projected_full_run_s"] == pytest.approx(record["full_run_steps"] / record["steps_per_s"], rel=1e-2)
     assert cases["dreamfusion"]["full_run_steps"] == 10000  # the recipe's trainer.max_steps
+    for name in ("dreamfusion-if", "dreamfusion-if-eager"):  # IF stage I: the T5 embeddings come from the disk cache
+        assert cases[name]["full_run_steps"] == 10000 and cases[name]["text_encoder_calls"] == 0
     assert cases["gaussian-sds"]["full_run_steps"] == 1500 and cases["gaussian-sds"]["batch"] == 4
     assert cases["prolificdreamer-64"]["full_run_steps"] + cases["prolificdreamer-512"]["full_run_steps"] == 25000
     total = next(r for r in lines if r.get("case") == "prolificdreamer-stage1-total")

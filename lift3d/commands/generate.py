@@ -1,4 +1,5 @@
-"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer] [overrides...]``: text -> 3D.
+"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer|dreamfusion-if|magic3d-if] [overrides...]``:
+text -> 3D (``magic3d-if``: the DeepFloyd IF NeRF stage, then the Stable Diffusion mesh stage).
 
 ``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
 one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
@@ -18,6 +19,11 @@ METHODS = {  # --method -> recipe config
     "gaussian-sds": "gaussian-sds",
     "dreamfusion": "dreamfusion-sd",
     "prolificdreamer": "prolificdreamer",
+    "dreamfusion-if": "dreamfusion-if",
+    "magic3d-if": "magic3d-if",
+}
+TEXT_REFINE = {  # text --method -> the mesh stage that follows its first stage
+    "magic3d-if": "magic3d-refine",
 }
 IMAGE_METHODS = {  # --image --method -> (first stage, refine stage)
     "dreamgaussian": ("dreamgaussian-image", "dreamgaussian-image-texture"),
@@ -34,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",  # "config": lift3d.cli appends stray overrides there
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=[*METHODS, *IMAGE_METHODS], default=None,
-                        help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS) or "
-                             "prolificdreamer (NeRF + VSD, slowest, most detail); --image: dreamgaussian (Gaussians then "
+                        help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS), "
+                             "prolificdreamer (NeRF + VSD, slowest, most detail), dreamfusion-if (NeRF + DeepFloyd IF) or "
+                             "magic3d-if (NeRF with DeepFloyd IF, then a mesh with Stable Diffusion); --image: dreamgaussian (Gaussians then "
                              "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
                              "a text prompt)")
     parser.add_argument("--image", metavar="PHOTO", default=None,
@@ -43,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--elevation", type=float, default=0.0, metavar="DEG",
                         help="--image: the photo's camera elevation above the object's horizon, degrees (default 0)")
     parser.add_argument("--refine-steps", type=int, default=None, metavar="N",
-                        help="--image: steps of the mesh stage (default: its recipe's; 0 skips it)")
+                        help="--image or magic3d-if: steps of the mesh stage (default: its recipe's; 0 skips it)")
     parser.add_argument("--refine-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="--image: an override for the mesh stage only (repeatable), e.g. system.export.texture_size=2048")
+                        help="--image or magic3d-if: an override for the mesh stage only (repeatable), e.g. "
+                             "system.export.texture_size=2048")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
     parser.add_argument("--prompts", metavar="FILE", default=None, help=PROMPTS_HELP)
     add_viewer_arguments(parser)
@@ -173,8 +181,31 @@ def run(args: argparse.Namespace) -> int:
     config: Path = recipe_config(METHODS[method])
     overrides = generate_overrides(args.prompt, list(args.config))
     gpus = parse_gpus(args.gpus)
-    if gpus is not None:
-        overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
-    overrides = viewer_overrides(args) + overrides
-    print_assets(train_stage(config, overrides, f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"))
+    devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
+    devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
+    trial = train_stage(config, [*overrides, *devices], f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)")
+    if method in TEXT_REFINE and args.refine_steps != 0:
+        trial = refine_text_stage(TEXT_REFINE[method], trial, overrides, devices, args)
+    print_assets(trial)
     return 0
+
+
+def refine_text_stage(recipe: str, trial: Path, overrides: list[str], devices: list[str], args: argparse.Namespace) -> Path:
+    """The mesh stage of a two-stage text method, from the first stage's last checkpoint. It takes the overrides
+    that fit its config, except the first stage's guidance settings (another model: only the prompts carry over),
+    then ``--refine-steps`` and ``--refine-set``."""
+    from lift3d.config import load_config
+    from lift3d.recipes import recipe_config
+
+    config = recipe_config(recipe)
+    plain = load_config(config)
+    carried = [item for item in overrides if _applies_to(item, plain) and _carries_to_refine(item)]
+    steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
+    later = [*carried, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps, *args.refine_set]
+    return train_stage(config, later, f"mesh stage {config.name} ({{steps}} steps) from {trial}")
+
+
+def _carries_to_refine(override: str) -> bool:
+    """Whether a first-stage override also applies to a refine stage with a different guidance model."""
+    key = override.split("=", 1)[0].replace("\\.", ".")
+    return not key.startswith("system.guidance.") or key in ("system.guidance.prompt", "system.guidance.negative_prompt")

@@ -106,13 +106,14 @@ class LatentDiffusionGuidance(DistillationGuidance):
         if not cuda and self.dtype != torch.float32 and self.cfg.dtype == "auto":
             log.info("the guidance runs on %s: using fp32 weights", device)
             self.dtype = torch.float32
-        modules = [self.unet, self.vae]
+        modules = [m for m in (self.unet, self.vae) if m is not None]  # no VAE: a pixel-space model (DeepFloyd IF)
         for module in modules + self.extra_modules():
             if next(module.parameters()).dtype != self.dtype:
                 module.to(dtype=self.dtype)
         set_memory_format(modules, self.cfg.channels_last)
         self.offload.place(device)
-        self.vae.to(device)
+        if self.vae is not None:
+            self.vae.to(device)
         for module in self.extra_modules():
             module.to(device)
         if cuda and self.cfg.cudnn_benchmark:

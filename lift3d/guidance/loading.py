@@ -65,8 +65,12 @@ def _what_was_tried(name: str, subfolder: str, local_only: bool) -> str:
     return f"the Hugging Face Hub id '{name}': {where}, then the Hub"
 
 
-def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, **kwargs: Any) -> Any:
-    """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``."""
+SD_PARTS = "unet/, vae/, text_encoder/, tokenizer/ and scheduler/"
+
+
+def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, parts: str = SD_PARTS, **kwargs: Any) -> Any:
+    """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``;
+    ``parts`` names the subfolders a local copy of this kind of model holds (for the message)."""
     try:
         return loader(name, subfolder=subfolder, local_files_only=local_only, **kwargs)
     except Exception as error:  # diffusers/transformers/huggingface_hub raise many types; all mean "not loadable"
@@ -76,7 +80,7 @@ def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only:
         raise ModelLoadError(
             f"could not load the diffusion model '{name}' ({subfolder}): tried {_what_was_tried(name, subfolder, local_only)}; "
             f"{type(error).__name__}: {reason}. To use a local copy, point lift3d at a diffusers folder holding "
-            f"unet/, vae/, text_encoder/, tokenizer/ and scheduler/: guidance.pretrained_model_name_or_path=/path/to/folder{download}."
+            f"{parts}: guidance.pretrained_model_name_or_path=/path/to/folder{download}."
         ) from error
 
 
@@ -107,7 +111,7 @@ class DiffusionModels:
     to get the text encoder (loaded only when a prompt embedding is not cached, then released)."""
 
     unet: torch.nn.Module
-    vae: torch.nn.Module
+    vae: torch.nn.Module | None  # None: a pixel-space model (DeepFloyd IF)
     alphas_cumprod: Tensor  # [T] float32
     prediction_type: str  # epsilon, v_prediction or sample (from the scheduler config)
     text_encoder: Callable[[torch.device, torch.dtype], Callable[[list[str]], Tensor]] | None  # TextEncoder factory

@@ -55,20 +55,32 @@ def check_options(cfg: ModelOptionsConfig) -> None:
         raise ValueError("guidance.fuse_qkv and guidance.attention_slicing each replace the attention kernel: pick one")
 
 
-def configure_attention(unet: Any, vae: Any, cfg: ModelOptionsConfig) -> None:
-    """Choose the attention kernel, slicing and QKV fusion (device-independent)."""
+def sdpa_processors(model: Any) -> dict[str, Any]:
+    """PyTorch-SDPA attention processors for every attention layer of ``model``: the added-KV kind where a layer
+    attends over extra key/value projections of the text (DeepFloyd IF's and Kandinsky's UNets), else the plain one."""
+    from diffusers.models.attention_processor import Attention, AttnAddedKVProcessor2_0, AttnProcessor2_0
+
+    processors = {}
+    for name, module in model.named_modules():
+        if isinstance(module, Attention):
+            added_kv = getattr(module, "added_kv_proj_dim", None) is not None
+            processors[f"{name}.processor"] = AttnAddedKVProcessor2_0() if added_kv else AttnProcessor2_0()
+    return processors
+
+
+def configure_attention(unet: Any, vae: Any | None, cfg: ModelOptionsConfig) -> None:
+    """Choose the attention kernel, slicing and QKV fusion (device-independent); ``vae`` None: a pixel-space model."""
     attention = cfg.attention
     if attention == "xformers" and importlib.util.find_spec("xformers") is None:
         log.info("guidance.attention=xformers but xformers is not installed; using PyTorch SDPA")
         attention = "sdpa"
     if attention == "sdpa":
-        from diffusers.models.attention_processor import AttnProcessor2_0
-
-        unet.set_attn_processor(AttnProcessor2_0())
-        vae.set_attn_processor(AttnProcessor2_0())
+        unet.set_attn_processor(sdpa_processors(unet))
+        if vae is not None:
+            vae.set_attn_processor(sdpa_processors(vae))
     elif attention == "xformers":
         unet.enable_xformers_memory_efficient_attention()
-    if cfg.vae_attention != "same":
+    if vae is not None and cfg.vae_attention != "same":
         from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
         vae.set_attn_processor(AttnProcessor() if cfg.vae_attention == "math" else AttnProcessor2_0())
@@ -76,7 +88,7 @@ def configure_attention(unet: Any, vae: Any, cfg: ModelOptionsConfig) -> None:
         unet.fuse_qkv_projections()
     if cfg.attention_slicing:
         unet.set_attention_slice("auto")
-    if cfg.vae_slicing:
+    if cfg.vae_slicing and vae is not None:
         vae.enable_slicing()
 
 

@@ -8,6 +8,7 @@ measured from +x towards +y (``lift3d.cameras``), so the object's front faces +x
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
@@ -148,6 +149,13 @@ class EmbeddingCache:
         atomic_write_bytes(self.path(model_key, text), data)
 
 
+def release_memory(device: torch.device) -> None:
+    """Return freed memory at once: collect cycles that may hold a released model, and hand its CUDA blocks back."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 @dataclass
 class PromptBatch:
     """Per-view text conditioning for one step."""
@@ -192,7 +200,8 @@ class PromptProcessor:
                 encoder = self.text_encoder(device, dtype)
                 encoded = encoder([texts[name] for name in missing])
                 self.encoder_calls += 1
-                del encoder  # the text encoder is only needed here: free its memory
+                del encoder  # the text encoder is only needed here: free its memory now, before the UNet runs
+                release_memory(device)
                 for name, embedding in zip(missing, encoded):
                     found[name] = embedding.float().cpu()
                     if self.cache:
