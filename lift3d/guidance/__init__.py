@@ -1,6 +1,6 @@
 """Diffusion guidance: the 2D priors text-to-3D distils from (SDS, VSD, the analytic prior).
 
-Importing the package registers ``stable-diffusion``, ``stable-diffusion-vsd``, ``zero123`` and ``analytic``.
+Importing the package registers ``stable-diffusion``, ``stable-diffusion-vsd``, ``zero123``, ``mvdream``, ``analytic`` and ``analytic-multiview``.
 """
 
-from lift3d.guidance import analytic, sds, vsd, zero123  # noqa: F401  (register the parts)
+from lift3d.guidance import analytic, analytic_multiview, mvdream, sds, vsd, zero123  # noqa: F401  (register the parts)
