@@ -1,4 +1,4 @@
-"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer] [overrides...]``: text -> 3D.
+"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer|mvdream|mvdream-gaussians] [overrides...]``: text -> 3D.
 
 ``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
 one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
@@ -18,6 +18,8 @@ METHODS = {  # --method -> recipe config
     "gaussian-sds": "gaussian-sds",
     "dreamfusion": "dreamfusion-sd",
     "prolificdreamer": "prolificdreamer",
+    "mvdream": "mvdream",
+    "mvdream-gaussians": "mvdream-gaussians",
 }
 IMAGE_METHODS = {  # --image --method -> (first stage, refine stage)
     "dreamgaussian": ("dreamgaussian-image", "dreamgaussian-image-texture"),
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=[*METHODS, *IMAGE_METHODS], default=None,
                         help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS) or "
-                             "prolificdreamer (NeRF + VSD, slowest, most detail); --image: dreamgaussian (Gaussians then "
+                             "prolificdreamer (NeRF + VSD, slowest, most detail), mvdream / mvdream-gaussians (NeRF / Gaussians from the "
+                             "multi-view MVDream model: no multi-face objects; needs its weights); --image: dreamgaussian (Gaussians then "
                              "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
                              "a text prompt)")
     parser.add_argument("--image", metavar="PHOTO", default=None,
