@@ -229,7 +229,9 @@ class RandomViewsDataModule(BaseDataModule):
             self.cfg = match_reference_cameras(self.cfg)
         sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
         if self.cfg.n_view < 1 or any(int(size) % self.cfg.n_view for size in sizes):
-            raise ValueError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_view ({self.cfg.n_view}): "
+            from lift3d.config import ConfigError
+
+            raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_view ({self.cfg.n_view}): "
                              "each object is seen from n_view views")
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
