@@ -249,3 +249,13 @@ def test_timesteps_are_shared_by_the_views_of_an_object_and_batches_must_hold_wh
     single["cameras"] = four_views([0.0])["cameras"][0]
     images = guidance(torch.randn(1, 8, 8, 4), single, timesteps=torch.tensor([500]))
     assert torch.isfinite(images["loss_sds"])
+
+
+@pytest.mark.parametrize("options", [{"attention": "default"}, {"fuse_qkv": True}, {"attention_slicing": True}])
+def test_attention_options_keep_the_views_together(tmp_path, options):
+    torch.manual_seed(5)
+    x_t, t, batch = torch.randn(4, 4, 8, 8), torch.full((4,), 400), four_views([15.0])
+    reference = make(tmp_path, latent_input=True).predict_noise(x_t, t, batch)
+    other = make(tmp_path, latent_input=True, **options)
+    assert all(isinstance(p, MultiViewAttnProcessor) for n, p in other.unet.attn_processors.items() if n.endswith("attn1.processor"))
+    torch.testing.assert_close(other.predict_noise(x_t, t, batch), reference, rtol=1e-4, atol=1e-4)

@@ -74,13 +74,15 @@ class MultiViewAttnProcessor:
     def __call__(self, attn: Any, hidden_states: Tensor, encoder_hidden_states: Tensor | None = None,
                  attention_mask: Tensor | None = None, temb: Tensor | None = None, **kwargs: Any) -> Tensor:
         views = self.num_views
+        if temb is not None:  # only some processors take it (SlicedAttnProcessor does not)
+            kwargs["temb"] = temb
         if views <= 1 or encoder_hidden_states is not None or hidden_states.ndim != 3:
-            return self.inner(attn, hidden_states, encoder_hidden_states, attention_mask, temb, **kwargs)
+            return self.inner(attn, hidden_states, encoder_hidden_states, attention_mask, **kwargs)
         bv, n, c = hidden_states.shape
         if bv % views:
             raise ValueError(f"multi-view attention: a batch of {bv} images is not a multiple of {views} views")
         folded = hidden_states.reshape(bv // views, views * n, c)
-        out = self.inner(attn, folded, None, attention_mask, temb, **kwargs)
+        out = self.inner(attn, folded, None, attention_mask, **kwargs)
         return out.reshape(bv, n, out.shape[-1])
 
 
