@@ -44,7 +44,8 @@ def check_mvdream_unet(unet: Any, name: str) -> None:
         raise ModelLoadError(
             f"'{name}' is not an MVDream model: its UNet has class_embed_type={config.class_embed_type!r} with "
             f"projection_class_embeddings_input_dim={config.projection_class_embeddings_input_dim}; MVDream's takes the "
-            f"flattened 4x4 camera matrix (class_embed_type='projection', projection_class_embeddings_input_dim={CAMERA_DIM})"
+            f"flattened 4x4 camera matrix (class_embed_type='projection', projection_class_embeddings_input_dim={CAMERA_DIM}). "
+            "python -m lift3d.guidance.mvdream_convert makes such a folder from MVDream's released weights"
         )
 
 
@@ -97,7 +98,8 @@ class MVDreamGuidance(LatentDiffusionGuidance):
         cfg = self.cfg
         if not cfg.pretrained_model_name_or_path:
             raise ModelLoadError("guidance.pretrained_model_name_or_path is empty: point it at an MVDream model in diffusers "
-                                 "layout (unet/ with a 16-input camera projection, vae/, text_encoder/, tokenizer/, scheduler/)")
+                                 "layout (unet/ with a 16-input camera projection, vae/, text_encoder/, tokenizer/, scheduler/); "
+                                 "python -m lift3d.guidance.mvdream_convert makes one from MVDream's sd-v2.1-base-4view.pt")
         return load_mvdream(cfg.pretrained_model_name_or_path, self.dtype, cfg.variant or None, cfg.local_files_only, cfg.n_views)
 
     # ------------------------------------------------------------------ views per object
