@@ -73,3 +73,19 @@ def test_single_views_keep_the_plain_sampler_and_bad_batches_say_what_to_fix():
                                "resolution_milestones": [5]})
     with pytest.raises(ValueError, match="multiple of data.n_view"):
         sample_random_views(RandomViewsConfig(batch_size=6, n_view=4), 0, step_generator(0, 0))
+
+
+def test_random_backgrounds_are_shared_by_the_views_of_an_object():
+    from lift3d.render.backgrounds import NeuralEnvironmentBackground, random_color_augment
+
+    torch.manual_seed(0)
+    colors = torch.zeros(64, 2, 2, 3)
+    grouped = random_color_augment(colors, 0.5, group=4).reshape(16, 4, 2, 2, 3)
+    assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))  # one draw per object
+    replaced = grouped.flatten(1).abs().sum(1) > 0
+    assert 0 < replaced.sum() < 16  # some objects replaced, some kept
+    single = random_color_augment(colors, 0.5).reshape(16, 4, 2, 2, 3)
+    assert not torch.equal(single, single[:, :1].expand_as(single))  # per view by default
+    background = NeuralEnvironmentBackground({"random_probability": 1.0, "random_group": 4}).train()
+    out = background(torch.randn(8, 3, 3, 3)).reshape(2, 4, 3, 3, 3)
+    assert torch.equal(out, out[:, :1].expand_as(out))
