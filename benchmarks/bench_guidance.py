@@ -49,6 +49,7 @@ SD21_VAE = {
 TINY_UNET = {**SD21_UNET, "sample_size": 8, "block_out_channels": [8, 16, 16, 16], "norm_num_groups": 4,
              "cross_attention_dim": 32, "attention_head_dim": [2, 2, 2, 2], "layers_per_block": 1}
 TINY_VAE = {**SD21_VAE, "block_out_channels": [4, 4, 8, 8], "norm_num_groups": 2, "layers_per_block": 1}
+MVDREAM_UNET = {"class_embed_type": "projection", "projection_class_embeddings_input_dim": 16}  # MVDream's camera MLP over SD 2.1's UNet
 
 # the eager baseline is diffusers as it loads: SDPA attention in UNet and VAE, NCHW, no cuDNN autotuning
 BASE = {"prompt": "a DSLR photo of a hamburger", "prompt_cache_dir": "none", "channels_last": False, "cudnn_benchmark": False,
@@ -71,11 +72,13 @@ CASES: dict[str, tuple[str, dict[str, Any], float]] = {
 }
 
 
-def build_models(tiny: bool, device: torch.device) -> DiffusionModels:
-    """Random-weight SD-2.1-base-shaped (or tiny) UNet and VAE on ``device``, and a stand-in text encoder."""
+def build_models(tiny: bool, device: torch.device, unet_extra: dict[str, Any] | None = None) -> DiffusionModels:
+    """Random-weight SD-2.1-base-shaped (or tiny) UNet and VAE on ``device``, and a stand-in text encoder;
+    ``unet_extra`` changes the UNet's config (``MVDREAM_UNET``: an MVDream-shaped UNet)."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     unet_cfg, vae_cfg = (TINY_UNET, TINY_VAE) if tiny else (SD21_UNET, SD21_VAE)
+    unet_cfg = {**unet_cfg, **(unet_extra or {})}
     torch.manual_seed(0)
     with torch.device(device):
         unet, vae = UNet2DConditionModel(**unet_cfg), AutoencoderKL(**vae_cfg)

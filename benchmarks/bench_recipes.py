@@ -15,6 +15,7 @@ full_run_steps / steps_per_s (validation, test video and export not included). O
     python benchmarks/bench_recipes.py --tiny                        # seconds on a CPU: smoke test of the script
     python benchmarks/bench_recipes.py --cases dreamfusion --set trainer.precision=bf16-mixed --profile 6
     python benchmarks/bench_recipes.py --cases dreamfusion-if,dreamfusion-if-eager   # DeepFloyd IF stage I
+    python benchmarks/bench_recipes.py --cases mvdream-64,mvdream-256,mvdream-gaussians --budget-s 500
 
 ``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N more
 steps after the timed ones and adds a ``profile`` record: GPU busy time per step (union of kernel
@@ -24,6 +25,8 @@ intervals) against the wall time, host-device syncs per step with the Python lin
 Caveats: random weights give random gradients, so the representation does not evolve as in a real run
 (a NeRF's occupancy grid stays near its blob; densification grows Gaussians differently).
 ``gaussian-sds-100k`` times the Gaussian recipe with 100k Gaussians to bound the rate late in a run.
+``mvdream-64`` / ``mvdream-256`` time the mvdream recipe's two stages with an MVDream-shaped UNet (SD 2.1's with
+the camera MLP, self-attention across each object's 4 views); ``mvdream-total`` adds their projections.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lightning as L  # noqa: E402
-from bench_guidance import build_models, environment  # noqa: E402
+from bench_guidance import MVDREAM_UNET, build_models, environment  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from profiling import ProfiledSteps  # noqa: E402
 from random_if import build_if_models  # noqa: E402
@@ -60,6 +63,8 @@ from lift3d.runner import build_parts, build_trainer  # noqa: E402
 PROMPT = ["system.guidance.prompt=a DSLR photo of a hamburger", "system.guidance.prompt_cache_dir=none"]
 PD64 = ["data.height=64", "data.width=64", "data.batch_size=1", "data.resolution_milestones=[]"]
 PD512 = ["data.height=512", "data.width=512", "data.batch_size=1", "data.resolution_milestones=[]"]
+MV64 = ["data.height=64", "data.width=64", "data.batch_size=8", "data.resolution_milestones=[]"]  # mvdream: 2 objects x 4 views
+MV256 = ["data.height=256", "data.width=256", "data.batch_size=4", "data.resolution_milestones=[]"]  # ... then 1 x 4 at 256
 # name -> (recipe, overrides over its defaults, steps of the full run at this setting (None: trainer.max_steps),
 #          rough cost in seconds on an H100 for the --budget-s check); run in this order (VSD last: it adds adapters)
 EAGER = ["system.guidance.compile=false"]  # the recipes compile the guidance by default (CUDA); this turns it off
@@ -74,6 +79,9 @@ CASES: dict[str, tuple[str, list[str], int | None, float]] = {
     "prolificdreamer-512": ("prolificdreamer", PD512, 20000, 60),  # ... and after it
     "dreamfusion-if": ("dreamfusion-if", [], None, 240),  # DeepFloyd IF stage I (4.3B UNet), embeddings cached
     "dreamfusion-if-eager": ("dreamfusion-if", EAGER, None, 60),
+    "mvdream-64": ("mvdream", MV64, 5000, 150),  # MVDream-shaped UNet (camera MLP, 4-view attention): steps 0-4999
+    "mvdream-256": ("mvdream", MV256, 5000, 150),  # ... and 5000-9999
+    "mvdream-gaussians": ("mvdream-gaussians", [], None, 150),
 }
 DEFAULT_CASES = ["gaussian-sds", "dreamfusion", "dreamfusion-eager", "gaussian-sds-eager", "prolificdreamer-64",
                  "prolificdreamer-512", "gaussian-sds-100k", "dreamfusion-if", "dreamfusion-if-eager"]
@@ -165,10 +173,10 @@ def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
            "checkpoint.save_last=false", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1000000"]
     tiny: list[str] = []
     if args.tiny:
-        tiny = ["system.guidance.resolution=64", *(TINY_GAUSSIANS if recipe == "gaussian-sds" else TINY_NERF)]
+        tiny = ["system.guidance.resolution=64", *(TINY_GAUSSIANS if recipe in ("gaussian-sds", "mvdream-gaussians") else TINY_NERF)]
         tiny += TINY_SIZE if recipe != "prolificdreamer" else []
-        overrides = [o.replace("=512", "=32").replace("=64", "=32").replace("init_points=100000", "init_points=800")
-                     for o in overrides]
+        overrides = [o.replace("=512", "=32").replace("=256", "=32").replace("=64", "=32")
+                     .replace("init_points=100000", "init_points=800") for o in overrides]
     return [*PROMPT, *overrides, *tiny, *run]
 
 
@@ -192,8 +200,9 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
         cached = [f"system.guidance.prompt_cache_dir={Path(folder) / 'text-embeddings'}"] if deepfloyd else []
         cfg = load_config(recipe_config(recipe), overrides=[*case_overrides(name, args), *cached])
-        # fresh per case: VSD adds LoRA adapters to its UNet
-        models = deepfloyd_models(cfg, args.tiny, device, Path(folder)) if deepfloyd else build_models(args.tiny, device)
+        # fresh per case: VSD adds LoRA adapters to its UNet; MVDream's has a camera MLP
+        mvdream = MVDREAM_UNET if cfg.system["guidance_type"] == "mvdream" else None
+        models = deepfloyd_models(cfg, args.tiny, device, Path(folder)) if deepfloyd else build_models(args.tiny, device, mvdream)
         trainer = build_trainer(cfg, Path(folder), train=True)
         timer = StepTimer(args.warmup, cap_s, end_step=args.warmup + args.steps if args.profile else 0)
         trainer.callbacks.append(timer)
@@ -292,6 +301,12 @@ def run_cases(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         total = results["prolificdreamer-64"]["projected_full_run_s"] + results["prolificdreamer-512"]["projected_full_run_s"]
         yield {"bench": "recipes", "case": "prolificdreamer-stage1-total", "projected_full_run_s": round(total, 1),
                "projected_full_run_min": round(total / 60, 2), **env}
+    if "mvdream-64" in results and "mvdream-256" in results:  # the 10k-step mvdream recipe: 5000 steps of each
+        total = results["mvdream-64"]["projected_full_run_s"] + results["mvdream-256"]["projected_full_run_s"]
+        peak = max(results[name].get("peak_mem_gib", 0.0) for name in ("mvdream-64", "mvdream-256"))
+        yield {"bench": "recipes", "case": "mvdream-total", "projected_full_run_s": round(total, 1),
+               "projected_full_run_min": round(total / 60, 2), "peak_mem_gib": peak,
+               "target": "10k steps under 15 min and under 16 GB on one H100", **env}
 
 
 def suite_records(budget_s: float, tiny: bool) -> Iterator[dict[str, Any]]:

@@ -23,8 +23,10 @@ from benchmarks.bench_guidance import SD21_UNET, SD21_VAE, TINY_UNET, TINY_VAE  
 from tests.tiny_diffusion import write_tokenizer  # noqa: E402
 
 
-def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype = torch.float16) -> Path:
-    """Write the folder (diffusers layout) at ``path`` unless it is already complete; return it."""
+def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype = torch.float16,
+                      unet_extra: dict | None = None) -> Path:
+    """Write the folder (diffusers layout) at ``path`` unless it is already complete; return it. ``unet_extra``
+    changes the UNet's config (benchmarks/random_mvdream.py: MVDream's camera embedding)."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
@@ -32,6 +34,7 @@ def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype =
     if (root / "model_index.json").exists():
         return root
     unet_cfg, vae_cfg = (TINY_UNET, TINY_VAE) if tiny else (SD21_UNET, SD21_VAE)
+    unet_cfg = {**unet_cfg, **(unet_extra or {})}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # random init of 865M weights: faster on a GPU
     torch.manual_seed(0)
     with torch.device(device):

@@ -1,5 +1,5 @@
-"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer|dreamfusion-if|magic3d-if] [overrides...]``:
-text -> 3D (``magic3d-if``: the DeepFloyd IF NeRF stage, then the Stable Diffusion mesh stage).
+"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer|mvdream|mvdream-gaussians|dreamfusion-if|magic3d-if]
+[overrides...]``: text -> 3D (``magic3d-if``: the DeepFloyd IF NeRF stage, then the Stable Diffusion mesh stage).
 
 ``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
 one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
@@ -19,6 +19,8 @@ METHODS = {  # --method -> recipe config
     "gaussian-sds": "gaussian-sds",
     "dreamfusion": "dreamfusion-sd",
     "prolificdreamer": "prolificdreamer",
+    "mvdream": "mvdream",
+    "mvdream-gaussians": "mvdream-gaussians",
     "dreamfusion-if": "dreamfusion-if",
     "magic3d-if": "magic3d-if",
 }
@@ -41,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=[*METHODS, *IMAGE_METHODS], default=None,
                         help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS), "
-                             "prolificdreamer (NeRF + VSD, slowest, most detail), dreamfusion-if (NeRF + DeepFloyd IF) or "
+                             "prolificdreamer (NeRF + VSD, slowest, most detail), mvdream / mvdream-gaussians (NeRF / Gaussians from the "
+                             "multi-view MVDream model: no multi-face objects; needs its weights), dreamfusion-if (NeRF + DeepFloyd IF) or "
                              "magic3d-if (NeRF with DeepFloyd IF, then a mesh with Stable Diffusion); --image: dreamgaussian (Gaussians then "
                              "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
                              "a text prompt)")

@@ -41,6 +41,8 @@ class RandomViewsConfig:
     camera_distance_range: list = field(default_factory=lambda: [1.5, 2.0])  # distance from the origin
     fovy_range: list = field(default_factory=lambda: [40.0, 70.0])  # vertical field of view, degrees
     batch_uniform_azimuth: bool = True  # stratify azimuths over a batch so views cover the circle
+    n_view: int = 1  # views per object: > 1 yields groups of n_view consecutive views 360/n_view degrees apart in azimuth (random base) sharing elevation, distance, fovy and perturbations, as MVDream trains on (4); batch_size must be a multiple
+    relative_distance: bool = False  # camera distance = camera_distance_range value / tan(fovy / 2): the object fills the same part of every view (threestudio's relative_radius for MVDream)
     camera_perturb: float = 0.1  # std of noise added to camera positions
     center_perturb: float = 0.2  # std of noise added to the look-at target
     up_perturb: float = 0.02  # std of noise added to the up vector
@@ -75,19 +77,32 @@ def sample_random_views(cfg: RandomViewsConfig, step: int, generator: torch.Gene
     """One training batch of random views at ``step`` (a pure function of cfg, step and generator)."""
     stage = bisect.bisect_right(list(cfg.resolution_milestones), step)
     height, width, batch = _stage(cfg.height, stage), _stage(cfg.width, stage), _stage(cfg.batch_size, stage)
-    elevation_deg = _uniform(cfg.elevation_range, (batch,), generator)
+    views = int(cfg.n_view)
+    if views < 1 or batch % views:
+        raise ValueError(f"data.batch_size ({batch}) must be a multiple of data.n_view ({views})")
+    objects = batch // views
+
+    def per_object(values: Tensor) -> Tensor:  # one draw per object, shared by its views
+        return values.repeat_interleave(views, dim=0)
+
+    elevation_deg = per_object(_uniform(cfg.elevation_range, (objects,), generator))
+    low, high = cfg.azimuth_range
     if cfg.batch_uniform_azimuth:
-        low, high = cfg.azimuth_range
-        azimuth_deg = low + (high - low) * (torch.rand(batch, generator=generator) + torch.arange(batch)) / batch
+        base = low + (high - low) * (torch.rand(objects, generator=generator) + torch.arange(objects)) / objects
     else:
-        azimuth_deg = _uniform(cfg.azimuth_range, (batch,), generator)
-    distance = _uniform(cfg.camera_distance_range, (batch,), generator)
-    fovy_deg = _uniform(cfg.fovy_range, (batch,), generator)
+        base = _uniform(cfg.azimuth_range, (objects,), generator)
+    azimuth_deg = per_object(base) + torch.arange(views).repeat(objects) * (360.0 / views)
+    if views > 1:
+        azimuth_deg = torch.remainder(azimuth_deg + 180.0, 360.0) - 180.0  # fixed offsets around the circle
+    distance = per_object(_uniform(cfg.camera_distance_range, (objects,), generator))
+    fovy_deg = per_object(_uniform(cfg.fovy_range, (objects,), generator))
+    if cfg.relative_distance:
+        distance = distance / torch.tan(torch.deg2rad(fovy_deg) / 2)
 
     position = spherical_to_position(torch.deg2rad(elevation_deg), torch.deg2rad(azimuth_deg), distance)
-    position = position + torch.randn(batch, 3, generator=generator) * cfg.camera_perturb
-    center = torch.randn(batch, 3, generator=generator) * cfg.center_perturb
-    up = torch.tensor([0.0, 0.0, 1.0]) + torch.randn(batch, 3, generator=generator) * cfg.up_perturb
+    position = position + per_object(torch.randn(objects, 3, generator=generator)) * cfg.camera_perturb
+    center = per_object(torch.randn(objects, 3, generator=generator)) * cfg.center_perturb
+    up = torch.tensor([0.0, 0.0, 1.0]) + per_object(torch.randn(objects, 3, generator=generator)) * cfg.up_perturb
     c2w = look_at(position, center, up)
 
     light_distance = _uniform(cfg.light_distance_range, (batch,), generator)
@@ -212,6 +227,12 @@ class RandomViewsDataModule(BaseDataModule):
             raise ValueError("data.reference_eval_split needs data.reference_scene (the scene folder whose views are scored)")
         if self.cfg.reference_scene:
             self.cfg = match_reference_cameras(self.cfg)
+        sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
+        if self.cfg.n_view < 1 or any(int(size) % self.cfg.n_view for size in sizes):
+            from lift3d.config import ConfigError
+
+            raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_view ({self.cfg.n_view}): "
+                             "each object is seen from n_view views")
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         return sample_random_views(self.cfg, step, generator)

@@ -32,7 +32,7 @@ class DistillationConfig:
     """Options of the distillation loop shared by every guidance."""
 
     guidance_scale: float = 100.0  # classifier-free guidance scale (DreamFusion uses 100)
-    weighting: str = "sds"  # w(t): sds (1 - alpha_bar), uniform (1), fantasia3d (sqrt(alpha_bar) (1 - alpha_bar))
+    weighting: str = "sds"  # w(t): sds (1 - alpha_bar), uniform (1), fantasia3d (sqrt(alpha_bar) (1 - alpha_bar)), recon (sqrt((1 - alpha_bar) / alpha_bar))
     min_step_percent: Any = scheduled(0.02)  # lowest timestep as a fraction of T (number or schedule)
     max_step_percent: Any = scheduled(0.98)  # highest timestep as a fraction of T (number or schedule)
     timestep_sampling: str = "uniform"  # uniform: t ~ U{min..max} per view; linear: t falls from max to min over anneal_steps

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-WEIGHTINGS = ("sds", "uniform", "fantasia3d")
+WEIGHTINGS = ("sds", "uniform", "fantasia3d", "recon")
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
 
 
@@ -63,13 +63,16 @@ def predict_x0(x_t: Tensor, eps: Tensor, alpha_bar: Tensor) -> Tensor:
 
 def timestep_weight(alpha_bar: Tensor, weighting: str) -> Tensor:
     """w(t) [B] of the SDS gradient: ``sds`` 1 - alpha_bar (DreamFusion), ``uniform`` 1,
-    ``fantasia3d`` sqrt(alpha_bar) (1 - alpha_bar)."""
+    ``fantasia3d`` sqrt(alpha_bar) (1 - alpha_bar), ``recon`` sqrt((1 - alpha_bar) / alpha_bar) (the gradient of
+    MVDream's x0-reconstruction loss 0.5 ||x - x0_hat||^2, since x - x0_hat = sqrt((1 - a) / a) (eps_hat - eps))."""
     if weighting == "sds":
         return 1 - alpha_bar
     if weighting == "uniform":
         return torch.ones_like(alpha_bar)
     if weighting == "fantasia3d":
         return alpha_bar.sqrt() * (1 - alpha_bar)
+    if weighting == "recon":
+        return ((1 - alpha_bar) / alpha_bar).sqrt()
     raise ValueError(f"unknown weighting '{weighting}'; expected one of {', '.join(WEIGHTINGS)}")
 
 

@@ -19,14 +19,17 @@ from lift3d.fields.mlp import MLP
 from lift3d.registry import register
 
 
-def random_color_augment(colors: Tensor, probability: float) -> Tensor:
-    """With ``probability`` per view (leading dim), replace the view's background by one random colour."""
+def random_color_augment(colors: Tensor, probability: float, group: int = 1) -> Tensor:
+    """With ``probability`` per view (leading dim), replace the view's background by one random colour;
+    ``group`` consecutive views share the draw (the views of one object for multi-view guidance)."""
     if probability <= 0:
         return colors
     batch = colors.shape[0]
-    shape = (batch,) + (1,) * (colors.ndim - 2) + (3,)
+    group = group if group > 1 and batch % group == 0 else 1
+    shape = (batch // group,) + (1,) * (colors.ndim - 2) + (3,)
     replace = torch.rand(shape[:1] + (1,) * (colors.ndim - 1), device=colors.device) < probability
     random = torch.rand(shape, device=colors.device, dtype=colors.dtype)
+    replace, random = replace.repeat_interleave(group, dim=0), random.repeat_interleave(group, dim=0)
     return torch.where(replace, random.expand_as(colors), colors)
 
 
@@ -37,6 +40,7 @@ class SolidColorConfig:
     color: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB in 0..1
     learned: bool = False  # optimise the colour
     random_probability: float = 0.0  # training: chance per view of a random colour instead (augmentation)
+    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_view: one per object, as threestudio's MVDream)
 
 
 @register("solid-color")
@@ -58,7 +62,7 @@ class SolidColorBackground(BaseModule):
     def forward(self, dirs: Tensor) -> Tensor:
         colors = self.color.to(dirs.dtype).expand(dirs.shape)
         if self.training:
-            colors = random_color_augment(colors, self.cfg.random_probability)
+            colors = random_color_augment(colors, self.cfg.random_probability, self.cfg.random_group)
         return colors
 
 
@@ -72,6 +76,7 @@ class NeuralEnvironmentConfig:
     hidden_dim: int = 32  # MLP width
     n_hidden_layers: int = 2  # MLP hidden layers
     random_probability: float = 0.5  # training: chance per view of a random solid colour instead (augmentation)
+    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_view: one per object, as threestudio's MVDream)
     eval_color: list = field(default_factory=list)  # outside training: this RGB instead of the network ([]: the network)
 
 
@@ -106,5 +111,5 @@ class NeuralEnvironmentBackground(BaseModule):
         flat = self.encode(dirs.reshape(-1, 3))
         colors = torch.sigmoid(self.mlp(flat)).reshape(dirs.shape)
         if self.training:
-            colors = random_color_augment(colors, self.cfg.random_probability)
+            colors = random_color_augment(colors, self.cfg.random_probability, self.cfg.random_group)
         return colors
