@@ -5,6 +5,11 @@ On the GPU (gsplat backend, the 3DGS schedule; the data must be inside the repos
 
     python benchmarks/bench_lego_gaussians.py --data PATH/TO/lego
 
+Side by side with the reference, a plain loop over gsplat from the same Gaussians and photos (``plain_gsplat.py``),
+in the same process, and a profile of 10 recipe steps from step 2000 (``profiling.py``):
+
+    python benchmarks/bench_lego_gaussians.py --data PATH/TO/lego --steps 7000 --eval-at 7000 --reference plain --profile 10
+
 A short CPU run of the same recipe (pure-PyTorch rasterizer):
 
     python benchmarks/bench_lego_gaussians.py --device cpu --steps 100 --eval-at 100 --val-views 10
@@ -13,6 +18,7 @@ A short CPU run of the same recipe (pure-PyTorch rasterizer):
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import json
 import logging
@@ -26,12 +32,14 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
+from plain_gsplat import score_views, train_plain  # noqa: E402
+from profiling import ProfileWindow  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
-from lift3d.metrics import psnr, ssim  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
 from lift3d.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
 
@@ -55,10 +63,6 @@ class Evaluate(Callback):
         if module.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._sync(module)
-        self.started = time.perf_counter()
-
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
         self._sync(module)
@@ -74,20 +78,18 @@ class Evaluate(Callback):
         self._sync(module)
         self.started = time.perf_counter()
 
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.start_gaussians = copy.deepcopy(module.gaussians).cpu()  # the plain reference starts from these
+        self._sync(module)
+        self.started = time.perf_counter()
+
     @torch.no_grad()
     def evaluate(self, trainer: L.Trainer, module: L.LightningModule, step: int) -> dict:
         scene = trainer.datamodule.val_scene()
         background = trainer.datamodule.background.to(module.device)
-        scores = []
-        for i in range(len(scene)):
-            rgba = scene.rgba[i : i + 1].to(module.device).float() / 255.0
-            target = rgba[..., :3] * rgba[..., 3:] + background * (1 - rgba[..., 3:])
-            out = module.render_views({"cameras": scene.cameras[i].to(module.device), "background": background[None]})
-            prediction = out["rgb"].clamp(0, 1)
-            scores.append(torch.stack([psnr(prediction, target), ssim(prediction, target)], -1))
-        mean = torch.cat(scores).mean(0)
-        return {"bench": "lego_gaussians", "step": step, "val_psnr": round(float(mean[0]), 3), "val_ssim": round(float(mean[1]), 4),
-                "val_views": len(scene), "train_seconds": round(self.train_seconds, 1),
+        scores = score_views(lambda cameras, bg: module.render_views({"cameras": cameras, "background": bg})["rgb"],
+                             scene, background, module.device)
+        return {"bench": "lego_gaussians", "step": step, **scores, "train_seconds": round(self.train_seconds, 1),
                 "gaussians": len(module.gaussians), **self.info}
 
 
@@ -100,6 +102,10 @@ def main() -> None:
     parser.add_argument("--val-views", type=int, default=-1, help="score this many val views, evenly spaced (-1: all 100)")
     parser.add_argument("--max-minutes", type=float, default=0, help="stop (and score) after this much training time")
     parser.add_argument("--output", type=Path, default=None, help="where the trial folder goes (default: a temporary one)")
+    parser.add_argument("--reference", choices=["none", "plain"], default="none",
+                        help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, same process")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N recipe steps (profiling.py)")
+    parser.add_argument("--profile-start", type=int, default=2000, metavar="STEP", help="the first profiled step")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
     args = parser.parse_args()
     logging.getLogger("lift3d").setLevel(logging.INFO)
@@ -128,6 +134,9 @@ def main() -> None:
     trainer = build_trainer(cfg, trial, train=True)
     evaluate = Evaluate([int(s) for s in args.eval_at.split(",")], info, args.max_minutes)
     trainer.callbacks.append(evaluate)
+    window = ProfileWindow(args.profile_start, args.profile) if args.profile else None
+    if window is not None:
+        trainer.callbacks.append(window)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial / "save")
@@ -137,6 +146,19 @@ def main() -> None:
                       "train_seconds": round(evaluate.train_seconds, 1), "steps": trainer.global_step,
                       "results": [{k: r[k] for k in ("step", "val_psnr", "val_ssim", "train_seconds", "gaussians")}
                                   for r in evaluate.results], **info}), flush=True)
+    if window is not None and window.summary is not None:
+        print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
+    if args.reference == "plain":
+        device = torch.device(args.device)
+        val = datamodule.val_scene()
+        background = datamodule.background.to(device)
+        plain = train_plain(evaluate.start_gaussians, datamodule, trainer.global_step, {r["step"] for r in evaluate.results},
+                            lambda render_fn, step: {"step": step, **score_views(render_fn, val, background, device)}, device)
+        recipe_rate = trainer.global_step / max(evaluate.train_seconds, 1e-9)
+        plain_rate = trainer.global_step / max(plain["train_seconds"], 1e-9)
+        print(json.dumps({"bench": "lego_gaussians", "reference": "plain gsplat loop", **plain,
+                          "recipe_steps_per_s": round(recipe_rate, 2), "plain_steps_per_s": round(plain_rate, 2),
+                          "speedup_vs_plain": round(recipe_rate / plain_rate, 3), **info}), flush=True)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import lightning as L  # noqa: E402
 from bench_guidance import MVDREAM_UNET, build_models, environment  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
-from profiling import ProfiledSteps  # noqa: E402
+from profiling import ProfileWindow  # noqa: E402
 from random_if import build_if_models  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
@@ -145,24 +145,6 @@ class StepTimer(Callback):
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-class ProfileWindow(Callback):
-    """Profiles ``n`` training steps starting after ``start`` steps (benchmarks/profiling.py)."""
-
-    def __init__(self, start: int, n: int) -> None:
-        self.start, self.n = start, n
-        self.window: ProfiledSteps | None = None
-        self.summary: dict[str, Any] | None = None
-
-    def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.start and self.window is None:
-            self.window = ProfiledSteps().__enter__()
-
-    def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
-            self.window.__exit__(None, None, None)
-            self.summary = self.window.summary(self.n)
 
 
 def case_overrides(name: str, args: argparse.Namespace) -> list[str]:

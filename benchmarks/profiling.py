@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import Callback
 
 RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
                  "cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -79,3 +80,21 @@ class ProfiledSteps:
             "top_kernels_ms_per_step": [[e.key[:90], round(e.self_device_time_total / 1000 / n, 3)] for e in kernels[:15]],
             "top_cpu_ops_ms_per_step": [[e.key[:90], round(e.self_cpu_time_total / 1000 / n, 3)] for e in cpu_ops[:15]],
         }
+
+
+class ProfileWindow(Callback):
+    """Profiles ``n`` training steps starting after ``start`` steps (benchmarks/profiling.py)."""
+
+    def __init__(self, start: int, n: int) -> None:
+        self.start, self.n = start, n
+        self.window: ProfiledSteps | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.start and self.window is None:
+            self.window = ProfiledSteps().__enter__()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
+            self.window.__exit__(None, None, None)
+            self.summary = self.window.summary(self.n)
