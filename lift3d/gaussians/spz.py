@@ -143,6 +143,10 @@ def save_spz(path: str | Path, params: dict[str, Tensor], keep: Tensor | None = 
 
 def decode_spz(data: bytes, name: str = "the data") -> dict[str, Tensor]:
     """Pre-activation parameters (lift3d's world) of SPZ bytes (gzip stream, versions 2 and 3)."""
+    if data[:4] == b"NGSP" and len(data) >= 8:
+        version = struct.unpack_from("<I", data, 4)[0]
+        raise SpzFormatError(f"{name} is SPZ version {version} (plain header, not one gzip stream); lift3d reads versions "
+                             "2 and 3: convert it with `splat-transform --spz-version 3 IN.spz OUT.spz`")
     try:
         raw = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as error:
