@@ -1,6 +1,8 @@
 """spz, sog and gltf-splat through `lift3d export`: the export table, its pruning options (opacity floor, count
 cap, SH degree), conversion of any Gaussian file, one-line errors, and models started from the new files."""
 
+import os
+
 import pytest
 import torch
 
@@ -84,3 +86,16 @@ def test_a_model_starts_from_each_new_file(tmp_path, suffix):
     assert model.load_gaussian_file(path) == 1 and len(model) == 64
     assert model.shN.shape == (64, 8, 3) and not model.shN[:, 3:].any()  # degree 2 asked: the missing band is zero
     assert torch.allclose(model.means.detach(), load_gaussian_file(path)["means"])
+
+
+def test_the_app_offers_the_new_files_for_download_but_views_the_mesh(tmp_path):
+    from lift3d.app.jobs import result_files
+
+    save = tmp_path / "save"
+    save.mkdir()
+    for age, name in enumerate(("it9-gaussians.glb", "it9.sog", "it9.spz", "it9.glb")):
+        (save / name).write_bytes(b"x")
+        os.utime(save / name, (1e9 - age, 1e9 - age))  # the Gaussian .glb is the newest: still not the viewer's mesh
+    results = result_files(tmp_path)
+    assert results.model == save / "it9.glb"
+    assert {p.name for p in results.files} == {"it9.glb", "it9.spz", "it9.sog", "it9-gaussians.glb"}
