@@ -76,11 +76,13 @@ def nearest_1d(codebook: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(left_closer, i - 1, i)
 
 
-def kmeans(points: Tensor, k: int, iterations: int = 10, seed: int = 0, chunk: int = 8192) -> tuple[Tensor, Tensor]:
+def kmeans(points: Tensor, k: int, iterations: int = 10, seed: int = 0, block: int = 1 << 24) -> tuple[Tensor, Tensor]:
     """(centroids [k, D], labels [N]) of Lloyd's k-means on ``points`` [N, D] (float32), started from k
-    distinct points chosen with ``seed``; an emptied cluster keeps its centroid."""
+    distinct points chosen with ``seed``; an emptied cluster keeps its centroid. Distances are computed
+    ``block`` point-centroid pairs at a time (64 MB)."""
     n = len(points)
     k = min(k, n)
+    chunk = max(1, block // k)
     generator = torch.Generator().manual_seed(seed)
     centroids = points[torch.randperm(n, generator=generator)[:k]].clone()
     labels = torch.zeros(n, dtype=torch.long)
