@@ -149,6 +149,9 @@ def encode_sog(params: dict[str, Tensor], sort: bool = True, sh_palette: int = 0
     """The .sog bundle (a zip of meta.json and the WebP images) of pre-activation Gaussian parameters.
     ``sort``: Morton order (smaller files; the Gaussians come back reordered); ``sh_palette``: SH palette
     entries (0: ``palette_size(N)``)."""
+    from lift3d.aftercare import require_webp
+
+    require_webp()
     p = {k: v.detach().float().cpu().numpy() for k, v in params.items()}
     n = len(p["means"])
     if n == 0:
