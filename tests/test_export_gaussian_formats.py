@@ -1,7 +1,9 @@
 """spz, sog and gltf-splat through `lift3d export`: the export table, its pruning options (opacity floor, count
 cap, SH degree), conversion of any Gaussian file, one-line errors, and models started from the new files."""
 
+import json
 import os
+import zipfile
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ def tensors(params: dict) -> GaussianTensors:
 
 def test_the_export_table_writes_each_format_with_the_pruning_options(tmp_path):
     params = random_params(400, degree=3, seed=2)
-    cfg = ExportConfig(gaussian_min_opacity=0.5, gaussian_max_count=100, gaussian_sh_degree=1)
+    cfg = ExportConfig(gaussian_min_opacity=0.5, gaussian_max_count=100, gaussian_sh_degree=1, sog_sh_palette=32)
     sources = gaussian_sources(tensors(params), cfg, gaussian_params=lambda: params)
     written = export_formats(OutputSaver(tmp_path), list(FILES), cfg, sources, stem="g")
     assert [p.name for p in written] == list(FILES.values())
@@ -38,6 +40,8 @@ def test_the_export_table_writes_each_format_with_the_pruning_options(tmp_path):
         kept = torch.cdist(back["means"], params["means"]).argmin(dim=1)
         assert torch.equal(kept.sort().values, expected), fmt
         assert (back["means"] - params["means"][kept]).abs().max() < 1e-3, fmt  # within every format's steps
+    with zipfile.ZipFile(tmp_path / "g.sog") as bundle:
+        assert json.loads(bundle.read("meta.json"))["shN"]["count"] == 32  # system.export.sog_sh_palette
 
 
 def test_without_the_models_parameters_the_formats_are_refused(tmp_path):

@@ -81,6 +81,7 @@ class ExportConfig:
     gaussian_min_opacity: float = 0.0  # Gaussian files (3dgs-ply, splat, spz, sog, gltf-splat): drop Gaussians fainter than this (0: keep all)
     gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
     gaussian_sh_degree: int = -1  # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
+    sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
 
 
 @dataclass
@@ -175,7 +176,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if fmt in COMPACT_WRITERS:
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
             name, writer = COMPACT_WRITERS[fmt]
-            options = {"up_axis": up_axis} if fmt == "gltf-splat" else {}
+            options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
             return [writer(saver.path(f"{stem}{name}"), sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
             cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,

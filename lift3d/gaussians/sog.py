@@ -101,9 +101,11 @@ def kmeans(points: Tensor, k: int, iterations: int = 10, seed: int = 0, block: i
 
 
 def palette_size(n: int) -> int:
-    """Default SH palette size: 1024 x the largest power of two <= n / 1024, at most 64 x 1024 (what
-    splat-transform picks), and never more than n."""
-    return max(1, min(n, int(min(64.0, 2.0 ** math.floor(math.log2(max(n, 1) / 1024))) * 1024)))
+    """Default SH palette size: the largest power of two <= n / 16, within 256..65536 (16-bit labels) and at
+    most n. Each entry costs 3 bytes a coefficient (45 at degree 3) before WebP, so a palette near n, as
+    splat-transform's rule (1024 x 2^floor(log2(n / 1024))) gives for a few ten thousand Gaussians, would
+    make the palette most of the file."""
+    return max(1, min(n, 65536, max(256, 2 ** math.floor(math.log2(max(n, 1) / 16)))))
 
 
 def morton_order(means: np.ndarray) -> np.ndarray:
