@@ -66,8 +66,9 @@ def _gaussian_file(items: list[str]) -> Path | None:
 
 
 def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
-    """Convert or mesh a Gaussian file (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb) made by any tool: its Gaussians in a reconstruct-gaussians system
-    (every attribute as stored), exported through the one export table as ``<stem>.<format>`` beside the file."""
+    """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
+    its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
+    table as ``<stem>.<format>`` beside the file."""
     from lift3d.config import load_config
     from lift3d.export.formats import export_formats
     from lift3d.gaussians.files import load_gaussian_file
