@@ -61,6 +61,15 @@ def require_ffmpeg() -> None:
                                 "(or ask for gif instead)")
 
 
+def require_webp() -> None:
+    """Raise ``WriterUnavailable`` unless Pillow can encode WebP (the images of a .sog file)."""
+    from PIL import features
+
+    if not features.check("webp"):
+        raise WriterUnavailable("writing .sog needs Pillow built with WebP: pip install --force-reinstall pillow "
+                                "(the PyPI wheels include it)")
+
+
 def writer_status() -> dict[str, str]:
     """Which writers can run here: name -> "ok" or what is missing and how to install it (``lift3d info``)."""
     checks = {
@@ -70,6 +79,7 @@ def writer_status() -> dict[str, str]:
         "textures (UV atlas)": ("xatlas", "pip install xatlas"),
         "marching cubes": ("mcubes", "pip install PyMCubes"),
         "3dgs-ply": ("plyfile", "pip install plyfile"),
+        "sog (lossless WebP)": (require_webp, None),
     }
     status = {}
     for name, (check, install) in checks.items():

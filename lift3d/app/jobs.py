@@ -33,6 +33,7 @@ FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
 ACTIVE = (QUEUED, RUNNING, EXPORTING)
 
 VIEWER_SUFFIXES = (".glb", ".gltf", ".ply", ".splat", ".obj")  # what the 3D viewer shows, best first
+NOT_VIEWED = ("-gaussians.glb",)  # KHR_gaussian_splatting exports (`--format gltf-splat`): downloads, not the mesh viewer's
 _EVAL_FOLDER = re.compile(r"^it\d+-(val|test)$")
 _TEST_VIDEO = re.compile(r"^it(\d+)-test\.mp4$")
 
@@ -84,7 +85,7 @@ def result_files(trial_dir: Path | None) -> Results:
     videos = [(int(m.group(1)), p) for p in files if (m := _TEST_VIDEO.match(p.name)) and p.parent == save]
     model = None
     for suffix in VIEWER_SUFFIXES:
-        candidates = [p for p in files if p.suffix.lower() == suffix]
+        candidates = [p for p in files if p.suffix.lower() == suffix and not p.name.endswith(NOT_VIEWED)]
         if candidates:
             model = max(candidates, key=lambda p: p.stat().st_mtime)
             break

@@ -10,8 +10,9 @@ from lift3d.commands.common import add_config_arguments, load_experiment
 
 log = logging.getLogger("lift3d.export")
 
-HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video) into the trial's save/, or convert a 3DGS .ply or "
-        ".splat from any tool (written beside it)")
+HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video) into the trial's save/, or convert a 3DGS .ply, "
+        ".splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it)")
+GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
@@ -55,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gaussian_file(items: list[str]) -> Path | None:
-    """The one positional item when it is a Gaussian file (.ply or .splat) rather than a config or run folder."""
+    """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
     paths = [Path(item) for item in items if "=" not in item]
-    if len(paths) == 1 and paths[0].suffix.lower() in (".ply", ".splat"):
+    if len(paths) == 1 and paths[0].suffix.lower() in GAUSSIAN_FILE_SUFFIXES:
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
         return paths[0]
@@ -65,8 +66,9 @@ def _gaussian_file(items: list[str]) -> Path | None:
 
 
 def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
-    """Convert or mesh a 3DGS .ply or a .splat made by any tool: its Gaussians in a reconstruct-gaussians system
-    (every attribute as stored), exported through the one export table as ``<stem>.<format>`` beside the file."""
+    """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
+    its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
+    table as ``<stem>.<format>`` beside the file."""
     from lift3d.config import load_config
     from lift3d.export.formats import export_formats
     from lift3d.gaussians.files import load_gaussian_file
@@ -75,6 +77,12 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     from lift3d.registry import find
     from lift3d.saving import OutputSaver
 
+    if path.suffix.lower() == ".glb" and "glb" in [str(f).lower().lstrip(".") for f in formats] and not any(
+            item.startswith("system.export.stem=") for item in overrides):
+        from lift3d.export.formats import ExportFormatError
+
+        raise ExportFormatError(f"exporting the mesh of {path} as glb would overwrite it: pick other formats (e.g. "
+                                "--format spz sog) or another file name with system.export.stem=NAME")
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
     fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]

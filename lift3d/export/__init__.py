@@ -23,15 +23,18 @@ A Gaussian system (activated tensors; colours from SH degree 0)::
 
         g = GaussianTensors(means, scales, quats_wxyz, opacities, colours=rgb_from_sh_dc(sh_dc))
         sources = gaussian_sources(g, cfg, write_3dgs_ply=lambda path, **kept: save_ply(path, model, **kept),
+                                   gaussian_params=model.parameters_dict,
                                    render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
         return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
 
 A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` and a ``colour_fn``.
 
 Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
-(needs ``write_3dgs_ply``); ``splat`` (needs ``gaussians``); ``mp4``, ``gif`` (need ``render_fn``).
-Files are ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``,
-``<stem>.splat``, ``<stem>-orbit.mp4``/``.gif``. A format the sources cannot make is an error naming
+(needs ``write_3dgs_ply``); ``splat`` (needs ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
+``gaussian_params``; codecs in ``lift3d.gaussians.spz`` / ``.sog`` / ``.gltf_splat``); ``mp4``, ``gif`` (need
+``render_fn``). Files are ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``,
+``<stem>-gaussians.ply``, ``<stem>.splat``, ``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``,
+``<stem>-orbit.mp4``/``.gif``. A format the sources cannot make is an error naming
 what they can make; ``ply`` alone is refused as ambiguous.
 
 The parts are plain functions on tensors and arrays: ``extract_mesh`` (grid sampling in blocks,

@@ -19,6 +19,9 @@ from lift3d.export.splat import write_splat
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import orbit_cameras, render_frames
 from lift3d.export.writers import write_glb, write_obj, write_ply
+from lift3d.gaussians.gltf_splat import save_gltf_splat
+from lift3d.gaussians.sog import save_sog
+from lift3d.gaussians.spz import save_spz
 from lift3d.saving import OutputSaver
 
 log = logging.getLogger(__name__)
@@ -30,8 +33,17 @@ FORMATS: dict[str, tuple[str, str]] = {
     "mesh-ply": ("mesh", ".ply mesh with vertex colours"),
     "3dgs-ply": ("write_3dgs_ply", "3D Gaussians in the 3DGS .ply layout"),
     "splat": ("gaussians", "3D Gaussians in the compact .splat layout"),
+    "spz": ("gaussian_params", "3D Gaussians in Niantic's compressed .spz (SH bands kept)"),
+    "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantised, SH palette)"),
+    "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
     "mp4": ("render_fn", "turntable video (H.264)"),
     "gif": ("render_fn", "turntable animation"),
+}
+
+
+# format -> (file-name ending after the stem, writer(path, params, keep=mask, sh_degree=int))
+COMPACT_WRITERS: dict[str, tuple[str, Callable[..., Path]]] = {
+    "spz": (".spz", save_spz), "sog": (".sog", save_sog), "gltf-splat": ("-gaussians.glb", save_gltf_splat),
 }
 
 
@@ -66,9 +78,10 @@ class ExportConfig:
     video_width: int = 512  # turntable: frame width in pixels
     video_height: int = 512  # turntable: frame height in pixels
     render_batch: int = 4  # views per render call (turntable and back-projection)
-    gaussian_min_opacity: float = 0.0  # Gaussian files (3dgs-ply, splat): drop Gaussians fainter than this (0: keep all)
+    gaussian_min_opacity: float = 0.0  # Gaussian files (3dgs-ply, splat, spz, sog, gltf-splat): drop Gaussians fainter than this (0: keep all)
     gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
-    gaussian_sh_degree: int = -1  # 3dgs-ply: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
+    gaussian_sh_degree: int = -1  # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
+    sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
 
 
 @dataclass
@@ -79,6 +92,7 @@ class ExportSources:
     colour_fn: ColourFn | None = None  # albedo at points [N, 3] -> [N, 3], baked into textures
     gaussians: GaussianTensors | None = None  # activated Gaussians with colours, for .splat
     write_3dgs_ply: Callable[..., Any] | None = None  # the model's 3DGS .ply writer: (path, keep=mask, sh_degree=int)
+    gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None  # pre-activation parameters, every SH band (spz, sog, gltf-splat)
     render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
@@ -159,6 +173,11 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if fmt == "splat":
             keep = kept_gaussians()
             return write_splat(saver.path(f"{stem}.splat"), sources.gaussians if keep is None else sources.gaussians.select(keep))
+        if fmt in COMPACT_WRITERS:
+            degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
+            name, writer = COMPACT_WRITERS[fmt]
+            options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
+            return [writer(saver.path(f"{stem}{name}"), sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
             cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,
                                     cfg.video_width, cfg.video_height, device=sources.device)
@@ -226,11 +245,13 @@ def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: Rende
 def gaussian_sources(
     gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
     render_fn: RenderFn | None = None, device: torch.device | str | None = None, field: GaussianField | None = None,
+    gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
     coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
     Queries run on ``device`` (None: where the Gaussians are); ``field``: their density field if the
-    caller already built it (with cfg.gaussian_cutoff_sigma)."""
+    caller already built it (with cfg.gaussian_cutoff_sigma); ``gaussian_params``: the model's pre-activation
+    parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat)."""
     device = gaussians.means.device if device is None else torch.device(device)
     field = (field if field is not None else GaussianField(gaussians, cfg.gaussian_cutoff_sigma)).to(device)
     colour_fn = gaussian_colour_fn(field, cfg, render_fn, device)
@@ -244,7 +265,7 @@ def gaussian_sources(
         )
 
     return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
-                         render_fn=render_fn, device=device)
+                         gaussian_params=gaussian_params, render_fn=render_fn, device=device)
 
 
 def gaussian_keep_mask(gaussians: GaussianTensors, min_opacity: float, max_count: int) -> torch.Tensor | None:

@@ -1,5 +1,7 @@
-"""Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.ply``) and the
-compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.export.splat``)."""
+"""Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.ply``), the
+compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.export.splat``),
+Niantic's ``.spz`` (``lift3d.gaussians.spz``), PlayCanvas's bundled ``.sog`` (``lift3d.gaussians.sog``) and
+glTF ``.glb`` with ``KHR_gaussian_splatting`` (``lift3d.gaussians.gltf_splat``), chosen by the file's suffix."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.gltf_splat import load_gltf_splat
 from lift3d.gaussians.ply import PlyFormatError, load_ply
 from lift3d.gaussians.sh import rgb_to_sh
+from lift3d.gaussians.sog import load_sog
+from lift3d.gaussians.spz import load_spz
 
 SPLAT_DTYPE = np.dtype(
     [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]
 )
 assert SPLAT_DTYPE.itemsize == 32
+# suffix -> reader of the compact formats; each reader returns parameters in lift3d's world
+READERS = {".spz": load_spz, ".sog": load_sog, ".glb": load_gltf_splat}
 
 
 def decode_splat(path: str | Path) -> dict[str, Tensor]:
@@ -37,9 +44,13 @@ def decode_splat(path: str | Path) -> dict[str, Tensor]:
 
 def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``, ``shN``) of a
-    3DGS .ply (its own SH degree) or a .splat (SH degree 0: its colours)."""
+    3DGS .ply, .spz, .sog or KHR_gaussian_splatting .glb (each with its own SH degree) or a .splat (SH degree 0:
+    its colours), all in lift3d's world."""
     path = Path(path)
-    if path.suffix.lower() != ".splat":
+    suffix = path.suffix.lower()
+    if suffix in READERS:
+        return READERS[suffix](path)
+    if suffix != ".splat":
         return load_ply(path)
     if not path.is_file():
         raise FileNotFoundError(f"Gaussian file not found: {path}")

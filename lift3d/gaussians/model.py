@@ -36,7 +36,7 @@ class GaussianModelConfig:
     init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh, ply
     init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
-    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or 3DGS .ply / .splat whose Gaussians start the run (init: ply)
+    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or Gaussian file (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb) whose Gaussians start the run (init: ply)
     init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
     init_opacity: float = 0.1  # starting opacity of every Gaussian
     init_scale: float = 1.0  # multiplier on the nearest-neighbour starting size
@@ -115,8 +115,9 @@ class GaussianModel(BaseModule):
 
     @torch.no_grad()
     def load_gaussian_file(self, path: str | Path) -> int:
-        """Every attribute of a 3DGS .ply (the Inria / gsplat / nerfstudio layout) or a .splat as this model's
-        Gaussians, SH bands padded with zeros or cut to ``sh_degree``; returns the file's own SH degree."""
+        """Every attribute of a Gaussian file (3DGS .ply as Inria / gsplat / nerfstudio write it, .splat, .spz, .sog,
+        KHR_gaussian_splatting .glb) as this model's Gaussians, SH bands padded with zeros or cut to ``sh_degree``;
+        returns the file's own SH degree."""
         from lift3d.gaussians.files import load_gaussian_file
         from lift3d.gaussians.ply import with_sh_degree
 

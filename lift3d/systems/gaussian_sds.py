@@ -198,5 +198,6 @@ class GaussianSDSSystem(TextTo3DSystem):
     def export_sources(self) -> ExportSources:
         return gaussian_sources(self.gaussian_tensors(), self.cfg.export,
                                 write_3dgs_ply=lambda path, **kept: save_ply(path, self.gaussians, **kept),
+                                gaussian_params=self.gaussians.parameters_dict,
                                 render_fn=lambda cameras: self.render({"cameras": cameras}), device=self.device,
                                 field=self.surface_queries()[0])

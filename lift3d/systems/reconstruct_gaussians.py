@@ -190,9 +190,11 @@ class ReconstructGaussiansSystem(BaseSystem):
             attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
 
     def export_sources(self) -> ExportSources:
-        """The Gaussians (3dgs-ply, splat), a mesh of their density coloured by them (glb, obj) and turntables."""
+        """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density coloured by them (glb, obj)
+        and turntables."""
         g = self.gaussians
         tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
                                   colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
         return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
+                                gaussian_params=g.parameters_dict,
                                 render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)

@@ -1,0 +1,58 @@
+"""Rotating Gaussians for the file formats' axes: means, covariances and view-dependent colour all turn together."""
+
+import math
+
+import pytest
+import torch
+
+from lift3d.export.gaussian_density import quat_to_rotmat
+from lift3d.gaussians.sh import eval_sh
+from lift3d.gaussians.transform import FLIP_YZ, Z_UP_TO_Y_UP, rotate_gaussians, rotation_quat, sh_rotation
+from tests.gaussian_params import covariances, random_params
+
+
+def random_rotation(seed: int) -> torch.Tensor:
+    q, r = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r))
+    return q if torch.linalg.det(q) > 0 else -q
+
+
+ROTATIONS = {"z-up to y-up": torch.tensor(Z_UP_TO_Y_UP, dtype=torch.float64),
+             "flip y z": torch.tensor(FLIP_YZ, dtype=torch.float64),
+             "half turn about z": torch.diag(torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64)),
+             "random": random_rotation(3)}
+
+
+@pytest.mark.parametrize("name", list(ROTATIONS))
+def test_rotation_quat_gives_the_matrix_back(name):
+    matrix = ROTATIONS[name]
+    q = rotation_quat(matrix)
+    assert math.isclose(float(q.norm()), 1.0, abs_tol=1e-12)
+    assert torch.allclose(quat_to_rotmat(q[None])[0].double(), matrix, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(ROTATIONS))
+def test_rotated_gaussians_look_like_the_originals_turned(name):
+    matrix = ROTATIONS[name]
+    params = {k: v.double() for k, v in random_params(50, degree=3, seed=1).items()}
+    turned = rotate_gaussians(params, matrix)
+    assert torch.allclose(turned["means"], params["means"] @ matrix.T, atol=1e-12)
+    assert torch.equal(turned["log_scales"], params["log_scales"]) and torch.equal(turned["opacity_logits"], params["opacity_logits"])
+    expected = matrix @ covariances(params["log_scales"], params["quats"]) @ matrix.T
+    assert torch.allclose(covariances(turned["log_scales"], turned["quats"]), expected, atol=1e-12)
+    # the colour seen along d after the turn is the colour seen along R^T d before it, every band included
+    dirs = torch.randn(50, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    before = eval_sh(3, torch.cat([params["sh0"], params["shN"]], 1), dirs @ matrix)  # rows: R^T d
+    after = eval_sh(3, torch.cat([turned["sh0"], turned["shN"]], 1), dirs)
+    assert torch.allclose(after, before, atol=1e-10)
+
+
+def test_a_half_turn_only_changes_sh_signs():
+    x = sh_rotation(torch.tensor(FLIP_YZ, dtype=torch.float64), 3)
+    assert torch.allclose(x, torch.diag(torch.diagonal(x)), atol=1e-12)
+    assert torch.allclose(torch.diagonal(x).abs(), torch.ones(16, dtype=torch.float64), atol=1e-12)
+
+
+def test_a_reflection_is_refused():
+    with pytest.raises(ValueError, match="proper rotation"):
+        rotate_gaussians(random_params(3, degree=1), torch.diag(torch.tensor([1.0, 1.0, -1.0])))
