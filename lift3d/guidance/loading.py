@@ -65,8 +65,10 @@ def _what_was_tried(name: str, subfolder: str, local_only: bool) -> str:
     return f"the Hugging Face Hub id '{name}': {where}, then the Hub"
 
 
-def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, **kwargs: Any) -> Any:
-    """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``."""
+def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, *,
+              config_key: str = "guidance.pretrained_model_name_or_path", **kwargs: Any) -> Any:
+    """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``
+    (``config_key``: the config key the message tells the user to set)."""
     try:
         return loader(name, subfolder=subfolder, local_files_only=local_only, **kwargs)
     except Exception as error:  # diffusers/transformers/huggingface_hub raise many types; all mean "not loadable"
@@ -76,7 +78,7 @@ def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only:
         raise ModelLoadError(
             f"could not load the diffusion model '{name}' ({subfolder}): tried {_what_was_tried(name, subfolder, local_only)}; "
             f"{type(error).__name__}: {reason}. To use a local copy, point lift3d at a diffusers folder holding "
-            f"unet/, vae/, text_encoder/, tokenizer/ and scheduler/: guidance.pretrained_model_name_or_path=/path/to/folder{download}."
+            f"unet/, vae/, text_encoder/, tokenizer/ and scheduler/: {config_key}=/path/to/folder{download}."
         ) from error
 
 
