@@ -125,3 +125,24 @@ def test_bad_runs_are_clear_errors(tmp_path, reconstruction, capsys):
     assert "is a dreamfusion run, not a reconstruction" in capsys.readouterr().err
     assert main(["edit", str(reconstruction), "trainer.max_steps=3"]) == 2
     assert "give the edit instruction" in capsys.readouterr().err
+
+
+NERF = ["system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10", "system.field.encoding.base_resolution=4",
+        "system.field.encoding.per_level_scale=2.0", "system.field.hidden_dim=16", "system.renderer.steps_per_diagonal=32",
+        "system.renderer.occupancy.resolution=16", "data.rays_per_batch=256", "trainer.run_test_after_fit=false"]
+
+
+def test_a_nerf_reconstruction_is_edited_through_its_ray_batches(tmp_path):
+    from lift3d.checkpoints import load_checkpoint
+
+    assert main(["reconstruct", "--method", "nerf", f"output_root={tmp_path}", "trainer.max_steps=5",
+                 "trainer.val_check_interval=0", *NERF, *QUIET]) == 0
+    source = tmp_path / "reconstruct-nerf" / "sample_scene"
+    assert main(["edit", str(source), EDIT, "--editor", "analytic", "trainer.max_steps=6", "system.edit_every=2",
+                 "system.save_edits_every=1", "system.export.formats=[]", *NERF, *QUIET]) == 0
+    trial = tmp_path / "reconstruct-nerf" / "sample_scene-edit-make_it_look_like_bronze"
+    assert sorted(p.name for p in (trial / "save" / "edits").iterdir()) == [
+        "it000000-view000.png", "it000002-view001.png", "it000004-view002.png"]
+    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    assert state["lift3d"]["system_type"] == "edit-nerf" and state["lift3d_edit"]["edits_done"] == 3
+    assert state["lift3d_edit"]["edits"].tolist()[:4] == [1, 1, 1, 0]  # the edited views, kept for a resume

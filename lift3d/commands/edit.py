@@ -20,7 +20,8 @@ EDIT_KEYS = ("editor", "editor_type", "geometry_convert_from")  # an edit run us
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("run", metavar="RUN", help="a finished lift3d reconstruct run folder (outputs/<name>/<tag>@<time>/) "
                                                    "or a checkpoint inside one")
-    parser.add_argument("instruction", metavar="INSTRUCTION", help='the edit, e.g. "make it look like bronze"')
+    parser.add_argument("instruction", metavar="INSTRUCTION", nargs="?", default="",
+                        help='the edit, e.g. "make it look like bronze"')
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. trainer.max_steps=3000 system.editor.guidance_scale=10")
     parser.add_argument("--editor", choices=list(EDITORS), default="instruct-pix2pix",
@@ -83,7 +84,7 @@ def edit_overrides(trial: Path, checkpoint: Path, source: dict[str, Any], instru
     from lift3d.commands.generate import prompt_tag
     from lift3d.config import ConfigError
 
-    if not instruction.strip() or "=" in instruction.split()[0]:
+    if not instruction.strip() or "=" in instruction.split()[0]:  # missing, or an override where it goes
         raise ConfigError(f"give the edit instruction after the run, e.g. lift3d edit {trial} \"make it look like bronze\"")
     scene = str(trial.name).split("@")[0] or "run"
     return [f"output_root={json.dumps(str(trial.parent.parent))}", f"name={json.dumps(trial.parent.name)}",

@@ -188,7 +188,7 @@ class InstructPix2PixEditor(Editor):
         images = torch.cat([image_latents, image_latents, torch.zeros_like(image_latents)])
         texts = context.repeat_interleave(b, dim=0).to(self.dtype)
         timestep = torch.full((3 * b,), t, device=x_t.device, dtype=torch.long)
-        out = self.models.unet(torch.cat([latents, images], dim=1).to(self.dtype), timestep, encoder_hidden_states=texts,
+        out = self.models.unet(torch.cat([latents.to(self.dtype), images.to(self.dtype)], dim=1), timestep, encoder_hidden_states=texts,
                                return_dict=False)[0].float()
         alpha = self.alphas_cumprod[timestep]
         eps_text, eps_image, eps_uncond = to_epsilon(out, latents.float(), alpha, self.models.prediction_type).chunk(3)
