@@ -129,11 +129,11 @@ def main() -> None:
     source = args.source or reconstruct(args.data, args.method, args.source_steps, work / "runs", args.device, args.tiny)
     model = args.model or write_random_instruct_pix2pix(work / ("tiny-ip2p" if args.tiny else "random-ip2p"), args.tiny)
     trial, parsed, checkpoint = source_run(str(source))
-    layer, source_cfg, method = source_layer(parsed, work)
+    layer, _, method = source_layer(parsed, work)
     recipe = recipe_config(f"edit-{method}")
     full_steps = load_config(layer, recipe).trainer.max_steps
     on_gpu = args.device.startswith("cuda")
-    overrides = edit_overrides(trial, checkpoint, source_cfg, "make it look like bronze") + [
+    overrides = edit_overrides(trial, checkpoint, "make it look like bronze") + [
         f"system.editor.pretrained_model_name_or_path={model}", f"trainer.max_steps={args.steps}",
         "trainer.run_test_after_fit=false", "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0",
         "checkpoint.save_last=false", "system.save_edits_every=0", "system.export.formats=[]",

@@ -78,7 +78,7 @@ def source_layer(parsed: Path, folder: Path) -> tuple[Path, dict[str, Any], str]
     return layer, source, METHODS[kind]
 
 
-def edit_overrides(trial: Path, checkpoint: Path, source: dict[str, Any], instruction: str) -> list[str]:
+def edit_overrides(trial: Path, checkpoint: Path, instruction: str) -> list[str]:
     """Where the edit run goes (next to the source run: same output root and name, tag ``<scene>-edit-<words>``),
     what it starts from and the instruction (quoted, so any characters survive the dotlist parser)."""
     from lift3d.commands.generate import prompt_tag
@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     if gpus is not None:
         overrides = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu", *overrides]
     with tempfile.TemporaryDirectory(prefix="lift3d-edit-") as folder:
-        layer, source, method = source_layer(parsed, Path(folder))
+        layer, _, method = source_layer(parsed, Path(folder))
         recipe = recipe_config(f"edit-{method}{EDITORS[args.editor]}")
-        overrides = edit_overrides(trial, checkpoint, source, args.instruction) + overrides
+        overrides = edit_overrides(trial, checkpoint, args.instruction) + overrides
         cfg = load_config(layer, recipe, overrides=overrides)
         if args.editor == "analytic":
             print("lift3d: the analytic editor applies the colour transform of the recipe "
