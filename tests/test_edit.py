@@ -103,10 +103,12 @@ def test_the_target_store_feeds_image_and_ray_batches():
             assert torch.allclose(batch["rgb"][~of_view_3].mean(), photos.reshape(-1, 3).mean(), atol=0.05)
 
 
-def test_instruct_pix2pix_runs_in_the_editing_loop(reconstruction):
+def test_instruct_pix2pix_runs_in_the_editing_loop(reconstruction, capsys):
     model = f"system.editor.pretrained_model_name_or_path={tiny_instruct_pix2pix_path()}"
-    assert main(["edit", str(reconstruction), "turn it to gold", model, "system.editor.diffusion_steps=2",
+    # the folder above the run: its newest reconstruction (an edit run beside it is not one)
+    assert main(["edit", str(reconstruction.parent), "turn it to gold", model, "system.editor.diffusion_steps=2",
                  "trainer.max_steps=3", "system.edit_every=1", "system.save_edits_every=1", *QUIET]) == 0
+    assert "editing the newest reconstruction, sample_scene\n" in capsys.readouterr().out
     trial = reconstruction.parent / "sample_scene-edit-turn_it_to_gold"
     assert len(list((trial / "save" / "edits").glob("*.png"))) == 3 and (trial / "save" / "it3-gaussians.ply").is_file()
 

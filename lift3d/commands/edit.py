@@ -18,8 +18,8 @@ EDIT_KEYS = ("editor", "editor_type", "geometry_convert_from")  # an edit run us
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("run", metavar="RUN", help="a finished lift3d reconstruct run folder (outputs/<name>/<tag>@<time>/) "
-                                                   "or a checkpoint inside one")
+    parser.add_argument("run", metavar="RUN", help="a finished lift3d reconstruct run folder (outputs/<name>/<tag>@<time>/), "
+                                                   "a checkpoint inside one, or the folder above (its newest reconstruction)")
     parser.add_argument("instruction", metavar="INSTRUCTION", nargs="?", default="",
                         help='the edit, e.g. "make it look like bronze"')
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",
@@ -45,15 +45,33 @@ def source_run(path: str) -> tuple[Path, Path, Path]:
             raise ConfigError(f"{given} is not a run folder or a checkpoint in one (<run>/ckpts/x.ckpt): give the folder "
                               "lift3d reconstruct wrote")
     else:
-        trial, checkpoint = given.resolve(), given.resolve() / "ckpts" / "last.ckpt"
+        trial = given.resolve()
+        if not (trial / "configs" / "parsed.yaml").is_file() and (newest := newest_reconstruction(trial)) is not None:
+            print(f"lift3d: {given} holds runs: editing the newest reconstruction, {newest.name}", flush=True)
+            trial = newest
+        checkpoint = trial / "ckpts" / "last.ckpt"
     parsed = trial / "configs" / "parsed.yaml"
     if not parsed.is_file():
         raise ConfigError(f"{given} is not a lift3d run folder (it has no configs/parsed.yaml): give the folder "
-                          "lift3d reconstruct wrote, e.g. outputs/reconstruct-gaussians/<scene>@<time>")
+                          "lift3d reconstruct wrote, e.g. outputs/reconstruct-gaussians/<scene>@<time> (or the folder "
+                          "above it, for its newest reconstruction)")
     if not checkpoint.is_file():
         raise ConfigError(f"{trial} has no checkpoint to start from ({checkpoint} is missing): let the reconstruction "
                           "finish, or give one of its checkpoints (RUN/ckpts/stepNNNNNNN.ckpt)")
     return trial, parsed, checkpoint
+
+
+def newest_reconstruction(folder: Path) -> Path | None:
+    """The run in ``folder`` (e.g. ``outputs/reconstruct-gaussians``) whose last checkpoint is newest among the
+    finished reconstructions there (edit runs beside them are skipped), or None."""
+    from omegaconf import OmegaConf
+
+    runs = []
+    for run in folder.iterdir() if folder.is_dir() else []:
+        parsed, last = run / "configs" / "parsed.yaml", run / "ckpts" / "last.ckpt"
+        if parsed.is_file() and last.is_file() and str(OmegaConf.load(parsed).get("system_type", "")).startswith("reconstruct-"):
+            runs.append((last.stat().st_mtime, run))
+    return max(runs)[1] if runs else None
 
 
 def source_layer(parsed: Path, folder: Path) -> tuple[Path, dict[str, Any], str]:
