@@ -19,6 +19,7 @@ COMMAND_MODULES: dict[str, str] = {
     "test": "run_modes",
     "export": "export",
     "reconstruct": "reconstruct",
+    "edit": "edit",
     "poses": "poses",
     "generate": "generate",
     "info": "info",

@@ -22,6 +22,11 @@ wrong, what to do) and no traceback; --debug shows the traceback. One row per ca
 | generate | --image of a missing file | no such file |
 | generate | a text method with --image | makes 3D from text |
 | generate | an override where the prompt goes | looks like an override |
+| edit | a run that does not exist | no run at |
+| edit | a folder that is not a run | not a lift3d run folder |
+| edit | no instruction | give the edit instruction |
+| edit | an override where the instruction goes | give the edit instruction |
+| edit | an InstructPix2Pix folder that does not exist | could not load the diffusion model |
 | export | an unknown format | unknown export format |
 | export | the ambiguous format ply | is ambiguous |
 | export | a 3DGS .ply instead of a checkpoint | is a 3DGS .ply, not a checkpoint |
@@ -108,6 +113,12 @@ def _cases(tmp, run):
         (["generate", "--image", str(tmp / "absent.png")], "no such file"),
         (["generate", "--image", str(sample_scene_path() / "train" / "r_0.png"), "--method", "dreamfusion"], "makes 3D from text"),
         (["generate", "trainer.max_steps=5"], "looks like an override"),
+        (["edit", str(tmp / "absent"), "make it bronze"], "no run at"),
+        (["edit", str(tmp / "empty"), "make it bronze"], "not a lift3d run folder"),
+        (["edit", str(run)], "give the edit instruction"),
+        (["edit", str(run), "trainer.max_steps=3"], "give the edit instruction"),
+        (["edit", str(run), "make it bronze", f"system.editor.pretrained_model_name_or_path={tmp / 'no-ip2p'}",
+          f"output_root={tmp}"], "could not load the diffusion model"),
         (["export", parsed, "--resume", ckpt, "--format", "usdz"], "unknown export format 'usdz'"),
         (["export", parsed, "--resume", ckpt, "--format", "ply"], "is ambiguous"),
         (["export", parsed, "--resume", str(tmp / "splats.ply"), "--format", "splat"], "is a 3DGS .ply, not a checkpoint"),

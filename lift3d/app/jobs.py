@@ -61,6 +61,8 @@ class JobSpec:
     export: bool = True  # run `lift3d export` after training
     export_formats: list[str] | None = None  # `--format` list (None: the recipe's own)
     poses_from: str = ""  # photos or a video to run `lift3d poses` on before training (structure from motion)
+    edit_of: str = ""  # a finished reconstruction's trial folder: run `lift3d edit` on it, the title as the instruction
+    editor: str = "instruct-pix2pix"  # with edit_of: `lift3d edit --editor` (instruct-pix2pix or analytic)
 
 
 @dataclass
@@ -308,8 +310,9 @@ class JobQueue:
         if spec.poses_from and not self._poses(job, slot):
             return
         job.log_path = self._log_path(job, "train")
-        command = self._lift3d("train", str(spec.config), *spec.overrides, f"output_root={quote(str(spec.output_root))}",
-                               f"tag={job.tag}", "trainer.enable_progress_bar=false")
+        run = ["edit", spec.edit_of, spec.title, "--editor", spec.editor] if spec.edit_of else ["train", str(spec.config)]
+        command = self._lift3d(*run, *spec.overrides, f"output_root={quote(str(spec.output_root))}", f"tag={job.tag}",
+                               "trainer.enable_progress_bar=false")
         code = self._follow(job, command, job.log_path, slot)
         status = job.progress.get("status")
         if job.cancel_event.is_set():

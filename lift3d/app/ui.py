@@ -15,7 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from lift3d.app.jobs import ACTIVE, JobQueue, JobSpec
+from lift3d.app.jobs import ACTIVE, FINISHED, JobQueue, JobSpec
 from lift3d.app.recipes import IMAGE, OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
 from lift3d.app.uploads import UploadError, prepare_image, prepare_scene
 from lift3d.app.views import CSS, HEAD, job_view, message_html, result_values, status_html
@@ -29,6 +29,9 @@ OPTION_LABELS = {
     "guidance_scale": ("Guidance scale", "classifier-free guidance strength"),
     "model_path": ("Model", "diffusion model: a hub id or a local diffusers folder"),
 }
+
+
+EDITORS = {"InstructPix2Pix": "instruct-pix2pix", "Colour transform (offline)": "analytic"}  # label -> lift3d edit --editor
 
 
 def _describe(recipe: OfferedRecipe | None) -> str:
@@ -99,6 +102,25 @@ class AppState:
         position = self.queue.position(job)
         where = f"queued at position {position}" if position > 1 else "starting"
         return job.id, message_html(f"Run {job.id} {where}: {recipe.label}", "info")
+
+    def edit(self, job_id: str | None, instruction: str, editor: str = "instruct-pix2pix") -> tuple[Any, str]:
+        """Queue ``lift3d edit`` on the shown job's reconstruction (a finished photos run) with ``instruction``."""
+        job = self.queue.get(job_id)
+        text = " ".join((instruction or "").split())
+        recipe = next((r for r in self.recipes if job is not None and r.label == job.spec.recipe), None)
+        trial = job.trial_dir if job is not None else None
+        if job is None or job.state != FINISHED or trial is None or not (trial / "ckpts" / "last.ckpt").is_file():
+            return gr.skip(), message_html("edit a finished reconstruction: run a Photos to 3D recipe to the end first", "error")
+        if (recipe is None or recipe.input != PHOTOS) and not job.spec.edit_of:
+            return gr.skip(), message_html(f"'{job.spec.recipe}' is not a reconstruction: only Photos to 3D results can be "
+                                           "edited", "error")
+        if not text:
+            return gr.skip(), message_html("type an edit instruction first, e.g. 'make it look like bronze'", "error")
+        spec = JobSpec(trial / "configs" / "parsed.yaml", [], self.output_root, recipe=f"Edit of {job.spec.recipe}",
+                       title=text, export=job.spec.export, export_formats=job.spec.export_formats, edit_of=str(trial),
+                       editor=editor if editor in EDITORS.values() else "instruct-pix2pix")
+        edit = self.queue.submit(spec)
+        return edit.id, message_html(f"Run {edit.id}: editing run {job.id} ({text})", "info")
 
     def cancel(self, job_id: str | None) -> str:
         job = self.queue.get(job_id)
@@ -186,6 +208,11 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                 model = gr.Model3D(label="Result", interactive=False, elem_id="result-model", height=420)
                 video = gr.Video(label="Orbit video", interactive=False, elem_id="result-video", autoplay=True, loop=True, height=320)
                 files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="result-files")
+                with gr.Row():  # an action on a finished reconstruction: lift3d edit RUN "instruction"
+                    instruction = gr.Textbox(label="Edit this reconstruction", placeholder="make it look like bronze",
+                                             elem_id="edit-instruction", scale=3)
+                    editor = gr.Dropdown(list(EDITORS.items()), value="instruct-pix2pix", label="Editor", elem_id="editor", scale=1)
+                    edit = gr.Button("Edit", elem_id="edit", scale=1)
         timer = gr.Timer(1.0, active=False)
         outputs = [status, latest, model, video, files, cancel, timer, shown]
 
@@ -194,6 +221,9 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
                     concurrency_limit=None, show_progress="minimal").then(
             state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
         cancel.click(state.cancel, job_id, message, concurrency_limit=None, show_progress="hidden")
+        edit.click(state.edit, [job_id, instruction, editor], [job_id, message], concurrency_limit=None,
+                   show_progress="minimal").then(
+            state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
         timer.tick(state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
         demo.load(state.attach, job_id, [job_id, shown], concurrency_limit=None).then(
             state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")

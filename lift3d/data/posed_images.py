@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from lift3d.cameras import Cameras, c2w_to_spherical, look_at, spherical_to_position
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
 from lift3d.data.capture import Capture, SceneFormatError
+from lift3d.data.edited_targets import EditedTargets
 from lift3d.data.normalize import normalizing_transform, transform_points, transform_poses
 from lift3d.data.scene import FrameLoader, PosedScene, check_present, read_capture, split_frames
 from lift3d.data.transforms_json import IMAGE_SUFFIXES, read_blender
@@ -149,6 +150,7 @@ class PosedImagesDataModule(BaseDataModule):
         self.points, self.point_colors = self._scene_points(capture)
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
+        self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
         self._log_summary(downscale)
 
     def _downscale_for(self, capture: Capture) -> int:
@@ -213,6 +215,16 @@ class PosedImagesDataModule(BaseDataModule):
         return self._val
 
     # ----- training batches
+    def editable_targets(self) -> EditedTargets:
+        """The store of training targets an editing run rewrites (created on first call from the photos on the
+        training background); from then on every training batch reads its colours from it."""
+        if self.targets is None:
+            if self.cfg.random_background:
+                raise SceneFormatError("editing a reconstruction needs a fixed training background (edited views are "
+                                       "composited images): set data.random_background=false")
+            self.targets = EditedTargets(*self._composite(self.train.rgba, self.background), self.background)
+        return self.targets
+
     def _composite(self, rgba: Tensor, background: Tensor) -> tuple[Tensor, Tensor]:
         rgba = rgba.float() / 255.0
         alpha = rgba[..., 3:4]
@@ -228,6 +240,8 @@ class PosedImagesDataModule(BaseDataModule):
         index = torch.randperm(n, generator=generator)[: self.cfg.batch_size]
         background = self._background_for(len(index), generator)
         rgb, alpha = self._composite(self.train.rgba[index], background[:, None, None, :])
+        if self.targets is not None:
+            rgb = self.targets.images(index)
         return {"cameras": self.train.cameras[index], "rgb": rgb, "alpha": alpha, "background": background, "index": index, "step": step}
 
     def _all_rays(self) -> tuple[Tensor, Tensor]:
@@ -242,6 +256,8 @@ class PosedImagesDataModule(BaseDataModule):
         # a real [N, 3] tensor, not an expanded view: the loader pins batches on CUDA, which refuses overlapping memory
         background = self._background_for(1, generator).expand(len(pick), 3).contiguous()
         rgb, alpha = self._composite(self.train.rgba.reshape(-1, 4)[pick], background)
+        if self.targets is not None:
+            rgb = self.targets.pixels(pick)
         return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
 
     def train_dataloader(self) -> DataLoader:

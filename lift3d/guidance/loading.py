@@ -68,9 +68,11 @@ def _what_was_tried(name: str, subfolder: str, local_only: bool) -> str:
 SD_PARTS = "unet/, vae/, text_encoder/, tokenizer/ and scheduler/"
 
 
-def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, parts: str = SD_PARTS, **kwargs: Any) -> Any:
+def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, parts: str = SD_PARTS, *,
+              config_key: str = "guidance.pretrained_model_name_or_path", **kwargs: Any) -> Any:
     """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``;
-    ``parts`` names the subfolders a local copy of this kind of model holds (for the message)."""
+    ``parts`` names the subfolders a local copy of this kind of model holds and ``config_key`` the config key the
+    message tells the user to set."""
     try:
         return loader(name, subfolder=subfolder, local_files_only=local_only, **kwargs)
     except Exception as error:  # diffusers/transformers/huggingface_hub raise many types; all mean "not loadable"
@@ -80,7 +82,7 @@ def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only:
         raise ModelLoadError(
             f"could not load the diffusion model '{name}' ({subfolder}): tried {_what_was_tried(name, subfolder, local_only)}; "
             f"{type(error).__name__}: {reason}. To use a local copy, point lift3d at a diffusers folder holding "
-            f"{parts}: guidance.pretrained_model_name_or_path=/path/to/folder{download}."
+            f"{parts}: {config_key}=/path/to/folder{download}."
         ) from error
 
 

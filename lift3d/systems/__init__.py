@@ -2,6 +2,7 @@
 
 from lift3d.systems import (  # noqa: F401  (register the recipes)
     dreamfusion,
+    edit,
     gaussian_sds,
     image_to_3d,
     mesh_stages,
