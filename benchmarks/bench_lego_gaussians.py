@@ -65,12 +65,13 @@ class Evaluate(Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         step = trainer.global_step
-        self._sync(module)
-        elapsed = self.train_seconds + time.perf_counter() - self.started
-        out_of_time = self.max_seconds > 0 and elapsed > self.max_seconds
+        # no GPU sync on other steps: one per step would stop the host queueing ahead, and time the loop slower
+        # than it runs (the time cap is checked on the host's clock, at most a few queued steps early)
+        out_of_time = self.max_seconds > 0 and self.train_seconds + time.perf_counter() - self.started > self.max_seconds
         if step not in self.steps and not out_of_time:
             return
-        self.train_seconds = elapsed
+        self._sync(module)
+        self.train_seconds += time.perf_counter() - self.started
         self.results.append(self.evaluate(trainer, module, step))
         print(json.dumps(self.results[-1]), flush=True)
         if out_of_time:

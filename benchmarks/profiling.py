@@ -60,15 +60,18 @@ class ProfiledSteps:
 
     def summary(self, n: int) -> dict[str, Any]:
         """Per-step figures over the ``n`` profiled steps."""
+        # kernels and copies only: user annotations (e.g. Lightning's "Optimizer.step#Adam.step", which spans the
+        # whole closure) also appear on the GPU timeline and would count the idle gaps between kernels as busy
         intervals = sorted((e.time_range.start, e.time_range.end) for e in self.profiler.events()
-                           if e.device_type == torch.autograd.DeviceType.CUDA)
+                           if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
         busy, end = 0.0, float("-inf")
         for a, b in intervals:
             if b > end:
                 busy += b - max(a, end)
                 end = b
         averages = self.profiler.key_averages()
-        kernels = sorted((e for e in averages if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+        kernels = sorted((e for e in averages if e.self_device_time_total > 0 and not getattr(e, "is_user_annotation", False)),
+                         key=lambda e: -e.self_device_time_total)
         cpu_ops = sorted(averages, key=lambda e: -e.self_cpu_time_total)
         runtime = {e.key: (e.count, e.cpu_time_total) for e in averages if e.key in RUNTIME_CALLS}
         return {

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-_GL_TO_CV = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0]))
-
 
 def normalize(v: Tensor, eps: float = 1e-12) -> Tensor:
     """Unit vectors along the last axis."""
@@ -126,8 +124,9 @@ def camera_rays(c2w: Tensor, intrinsics: Tensor, width: int, height: int, normal
 
 
 def opengl_to_opencv(c2w: Tensor) -> Tensor:
-    """Flip camera y and z axes: OpenGL c2w -> OpenCV c2w (the conversion is its own inverse)."""
-    return c2w @ _GL_TO_CV.to(c2w)
+    """Flip camera y and z axes: OpenGL c2w -> OpenCV c2w (the conversion is its own inverse). Negating the
+    two columns, not multiplying by a constant matrix: that would copy the constant to the GPU, a host wait per call."""
+    return torch.cat([c2w[..., :1], -c2w[..., 1:3], c2w[..., 3:]], dim=-1)
 
 
 opencv_to_opengl = opengl_to_opencv
