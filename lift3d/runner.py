@@ -219,7 +219,10 @@ def throttle_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
 
 def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:
     """The data module and system named by the config."""
-    datamodule = find(cfg.data_type)(cfg.data)
+    from lift3d.systems.base import BaseSystem
+
+    # a data module refuses bad values of its config as a system's parts do: a config error naming it, exit 2
+    datamodule = BaseSystem.build_part(cfg.data_type, cfg.data)
     system = find(cfg.system_type)(cfg.system)
     return datamodule, system
 

@@ -136,6 +136,7 @@ def _cases(tmp, run):
           "system.field.contraction=ball"], "implicit-volume: field contraction must be one of none, cube, sphere"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
           "system.renderer.disparity_from=0"], "needs renderer.disparity_from > 0"),
+        (["train", "configs/mvdream-analytic.yaml", f"output_root={tmp}"], "random-views: data.reference_eval_split needs data.reference_scene"),
     ]
 
 

@@ -224,7 +224,8 @@ class RandomViewsDataModule(BaseDataModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         if self.cfg.reference_eval_split and not self.cfg.reference_scene:
-            raise ValueError("data.reference_eval_split needs data.reference_scene (the scene folder whose views are scored)")
+            raise ValueError("data.reference_eval_split needs data.reference_scene, the scene folder whose views are scored: add "
+                             "data.reference_scene=PATH, e.g. data.reference_scene=lift3d/assets/sample_scene")
         if self.cfg.reference_scene:
             self.cfg = match_reference_cameras(self.cfg)
         sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
