@@ -49,8 +49,14 @@ def test_posed_images_batches(data_dir):
     rb = rays._sample_rays(3, step_generator(0, 3))
     assert rb["rays_o"].shape == (64, 3) and rb["rgb"].shape == (64, 3)
     assert torch.allclose(rb["rays_d"].norm(dim=-1), torch.ones(64))
+    # the loader yields the stored bytes (a quarter of the floats' size to copy), composited after the copy to the device
+    raw = dm._pick_images(0, step_generator(0, 0))
+    assert raw["rgba"].dtype == torch.uint8 and "rgb" not in raw
+    finished = dm.on_after_batch_transfer(raw, 0)
+    assert torch.equal(finished["rgb"], batch["rgb"]) and torch.equal(finished["alpha"], batch["alpha"])
+    assert torch.equal(finished["index"], batch["index"]) and dm.on_after_batch_transfer(rb, 0) is rb  # rays pass through
     # on CUDA the loader pins every batch, which refuses views whose elements share memory (expanded tensors)
-    for batch_ in (batch, rb):
+    for batch_ in (raw, rb):
         for key, value in batch_.items():
             if isinstance(value, torch.Tensor) and value.numel() > 1:
                 assert 0 not in value.stride(), f"{key} is an expanded view: pin_memory would refuse it"

@@ -236,13 +236,36 @@ class PosedImagesDataModule(BaseDataModule):
         return self.background.expand(n, 3).clone()
 
     def _sample_images(self, step: int, generator: torch.Generator) -> dict[str, Any]:
+        """A whole-image training batch: cameras, ``rgb`` on its background, ``alpha``, ``background``, ``index``."""
+        return self.finish_image_batch(self._pick_images(step, generator))
+
+    def _pick_images(self, step: int, generator: torch.Generator) -> dict[str, Any]:
+        """What the loader yields for an image batch: the photos as stored (uint8 RGBA, and the edited targets when
+        there are any), composited only after the copy to the device (``on_after_batch_transfer``). A quarter of the
+        bytes to copy, and no per-step float work on the host, which feeds the GPU one step at a time."""
         n = len(self.train)
         index = torch.randperm(n, generator=generator)[: self.cfg.batch_size]
-        background = self._background_for(len(index), generator)
-        rgb, alpha = self._composite(self.train.rgba[index], background[:, None, None, :])
+        batch = {"cameras": self.train.cameras[index], "rgba": self.train.rgba[index],
+                 "background": self._background_for(len(index), generator), "index": index, "step": step}
         if self.targets is not None:
-            rgb = self.targets.images(index)
-        return {"cameras": self.train.cameras[index], "rgb": rgb, "alpha": alpha, "background": background, "index": index, "step": step}
+            batch["target_rgb"] = self.targets.rgb[index]
+        return batch
+
+    def finish_image_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``_pick_images``'s batch with ``rgb`` [B, H, W, 3] and ``alpha`` [B, H, W, 1] in 0..1 in place of the
+        stored bytes, on whatever device the batch is on (other batches pass through)."""
+        if "rgba" not in batch:
+            return batch
+        batch = dict(batch)
+        rgba, target = batch.pop("rgba"), batch.pop("target_rgb", None)
+        rgb, alpha = self._composite(rgba, batch["background"][:, None, None, :])
+        if target is not None:
+            rgb = target.float() / 255.0
+        return {**batch, "rgb": rgb, "alpha": alpha}
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Lightning's hook after the copy to the device: composite the image batch there."""
+        return self.finish_image_batch(batch) if isinstance(batch, dict) else batch
 
     def _all_rays(self) -> tuple[Tensor, Tensor]:
         if self._rays is None:
@@ -261,7 +284,7 @@ class PosedImagesDataModule(BaseDataModule):
         return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
 
     def train_dataloader(self) -> DataLoader:
-        sample = self._sample_images if self.cfg.batch_mode == "image" else self._sample_rays
+        sample = self._pick_images if self.cfg.batch_mode == "image" else self._sample_rays
         return step_loader(sample, self.base_seed, self.start_step(), self.max_steps())
 
     # ----- evaluation
