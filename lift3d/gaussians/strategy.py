@@ -154,10 +154,20 @@ class DensifyStrategy(Configurable):
 
     # ----------------------------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"grad2d": self.grad2d, "count": self.count}
+        """The statistics since the last refine step; under DDP their sums over the ranks (every rank builds
+        the checkpoint, rank 0 writes it)."""
+        grad2d, count = self.grad2d, self.count
+        if world_size() > 1 and grad2d is not None:
+            grad2d, count = grad2d.clone(), count.clone()
+            all_reduce_sum_([grad2d, count])
+        return {"grad2d": grad2d, "count": count}
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Under DDP rank 0 resumes with the saved sums and the other ranks with zeros, so the next refine step's
+        sum over the ranks is what it would have been without the interruption."""
         self.grad2d, self.count = state.get("grad2d"), state.get("count")
+        if world_size() > 1 and self.grad2d is not None and torch.distributed.get_rank() > 0:
+            self.grad2d, self.count = torch.zeros_like(self.grad2d), torch.zeros_like(self.count)
 
 
 # ---------------------------------------------------------------------------------------------------
