@@ -75,9 +75,17 @@ class AllRanksPosedImages(PosedImages):
         from lift3d.data.base import step_loader
         from lift3d.rng import step_generator
 
+        sample = super().train_dataloader().dataset.sample  # what one rank's loader yields per step
+
+        def joined(values: list[Any]) -> Any:
+            if isinstance(values[0], Cameras):
+                return Cameras.cat(values)
+            if torch.is_tensor(values[0]) and values[0].ndim > 0:
+                return torch.cat(values)
+            return values[0]  # the step
+
         def together(step: int, _: torch.Generator) -> dict[str, Any]:
-            parts = [self._sample_images(step, step_generator(self.base_seed + r, step)) for r in range(self.cfg.ranks)]
-            batch = {key: torch.cat([p[key] for p in parts]) for key in ("rgb", "alpha", "background", "index")}
-            return {**batch, "cameras": Cameras.cat([p["cameras"] for p in parts]), "step": step}
+            parts = [sample(step, step_generator(self.base_seed + r, step)) for r in range(self.cfg.ranks)]
+            return {key: joined([p[key] for p in parts]) for key in parts[0]}
 
         return step_loader(together, self.base_seed, self.start_step(), self.max_steps())
