@@ -22,6 +22,7 @@ from lift3d.gaussians.strategy import DensifyStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from lift3d.runner import TRIAL_DIR_ENV, build_trainer
+from lift3d.systems.base import _finite_on_every_rank
 from tests.conftest import TEST_CONFIGS
 
 REPO = TEST_CONFIGS.parents[1]
@@ -75,6 +76,8 @@ def _rank_refines_its_view(rank: int, port: int, folder: str) -> None:
             check_replicas(dict(model.named_parameters()), step=7)
         except ReplicaDivergenceError as error:
             record["error"] = str(error)
+        record["finite"] = [_finite_on_every_rank(torch.tensor(float("nan") if rank == 0 else 1.0)),
+                            _finite_on_every_rank(torch.tensor(2.0))]
         torch.save(record, Path(folder) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -108,6 +111,7 @@ def test_two_ranks_refine_like_one_process_seeing_both_views(tmp_path):
         assert torch.allclose(ranks[0]["params"][name], p, atol=1e-5), name
     for record in ranks:  # rank 1 perturbed one colour: both ranks stop, naming the step and the tensor
         assert "step 7" in record["error"] and "sh0" in record["error"] and "means," not in record["error"]
+        assert record["finite"] == [False, True]  # a loss not finite on rank 0 only: both ranks skip (or stop) together
 
 
 # ------------------------------------------------------------------------------ whole recipes
