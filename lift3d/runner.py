@@ -171,6 +171,11 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         # DDP: each rank renders its own views (per-rank seeds), gradients are all-reduced; parameters a step
         # leaves without gradient (a background or shading branch not taken) must not stall the reduction
         strategy = "ddp_find_unused_parameters_true"
+        from lift3d.gaussians.replicas import ReplicatedDDPStrategy, ReplicatedGaussians
+
+        if issubclass(find(cfg.system_type), ReplicatedGaussians):
+            # densification replaces the parameters: the system averages its gradients itself (see replicas.py)
+            strategy = ReplicatedDDPStrategy()
     trainer = L.Trainer(
         max_steps=tcfg.max_steps,
         max_epochs=-1,

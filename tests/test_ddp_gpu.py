@@ -27,3 +27,20 @@ def test_gpus_0_1_trains_with_ddp_on_nccl(tmp_path):
     assert all(a["view"] != b["view"] for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]))
     assert ranks[0]["param_sum"] == ranks[1]["param_sum"] and ranks[1]["written"] == []
     assert len(list((tmp_path / "out" / "fit-image-ddp").iterdir())) == 1
+
+
+def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path):
+    """reconstruct-gaussians over NCCL (gsplat when installed) across densification and an opacity reset: the ranks
+    end with bit-identical Gaussians and Adam state (the CPU twin: tests/test_ddp_gaussians.py)."""
+    scene = TEST_CONFIGS.parents[1] / "lift3d" / "assets" / "sample_scene"
+    command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "reconstruct-gaussians-ddp.yaml"), "--gpus", "0,1",
+               f"output_root={tmp_path / 'out'}", f"system.dump_dir={tmp_path / 'dump'}", f"data.root={scene}",
+               "system.replica_check_every=1"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b = (torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert a["world_size"] == b["world_size"] == 2 and a["events"][:, 4].sum() == 1 and a["events"][:, 1:3].sum() > 0
+    assert torch.equal(a["events"], b["events"])
+    assert all(torch.equal(p, b["params"][name]) for name, p in a["params"].items())
+    assert all(torch.equal(v, b["optimizer"][n][k]) for n, state in a["optimizer"].items() for k, v in state.items())

@@ -6,6 +6,10 @@ DefaultStrategy does: the pixel gradient times (width / 2, height / 2) times the
 averaged over the steps a Gaussian was visible. Whenever Gaussians are added or removed, every
 optimizer state tensor shaped like a parameter (Adam's moments) is cut or extended to match: new
 Gaussians start with zero moments, kept ones keep theirs.
+
+Under DDP (several processes, each rendering its own views) every rank must make the same decisions on
+the same parameters: the statistics are summed over the ranks before each refine step, and splits draw
+their offsets from a generator that depends only on the step, never from a rank's global RNG.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ from torch import Tensor
 
 from lift3d.base import Configurable
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
+from lift3d.gaussians.replicas import all_reduce_sum_, world_size
 from lift3d.registry import register
 from lift3d.render.splat_project import quat_to_rotmat
+from lift3d.rng import step_generator
 
 log = logging.getLogger("lift3d.gaussians.strategy")
+SPLIT_STREAM = 41  # the random stream of split offsets: the same on every DDP rank at a given step
 
 
 @dataclass
@@ -94,8 +101,10 @@ class DensifyStrategy(Configurable):
         c, report = self.cfg, {}
         if step >= c.refine_stop:
             return report
+        if step > c.refine_start and step % c.refine_every == 0 and world_size() > 1:
+            self.sum_across_ranks(len(model), model.means.device)
         if step > c.refine_start and step % c.refine_every == 0 and self.grad2d is not None:
-            report.update(self.grow(model, optimizer, extent))
+            report.update(self.grow(model, optimizer, extent, step))
             report["pruned"] = self.prune(model, optimizer, step, extent)
             self.grad2d = self.count = None
             log.debug("step %d: %s, now %d Gaussians", step, report, len(model))
@@ -104,7 +113,15 @@ class DensifyStrategy(Configurable):
             report["reset"] = 1
         return report
 
-    def grow(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, extent: float) -> dict[str, int]:
+    def sum_across_ranks(self, n: int, device: torch.device) -> None:
+        """DDP: replace this rank's statistics by their sums over all ranks (a rank that saw no render this
+        round contributes zeros), so every rank grows and prunes the same Gaussians."""
+        if self.grad2d is None or len(self.grad2d) != n:
+            self.grad2d, self.count = torch.zeros(n, device=device), torch.zeros(n, device=device)
+        all_reduce_sum_([self.grad2d, self.count])
+
+    def grow(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, extent: float,
+             step: int = 0) -> dict[str, int]:
         c = self.cfg
         grads = self.grad2d / self.count.clamp_min(1)
         high = grads > c.grow_grad2d
@@ -122,7 +139,7 @@ class DensifyStrategy(Configurable):
             split = torch.cat([split, split.new_zeros(n_clone)])  # clones are not split this round
         n_split = int(split.sum())
         if n_split:
-            split_gaussians(model, optimizer, split, c.split_into, c.split_shrink)
+            split_gaussians(model, optimizer, split, c.split_into, c.split_shrink, step_generator(0, step, SPLIT_STREAM))
         return {"cloned": n_clone, "split": n_split}
 
     def prune(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> int:
@@ -137,10 +154,20 @@ class DensifyStrategy(Configurable):
 
     # ----------------------------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"grad2d": self.grad2d, "count": self.count}
+        """The statistics since the last refine step; under DDP their sums over the ranks (every rank builds
+        the checkpoint, rank 0 writes it)."""
+        grad2d, count = self.grad2d, self.count
+        if world_size() > 1 and grad2d is not None:
+            grad2d, count = grad2d.clone(), count.clone()
+            all_reduce_sum_([grad2d, count])
+        return {"grad2d": grad2d, "count": count}
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Under DDP rank 0 resumes with the saved sums and the other ranks with zeros, so the next refine step's
+        sum over the ranks is what it would have been without the interruption."""
         self.grad2d, self.count = state.get("grad2d"), state.get("count")
+        if world_size() > 1 and self.grad2d is not None and torch.distributed.get_rank() > 0:
+            self.grad2d, self.count = torch.zeros_like(self.grad2d), torch.zeros_like(self.count)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -185,12 +212,15 @@ def remove(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: 
 
 
 def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor,
-                    into: int = 2, shrink: float = 1.6) -> None:
+                    into: int = 2, shrink: float = 1.6, generator: torch.Generator | None = None) -> None:
     """Replace each Gaussian in ``mask`` by ``into`` Gaussians whose centres are drawn from it and whose
-    scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments."""
+    scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments. The draws come
+    from ``generator`` (a CPU generator; None: the global RNG)."""
     n = int(mask.sum())
     scales, quats = model.scales[mask], model.quats[mask]
-    offsets = (quat_to_rotmat(quats)[None] @ (torch.randn(into, n, 3, 1, device=scales.device) * scales[None, :, :, None]))
+    draws = torch.randn(into, n, 3, 1, generator=generator).to(scales.device) if generator is not None else \
+        torch.randn(into, n, 3, 1, device=scales.device)
+    offsets = (quat_to_rotmat(quats)[None] @ (draws * scales[None, :, :, None]))
     means = (model.means[mask][None] + offsets.squeeze(-1)).reshape(into * n, 3)
     new = {"means": means, "log_scales": torch.log(scales / shrink).repeat(into, 1)}
     keep = ~mask

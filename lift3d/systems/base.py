@@ -59,6 +59,17 @@ class SystemConfig:
     matmul_precision: str = ""  # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
 
 
+def _finite_on_every_rank(total: Tensor) -> bool:
+    """Whether the loss is finite, agreed by all DDP ranks (one rank skipping or stopping alone would leave the
+    others waiting in the next collective); the steps checked are the same on every rank."""
+    import torch.distributed as dist
+
+    finite = torch.isfinite(total.detach()).to(torch.float32).reshape(1)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite)
+
+
 # the order panels appear in validation grids, with how each is drawn
 GRID_PANELS: tuple[tuple[str, str], ...] = (
     ("gt_rgb", "rgb"),
@@ -198,11 +209,10 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             raise ValueError(f"every loss term has weight 0 at step {self.true_global_step}: {list(terms)}")
         self.log_step("train/loss", total.detach(), prog_bar=True)
         every = self.cfg.nonfinite_check_every
-        if every and self.true_global_step % every == 0 and not bool(torch.isfinite(total)):
+        if every and self.true_global_step % every == 0 and not _finite_on_every_rank(total):
             bad = [name for name, value in terms.items() if not bool(torch.isfinite(value).all())]
-            message = (
-                f"the loss is not finite at step {self.true_global_step} (non-finite terms: {', '.join(bad) or 'the sum'})"
-            )
+            where = ", ".join(bad) or ("the sum" if not bool(torch.isfinite(total)) else "none here: on another DDP rank")
+            message = f"the loss is not finite at step {self.true_global_step} (non-finite terms: {where})"
             if self.cfg.nonfinite_loss == "skip":
                 self.skipped_steps += 1
                 log.warning("%s; skipping this step (system.nonfinite_loss=skip)", message)

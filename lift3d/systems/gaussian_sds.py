@@ -26,6 +26,7 @@ from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussia
 from lift3d.export.grid import ColourFn
 from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
+from lift3d.gaussians.replicas import ReplicatedGaussians
 from lift3d.registry import register
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
 
@@ -45,6 +46,7 @@ class GaussianSDSConfig(TextTo3DConfig):
     scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
     background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
     random_background_probability: float = 0.0  # per view: a random solid colour instead (the background cannot explain the object)
+    replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
 
 
@@ -58,7 +60,7 @@ def fit_in_ball(points: Tensor, radius: float) -> Tensor:
 
 
 @register("gaussian-sds")
-class GaussianSDSSystem(TextTo3DSystem):
+class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
     """Gaussians distilled by SDS from random views, with 3DGS densification."""
 
     Config = GaussianSDSConfig
@@ -94,7 +96,7 @@ class GaussianSDSSystem(TextTo3DSystem):
         from lift3d.gaussians import init
 
         c = self.gaussians.cfg
-        generator = torch.Generator().manual_seed(torch.initial_seed() % (2**31))
+        generator = torch.Generator().manual_seed(self.init_seed())
         colors = None
         if c.init in ("random", "auto"):
             points = init.random_in_sphere(c.init_points, c.init_radius or 0.5, generator)
@@ -145,6 +147,7 @@ class GaussianSDSSystem(TextTo3DSystem):
 
     def on_after_backward(self) -> None:
         out, self._last_render = self._last_render, None
+        self.sync_gradients()  # DDP: the mean over ranks, before densification reads or replaces the parameters
         optimizers = self._all_optimizers()
         self.densify.after_backward(out, self.gaussians, optimizers[0] if optimizers else None, self.true_global_step,
                                     self.cfg.scene_extent)

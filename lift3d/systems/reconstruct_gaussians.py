@@ -21,6 +21,7 @@ from lift3d.config import scheduled
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
+from lift3d.gaussians.replicas import ReplicatedGaussians
 from lift3d.metrics import ssim
 from lift3d.registry import register
 from lift3d.schedule import is_schedule
@@ -49,6 +50,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
     export: ExportConfig = field(default_factory=lambda: ExportConfig(
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # written when training ends; lift3d export takes any format
+    replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
@@ -66,7 +68,7 @@ def _scale_schedule(value: Any, factor: float) -> Any:
 
 
 @register("reconstruct-gaussians")
-class ReconstructGaussiansSystem(BaseSystem):
+class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
     """Optimise Gaussians so their renders match posed photos."""
 
     Config = ReconstructGaussiansConfig
@@ -99,7 +101,7 @@ class ReconstructGaussiansSystem(BaseSystem):
 
         c = self.gaussians.cfg
         scene = getattr(datamodule, "train", None)
-        generator = torch.Generator().manual_seed(torch.initial_seed() % (2**31))
+        generator = torch.Generator().manual_seed(self.init_seed())
         method = c.init
         scene_points = getattr(datamodule, "points", None)
         if method == "auto":
@@ -169,6 +171,7 @@ class ReconstructGaussiansSystem(BaseSystem):
 
     def on_after_backward(self) -> None:
         out, self._last_render = self._last_render, None
+        self.sync_gradients()  # DDP: the mean over ranks, before densification reads or replaces the parameters
         optimizers = self._all_optimizers()
         self.densify.after_backward(out, self.gaussians, optimizers[0] if optimizers else None, self.true_global_step,
                                     self.extent)

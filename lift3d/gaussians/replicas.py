@@ -1,0 +1,136 @@
+"""Gaussians trained on several processes (Lightning DDP): gradients averaged by hand, replicas checked equal.
+
+Why not torch's DistributedDataParallel wrapper: it registers the module's parameters once, when it wraps
+the module, and all-reduces only those. Densification replaces every Gaussian parameter by a new
+``nn.Parameter`` of a new size, so after the first refine step DDP would reduce the stale tensors (zeros,
+through ``find_unused_parameters``) and leave the live ones to each rank: replicas diverge. Re-wrapping
+after every refine step would rebuild the reducer (and its buckets) mid-run. Instead
+``ReplicatedDDPStrategy`` keeps all of Lightning's DDP machinery (process launch, process group, seeding,
+barriers, rank-0 checkpoints) but does not wrap the module; the system calls ``average_gradients`` on the
+parameters its optimizer steps, after each backward pass and before densification. For Gaussians nothing
+is lost: every parameter's gradient arrives at the end of the backward pass (through the projection), so
+DDP's overlap of communication with backward could not start earlier; one flat all-reduce per step
+is what DDP's bucketing would do at best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy
+from torch import Tensor
+
+
+class ReplicaDivergenceError(RuntimeError):
+    """The DDP ranks' parameters differ: densification or an update was not the same on every rank."""
+
+
+def world_size() -> int:
+    """The number of processes in the default group (1 without torch.distributed)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def all_reduce_sum_(tensors: Iterable[Tensor]) -> None:
+    """Sum ``tensors`` in place over all ranks in one collective (nothing to do in a single process)."""
+    import torch.distributed as dist
+
+    tensors = list(tensors)
+    if world_size() <= 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in tensors])
+    dist.all_reduce(flat)
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+        offset += tensor.numel()
+
+
+def average_gradients(parameters: Iterable[Tensor]) -> None:
+    """Replace each gradient by its mean over the ranks (as DDP would), in one collective."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    n = world_size()
+    if n <= 1 or not grads:
+        return
+    all_reduce_sum_(grads)
+    for grad in grads:
+        grad.div_(n)
+
+
+def parameter_checksums(tensors: dict[str, Tensor]) -> Tensor:
+    """[T, 2] float64 (sum, sum of squares) of each tensor: equal tensors give equal rows (cheap, no copy home)."""
+    rows = [torch.stack([t.detach().double().sum(), t.detach().double().square().sum()]) for t in tensors.values()]
+    return torch.stack(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
+
+
+def check_replicas(tensors: dict[str, Tensor], step: int) -> None:
+    """Raise ReplicaDivergenceError naming ``step`` and the tensors unless every rank holds the same checksums
+    (and the same sizes) of ``tensors``; a no-op in a single process."""
+    import torch.distributed as dist
+
+    n = world_size()
+    if n <= 1:
+        return
+    sizes = torch.tensor([float(len(t)) for t in tensors.values()], dtype=torch.float64)
+    local = torch.cat([parameter_checksums(tensors).reshape(-1).cpu(), sizes])
+    if dist.get_backend() == "nccl":
+        local = local.cuda()
+    gathered = [torch.empty_like(local) for _ in range(n)]
+    dist.all_gather(gathered, local)
+    table = torch.stack(gathered).cpu()
+    if bool((table == table[0]).all()):
+        return
+    names = list(tensors)
+    per_tensor = torch.cat([table[:, : 2 * len(names)].reshape(n, len(names), 2), table[:, 2 * len(names):, None]], -1)
+    differing = [name for i, name in enumerate(names) if not bool((per_tensor[:, i] == per_tensor[0, i]).all())]
+    raise ReplicaDivergenceError(
+        f"step {step}: the {n} DDP ranks' Gaussians differ ({', '.join(differing)}; Gaussians per rank "
+        f"{[int(table[r, 2 * len(names)]) for r in range(n)]}): replicas must stay identical (a bug; "
+        "system.replica_check_every=0 turns the check off)")
+
+
+class ReplicatedDDPStrategy(DDPStrategy):
+    """Lightning's DDP without the DistributedDataParallel wrapper: the system averages its gradients itself
+    (``average_gradients``) because its parameters are replaced during training (see the module docstring)."""
+
+    strategy_name = "ddp_replicated"
+
+    def configure_ddp(self) -> None:
+        """Start every rank from rank 0's parameters and buffers (what DDP's constructor does), unwrapped."""
+        from lightning.pytorch.overrides.distributed import _sync_module_states
+
+        _sync_module_states(self.model)
+
+
+def optimized_parameters(optimizers: Iterable[torch.optim.Optimizer]) -> list[Tensor]:
+    """Every parameter the optimizers step, once each (what DDP would have reduced)."""
+    seen: dict[int, Tensor] = {}
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                seen.setdefault(id(p), p)
+    return list(seen.values())
+
+
+class ReplicatedGaussians:
+    """Mixin of the Gaussian systems: under ``ReplicatedDDPStrategy`` average the gradients after each backward
+    pass (before densification reads or replaces the parameters) and, every ``system.replica_check_every``
+    steps, check that every rank holds the same Gaussians."""
+
+    def init_seed(self) -> int:
+        """The seed of the Gaussians' initialisation: the run's seed on every rank (the runner seeds each rank
+        with seed + rank), so all ranks start from the same Gaussians, as many of them."""
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        return (torch.initial_seed() - rank) % (2**31)
+
+    def sync_gradients(self) -> None:
+        average_gradients(optimized_parameters(self._all_optimizers()))
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        super().on_train_batch_end(outputs, batch, batch_idx)
+        every = self.cfg.replica_check_every
+        step = self.true_global_step  # the optimizer has stepped: global_step counts this step
+        if every > 0 and step % every == 0:
+            check_replicas(dict(self.gaussians.named_parameters()), step)
