@@ -4,9 +4,10 @@ ranks, splits drawn from a step-seeded generator, gradients averaged by hand, so
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,11 @@ def _refine(model: GaussianModel, cameras: Cameras, targets: torch.Tensor) -> tu
     return strategy, report
 
 
-def _rank_refines_its_view(rank: int, port: int, folder: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank_refines_its_view(rank: int, rendezvous: str, folder: str) -> None:
+    # a file rendezvous (no port to race for) and a collective timeout: a rank that fails must not leave the other
+    # waiting for half an hour (gloo's default)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2,
+                            timeout=timedelta(seconds=120))
     try:
         torch.manual_seed(100 + rank)  # each rank's global RNG differs, as under the runner (seed + rank)
         model, cameras, targets = _scene()
@@ -83,19 +86,20 @@ def _rank_refines_its_view(rank: int, port: int, folder: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_ranks_refine_like_one_process_seeing_both_views(tmp_path):
     """Each rank renders one view and densifies on the statistics summed over both ranks: the sums equal those
     of one process rendering both views as one batch (the normalisation x batch size makes a view's share the
     same), the Gaussians grown are the same, and the split offsets do not depend on the rank's RNG."""
     torch.set_num_threads(1)
-    mp.start_processes(_rank_refines_its_view, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    ranks = mp.start_processes(_rank_refines_its_view, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2,
+                               start_method="spawn", join=False)
+    deadline = time.monotonic() + 300
+    while not ranks.join(timeout=5):  # raises if a rank failed
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the two ranks did not finish in 300 s")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     torch.manual_seed(5)
     model, cameras, targets = _scene()
