@@ -20,13 +20,20 @@ IF_CROSS_DIM = 32  # the UNet's cross-attention width after its text projection 
 
 def write_t5_tokenizer(folder: Path) -> int:
     """A T5 (unigram) tokenizer over single characters with IF's specials (<pad> 0, </s> 1, <unk> 2); its size."""
-    from transformers import T5Tokenizer
+    # built with the tokenizers library and saved as tokenizer.json (read by AutoTokenizer with every transformers we
+    # admit; transformers 4.x's T5Tokenizer cannot be built from a vocabulary without sentencepiece)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
 
     letters = string.ascii_letters + string.digits + string.punctuation
     vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
     vocab += [(c, -3.0) for c in letters] + [("\u2581" + c, -2.5) for c in string.ascii_letters]
-    tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0)
-    tokenizer.model_max_length = 77
+    backend = Tokenizer(models.Unigram(vocab, unk_id=2))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+                                        model_max_length=77)
     tokenizer.save_pretrained(folder)
     return len(vocab)
 
@@ -68,7 +75,7 @@ def build_tiny_if(path: str | Path, seed: int = 0) -> Path:
     text_encoder.save_pretrained(root / "text_encoder")
     if_scheduler().save_pretrained(root / "scheduler")
     index = {"_class_name": "IFPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
-             "text_encoder": ["transformers", "T5EncoderModel"], "tokenizer": ["transformers", "T5Tokenizer"],
+             "text_encoder": ["transformers", "T5EncoderModel"], "tokenizer": ["transformers", "PreTrainedTokenizerFast"],
              "scheduler": ["diffusers", "DDPMScheduler"], "safety_checker": [None, None], "feature_extractor": [None, None],
              "watermarker": [None, None], "requires_safety_checker": False}
     (root / "model_index.json").write_text(json.dumps(index, indent=2))
