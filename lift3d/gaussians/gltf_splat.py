@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.ply import PlyFormatError, with_sh_degree
+from lift3d.gaussians.ply import PlyFormatError, pruned
 from lift3d.gaussians.sh import Y0, degree_of
 from lift3d.gaussians.transform import Z_UP_TO_Y_UP, rotate_gaussians
 from lift3d.saving import atomic_write_bytes
@@ -119,11 +119,7 @@ def save_gltf_splat(path: str | Path, params: dict[str, Tensor], keep: Tensor | 
                     up_axis: str = "y") -> Path:
     """Write pre-activation parameters as a KHR_gaussian_splatting .glb, atomically; ``keep`` [N] (bool) selects
     Gaussians, ``sh_degree`` cuts the SH bands."""
-    if keep is not None:
-        keep = keep.to(params["means"].device)
-        params = {name: value[keep] for name, value in params.items()}
-    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
-        params = with_sh_degree(params, sh_degree)
+    params = pruned(params, keep, sh_degree)
     path = Path(path)
     atomic_write_bytes(path, encode_gltf_splat(params, up_axis))
     return path

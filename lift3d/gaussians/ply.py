@@ -59,11 +59,7 @@ def save_ply(path: str | Path, gaussians, keep: Tensor | None = None, sh_degree:
     from plyfile import PlyData, PlyElement
 
     params = gaussians.parameters_dict() if hasattr(gaussians, "parameters_dict") else gaussians
-    if keep is not None:
-        keep = keep.to(params["means"].device)
-        params = {name: value[keep] for name, value in params.items()}
-    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
-        params = with_sh_degree(params, sh_degree)
+    params = pruned(params, keep, sh_degree)
     element = PlyElement.describe(gaussians_to_array(params), "vertex")
     buffer = io.BytesIO()
     PlyData([element], text=False, byte_order="<").write(buffer)
@@ -128,6 +124,17 @@ def load_ply(path: str | Path, sh_degree: int | None = None) -> dict[str, Tensor
     if not all(torch.isfinite(v).all() for v in params.values()):
         raise PlyFormatError(f"{path} holds NaN or infinite values")
     if sh_degree is not None and sh_degree != file_degree:
+        params = with_sh_degree(params, sh_degree)
+    return params
+
+
+def pruned(params: dict[str, Tensor], keep: Tensor | None = None, sh_degree: int | None = None) -> dict[str, Tensor]:
+    """The export pruning every Gaussian file writer applies: the Gaussians ``keep`` [N] (bool) selects, SH bands
+    cut to ``sh_degree`` (None: all of either)."""
+    if keep is not None:
+        keep = keep.to(params["means"].device)
+        params = {name: value[keep] for name, value in params.items()}
+    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
         params = with_sh_degree(params, sh_degree)
     return params
 

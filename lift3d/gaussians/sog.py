@@ -32,7 +32,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from lift3d.gaussians.ply import PlyFormatError, with_sh_degree
+from lift3d.gaussians.ply import PlyFormatError, pruned
 from lift3d.gaussians.sh import degree_of
 from lift3d.saving import atomic_write_bytes
 
@@ -225,11 +225,7 @@ def save_sog(path: str | Path, params: dict[str, Tensor], keep: Tensor | None = 
              sort: bool = True, sh_palette: int = 0) -> Path:
     """Write pre-activation parameters as a bundled .sog file, atomically; ``keep`` [N] (bool) selects Gaussians,
     ``sh_degree`` cuts the SH bands."""
-    if keep is not None:
-        keep = keep.to(params["means"].device)
-        params = {name: value[keep] for name, value in params.items()}
-    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
-        params = with_sh_degree(params, sh_degree)
+    params = pruned(params, keep, sh_degree)
     path = Path(path)
     atomic_write_bytes(path, encode_sog(params, sort=sort, sh_palette=sh_palette))
     return path

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.ply import PlyFormatError, with_sh_degree
+from lift3d.gaussians.ply import PlyFormatError, pruned
 from lift3d.gaussians.sh import degree_of
 from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
 from lift3d.saving import atomic_write_bytes
@@ -131,11 +131,7 @@ def encode_spz(params: dict[str, Tensor], antialiased: bool = False) -> bytes:
 def save_spz(path: str | Path, params: dict[str, Tensor], keep: Tensor | None = None, sh_degree: int | None = None) -> Path:
     """Write pre-activation parameters as an .spz file, atomically; ``keep`` [N] (bool) selects Gaussians,
     ``sh_degree`` cuts the SH bands (the file keeps the rest, up to degree 3)."""
-    if keep is not None:
-        keep = keep.to(params["means"].device)
-        params = {name: value[keep] for name, value in params.items()}
-    if sh_degree is not None and sh_degree < degree_of(params["shN"].shape[1] + 1):
-        params = with_sh_degree(params, sh_degree)
+    params = pruned(params, keep, sh_degree)
     path = Path(path)
     atomic_write_bytes(path, encode_spz(params))
     return path
