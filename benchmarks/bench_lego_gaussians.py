@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from plain_gsplat import score_views, train_plain  # noqa: E402
-from profiling import ProfileWindow  # noqa: E402
+from profiling import HostProfileWindow, ProfileWindow  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
@@ -115,6 +115,8 @@ def main() -> None:
                         help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, same process")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N recipe steps (profiling.py)")
     parser.add_argument("--profile-start", type=int, default=2000, metavar="STEP", help="the first profiled step")
+    parser.add_argument("--host-profile", type=int, default=0, metavar="N",
+                        help="cProfile N recipe steps from step 3000 (and N steps of the plain loop): host time per function")
     parser.add_argument("--gpus", default="", metavar="IDS", help="train on these GPUs with DDP, e.g. 0,1 (rank 0 scores; --device cpu: as many gloo processes)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
     args = parser.parse_args()
@@ -151,6 +153,9 @@ def main() -> None:
     window = ProfileWindow(args.profile_start, args.profile) if args.profile else None
     if window is not None:
         trainer.callbacks.append(window)
+    host_window = HostProfileWindow(3000, args.host_profile) if args.host_profile else None
+    if host_window is not None:
+        trainer.callbacks.append(host_window)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)  # as the runner seeds DDP ranks
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial / "save")
@@ -164,12 +169,15 @@ def main() -> None:
                                   for r in evaluate.results], **info}), flush=True)
     if window is not None and window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
+    if host_window is not None and host_window.summary is not None:
+        print(json.dumps({"bench": "lego_gaussians", "host_profile": host_window.summary}), flush=True)
     if args.reference == "plain":
         device = torch.device(args.device)
         val = datamodule.val_scene()
         background = datamodule.background.to(device)
         plain = train_plain(evaluate.start_gaussians, datamodule, trainer.global_step, {r["step"] for r in evaluate.results},
-                            lambda render_fn, step: {"step": step, **score_views(render_fn, val, background, device)}, device)
+                            lambda render_fn, step: {"step": step, **score_views(render_fn, val, background, device)}, device,
+                            host_profile=(3000, args.host_profile) if args.host_profile else None)
         recipe_rate = trainer.global_step / max(evaluate.train_seconds, 1e-9)
         plain_rate = trainer.global_step / max(plain["train_seconds"], 1e-9)
         print(json.dumps({"bench": "lego_gaussians", "reference": "plain gsplat loop", **plain,

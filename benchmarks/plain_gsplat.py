@@ -43,9 +43,11 @@ def render(params: torch.nn.ParameterDict, cameras: Cameras, background: Tensor,
 
 def train_plain(model: Any, datamodule: Any, steps: int, eval_at: set[int],
                 evaluate: Callable[[Callable[[Cameras, Tensor], Tensor], int], dict], device: torch.device,
-                decay_steps: int = 30000) -> dict[str, Any]:
-    """Train ``steps`` steps; at each step in ``eval_at`` stop the clock and record ``evaluate(render_fn, step)``."""
+                decay_steps: int = 30000, host_profile: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Train ``steps`` steps; at each step in ``eval_at`` stop the clock and record ``evaluate(render_fn, step)``.
+    ``host_profile`` (start, n): cProfile n steps from step start (profiling.HostProfile) into ``host_profile``."""
     from gsplat import DefaultStrategy
+    from profiling import HostProfile
 
     extent = float(datamodule.extent)
     params = start_parameters(model, device)
@@ -63,10 +65,17 @@ def train_plain(model: Any, datamodule: Any, steps: int, eval_at: set[int],
     cameras = scene.cameras.to(device)
     generator = torch.Generator().manual_seed(0)
     results: list[dict] = []
+    profiled: dict[str, Any] = {}
+    host = HostProfile() if host_profile else None
     train_s = 0.0
     torch.cuda.synchronize()
     started = time.perf_counter()
     for step in range(steps):
+        if host is not None and step == host_profile[0]:
+            host.__enter__()
+        if host is not None and step == host_profile[0] + host_profile[1]:
+            host.__exit__(None, None, None)
+            profiled = host.summary(host_profile[1])
         index = int(torch.randint(len(scene), (1,), generator=generator))
         sh_degree = min(step // 1000, 3)
         image, info = render(params, cameras[index], background, sh_degree)
@@ -89,7 +98,7 @@ def train_plain(model: Any, datamodule: Any, steps: int, eval_at: set[int],
             results.append(record)
             torch.cuda.synchronize()
             started = time.perf_counter()
-    return {"results": results, "train_seconds": round(train_s, 1)}
+    return {"results": results, "train_seconds": round(train_s, 1), **({"host_profile": profiled} if profiled else {})}
 
 
 @torch.no_grad()

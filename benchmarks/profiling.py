@@ -101,3 +101,62 @@ class ProfileWindow(Callback):
         if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
             self.window.__exit__(None, None, None)
             self.summary = self.window.summary(self.n)
+
+
+class HostProfile:
+    """cProfile over a stretch of steps (no CUDA profiler, no sync checks): where a host-bound step's Python time
+    goes. ``summary(n)`` gives wall ms per step and the functions with the most own and cumulative time per step."""
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self.profile = cProfile.Profile()
+        self.wall_s = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> HostProfile:
+        torch.cuda.synchronize()
+        self._started = time.perf_counter()
+        self.profile.enable()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.profile.disable()
+        torch.cuda.synchronize()
+        self.wall_s = time.perf_counter() - self._started
+
+    def summary(self, n: int, top: int = 25) -> dict[str, Any]:
+        import pstats
+
+        stats = pstats.Stats(self.profile).stats  # {(file, line, name): (calls, ncalls, tottime, cumtime, callers)}
+
+        def label(key: tuple) -> str:
+            file, line, name = key
+            return f"{'/'.join(Path(file).parts[-2:])}:{line}({name})" if line else name
+
+        by_own = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+        by_cum = sorted(stats.items(), key=lambda kv: -kv[1][3])[:top * 2]
+        return {
+            "host_profiled_steps": n,
+            "host_wall_ms_per_step": round(self.wall_s * 1000 / n, 3),
+            "own_ms_per_step": [[label(k), round(v[2] * 1000 / n, 3), round(v[1] / n, 1)] for k, v in by_own],
+            "cumulative_ms_per_step": [[label(k), round(v[3] * 1000 / n, 3)] for k, v in by_cum],
+        }
+
+
+class HostProfileWindow(Callback):
+    """cProfile of ``n`` training steps from step ``start`` (see ``HostProfile``)."""
+
+    def __init__(self, start: int, n: int) -> None:
+        self.start, self.n = start, n
+        self.window: HostProfile | None = None
+        self.summary: dict[str, Any] | None = None
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.start and self.window is None:
+            self.window = HostProfile().__enter__()
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
+            self.window.__exit__(None, None, None)
+            self.summary = self.window.summary(self.n)
