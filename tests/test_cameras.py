@@ -98,3 +98,16 @@ def test_orbit_and_cameras_batch():
     assert torch.allclose(half.intrinsics[:, 0, 2], torch.full((8,), 8.0))
     origins, directions = half.rays()
     assert directions.shape == (8, 8, 16, 3)
+
+
+def test_invert_affine_equals_the_matrix_inverse():
+    from lift3d.cameras import invert_affine
+
+    torch.manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(5, 3, 3, dtype=torch.float64))
+    m = torch.eye(4, dtype=torch.float64).repeat(5, 1, 1)
+    m[:, :3, :3] = q * torch.tensor([1.0, 2.0, 0.5], dtype=torch.float64)  # rotations, reflections, non-uniform scale
+    m[:, :3, 3] = torch.randn(5, 3, dtype=torch.float64) * 4
+    assert torch.allclose(invert_affine(m), torch.linalg.inv(m), atol=1e-12)
+    assert torch.allclose(invert_affine(m.float()), torch.linalg.inv(m).float(), atol=1e-5)
+    assert invert_affine(m[0]).shape == (4, 4)

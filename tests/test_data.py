@@ -80,3 +80,22 @@ def test_random_views_are_a_function_of_step():
     forward = -a["cameras"].c2w[:, :3, 2]
     to_origin = -a["cameras"].positions / a["cameras"].positions.norm(dim=-1, keepdim=True)
     assert ((forward * to_origin).sum(-1) > 0.8).all()
+
+
+def test_resident_images_give_the_loaders_batches(data_dir):
+    """images_on_device: batches gathered from photos kept on the device, drawn ahead in blocks, are the ones the
+    host loader copies each step (same views, backgrounds, cameras and colours), across a block boundary."""
+    from lift3d.data.posed_images import ResidentImages
+
+    cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_size": 2, "random_background": True}
+    dm = PosedImagesDataModule(cfg)
+    dm._resident = ResidentImages(dm.train, torch.device("cpu"), dm._pick, seed=7)
+    for step in (0, 1, ResidentImages.BLOCK - 1, ResidentImages.BLOCK, 3 * ResidentImages.BLOCK + 5, 2):
+        host = dm.on_after_batch_transfer(dm._pick_images(step, step_generator(7, step)), 0)
+        resident = dm.on_after_batch_transfer({"step": step}, 0)
+        assert torch.equal(resident["index"], host["index"]) and torch.equal(resident["background"], host["background"])
+        assert torch.equal(resident["cameras"].c2w, host["cameras"].c2w) and torch.equal(resident["rgb"], host["rgb"])
+        assert torch.equal(resident["alpha"], host["alpha"]) and resident["step"] == step
+    assert not dm._use_resident_images(torch.device("cpu")) and dm._use_resident_images(torch.device("cuda"))
+    with pytest.raises(SceneFormatError, match="images_on_device must be auto, always or never"):
+        PosedImagesDataModule({**cfg, "images_on_device": "yes"})

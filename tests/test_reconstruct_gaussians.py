@@ -57,7 +57,9 @@ def test_resume_after_the_gaussian_count_changed(tmp_path, data_dir):
     shutil.copyfile(full / "ckpts" / "step0000020.ckpt", middle)
     at_20 = load_checkpoint(middle)
     assert at_20["state_dict"]["gaussians.means"].shape[0] != 2000  # densified before the checkpoint
-    resumed = run_experiment("train", load_config(config, overrides=overrides + ["tag=resumed", f"resume={middle}"]), [config], [])
+    # resumed with the photos resident on the training device (as on CUDA): the same batches, step for step
+    resumed = run_experiment("train", load_config(config, overrides=overrides + [
+        "tag=resumed", f"resume={middle}", "data.images_on_device=always"]), [config], [])
     a, b = load_checkpoint(full / "ckpts" / "last.ckpt"), load_checkpoint(resumed / "ckpts" / "last.ckpt")
     assert a["global_step"] == b["global_step"] == 40
     for key, value in a["state_dict"].items():

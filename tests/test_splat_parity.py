@@ -79,6 +79,23 @@ def test_torch_and_gsplat_agree(n, opaque, size):
     print(json.dumps({"case": f"n={n} opaque={opaque} size={size}", **report}))
 
 
+def test_gsplat_without_depth_gives_the_same_colours_and_gradients():
+    """Training steps render with_depth=False (gsplat's RGB mode): the same colours, alpha and gradients."""
+    device = _require_gpu_and_gsplat()
+    scene, cameras = _scene(3000, seed=5, opaque=False, device=device), _cameras(160, 120, device=device)
+    results = []
+    for with_depth in (True, False):
+        params = [t.clone().requires_grad_() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)]
+        out = rasterize(Splats(*params), cameras, sh_degree=3, backend="gsplat", with_depth=with_depth)
+        (out["rgb"].square().sum() + out["alpha"].sum()).backward()
+        results.append((out, [p.grad for p in params]))
+    (with_d, grads_d), (without, grads) = results
+    assert "depth" in with_d and "depth" not in without
+    assert torch.allclose(with_d["rgb"], without["rgb"], atol=1e-5) and torch.allclose(with_d["alpha"], without["alpha"], atol=1e-5)
+    for a, b in zip(grads_d, grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
 def test_torch_backend_is_the_same_on_gpu_and_cpu():
     device = _require_gpu_and_gsplat()
     scene, cameras = _scene(2000, seed=5, opaque=False, device=device), _cameras(96, 64, device=device)

@@ -152,6 +152,8 @@ def test_front_end_options(caplog):
     flat = rasterize(scene, cameras, colors=colors, backend="torch")
     assert not torch.allclose(flat["rgb"], plain["rgb"])
     assert torch.allclose(flat["alpha"], plain["alpha"])  # colours do not change coverage
+    colours_only = rasterize(scene, cameras, backend="torch", with_depth=False)
+    assert "depth" not in colours_only and torch.equal(colours_only["rgb"], plain["rgb"])
     half = rasterize(scene, cameras, width=10, height=7, backend="torch")
     assert half["rgb"].shape == (2, 7, 10, 3)
     with pytest.raises(ValueError, match="backend must be one of"):

@@ -28,6 +28,7 @@ from lift3d.data.normalize import normalizing_transform, transform_points, trans
 from lift3d.data.scene import FrameLoader, PosedScene, check_present, read_capture, split_frames
 from lift3d.data.transforms_json import IMAGE_SUFFIXES, read_blender
 from lift3d.registry import register
+from lift3d.rng import step_generator
 
 log = logging.getLogger("lift3d.data")
 __all__ = ["IMAGE_SUFFIXES", "PosedImagesDataModule", "PosedScene", "SceneFormatError", "read_cameras", "read_transforms"]
@@ -95,6 +96,7 @@ class PosedImagesConfig:
     random_background: bool = False  # train on a random background colour per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
     batch_size: int = 1  # images per step in image mode
+    images_on_device: str = "auto"  # image mode: keep the photos on the GPU and build each batch there (auto: on CUDA; never: copy every step)
     rays_per_batch: int = 4096  # rays per step in rays mode
     max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
     max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
@@ -107,6 +109,33 @@ def _evenly(indices: list[int], limit: int) -> list[int]:
     if limit <= 0 or len(indices) <= limit:
         return list(indices)
     return [indices[i] for i in np.linspace(0, len(indices) - 1, limit).round().astype(int)]
+
+
+class ResidentImages:
+    """The training photos and cameras on the training device, and the views of each step drawn ahead in blocks:
+    a step's batch is then a few gathers on the device, with no host-to-device copy (or page-locking) per step,
+    which on a GPU costs more host time than the step's kernels."""
+
+    BLOCK = 512  # steps whose views are drawn (on the host, with each step's generator) and uploaded at once
+
+    def __init__(self, scene: PosedScene, device: torch.device, pick: Any, seed: int) -> None:
+        self.device, self.pick_on_host, self.seed = device, pick, seed
+        self.rgba = scene.rgba.to(device)
+        self.c2w = scene.cameras.c2w.to(device)
+        self.intrinsics = scene.cameras.intrinsics.to(device)
+        self._first = -1
+        self._index: Tensor | None = None
+        self._background: Tensor | None = None
+
+    def pick(self, step: int) -> tuple[Tensor, Tensor]:
+        """(view indices [B], background colours [B, 3]) of ``step`` on the device."""
+        if self._index is None or not self._first <= step < self._first + self.BLOCK:
+            picks = [self.pick_on_host(s, step_generator(self.seed, s)) for s in range(step, step + self.BLOCK)]
+            self._first = step
+            self._index = torch.stack([p[0] for p in picks]).to(self.device)
+            self._background = torch.stack([p[1] for p in picks]).to(self.device)
+        assert self._background is not None
+        return self._index[step - self._first], self._background[step - self._first]
 
 
 @register("posed-images")
@@ -123,6 +152,8 @@ class PosedImagesDataModule(BaseDataModule):
                                    "or a COLMAP sparse/ model)")
         if self.cfg.batch_mode not in ("image", "rays"):
             raise SceneFormatError(f"data.batch_mode must be image or rays, got '{self.cfg.batch_mode}'")
+        if self.cfg.images_on_device not in ("auto", "always", "never"):
+            raise SceneFormatError(f"data.images_on_device must be auto, always or never, got '{self.cfg.images_on_device}'")
         if self.cfg.normalize not in ("auto", "cameras", "none"):
             raise SceneFormatError(f"data.normalize must be auto, cameras or none, got '{self.cfg.normalize}'")
         root = Path(self.cfg.root).expanduser()
@@ -151,6 +182,7 @@ class PosedImagesDataModule(BaseDataModule):
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
         self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
+        self._resident: ResidentImages | None = None  # the photos on the training device (images_on_device)
         self._log_summary(downscale)
 
     def _downscale_for(self, capture: Capture) -> int:
@@ -239,14 +271,18 @@ class PosedImagesDataModule(BaseDataModule):
         """A whole-image training batch: cameras, ``rgb`` on its background, ``alpha``, ``background``, ``index``."""
         return self.finish_image_batch(self._pick_images(step, generator))
 
+    def _pick(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """The training views of ``step`` and their background colours: what every image batch is built from."""
+        index = torch.randperm(len(self.train), generator=generator)[: self.cfg.batch_size]
+        return index, self._background_for(len(index), generator)
+
     def _pick_images(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         """What the loader yields for an image batch: the photos as stored (uint8 RGBA, and the edited targets when
         there are any), composited only after the copy to the device (``on_after_batch_transfer``). A quarter of the
         bytes to copy, and no per-step float work on the host, which feeds the GPU one step at a time."""
-        n = len(self.train)
-        index = torch.randperm(n, generator=generator)[: self.cfg.batch_size]
+        index, background = self._pick(step, generator)
         batch = {"cameras": self.train.cameras[index], "rgba": self.train.rgba[index],
-                 "background": self._background_for(len(index), generator), "index": index, "step": step}
+                 "background": background, "index": index, "step": step}
         if self.targets is not None:
             batch["target_rgb"] = self.targets.rgb[index]
         return batch
@@ -264,8 +300,35 @@ class PosedImagesDataModule(BaseDataModule):
         return {**batch, "rgb": rgb, "alpha": alpha}
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Lightning's hook after the copy to the device: composite the image batch there."""
+        """Lightning's hook after the copy to the device: build a resident batch from its step, or composite the
+        copied photos there."""
+        if isinstance(batch, dict) and self._resident is not None and batch.keys() == {"step"}:
+            return self.finish_image_batch(self._resident_batch(batch["step"]))
         return self.finish_image_batch(batch) if isinstance(batch, dict) else batch
+
+    def _training_device(self) -> torch.device | None:
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else None
+
+    def _use_resident_images(self, device: torch.device | None) -> bool:
+        """Whether image batches are built on the training device from resident photos (images_on_device)."""
+        mode = self.cfg.images_on_device
+        if self.cfg.batch_mode != "image" or mode == "never" or device is None:
+            return False
+        return mode == "always" or device.type == "cuda"
+
+    def _resident_batch(self, step: int) -> dict[str, Any]:
+        """The image batch of ``step`` gathered on the device from the resident photos: the same views and
+        backgrounds as the loader's host batches (``_pick`` with the step's generator), with no copy per step."""
+        r = self._resident
+        assert r is not None
+        index, background = r.pick(step)
+        batch = {"cameras": Cameras(r.c2w.index_select(0, index), r.intrinsics.index_select(0, index),
+                                    self.train.cameras.width, self.train.cameras.height),
+                 "rgba": r.rgba.index_select(0, index), "background": background, "index": index, "step": step}
+        if self.targets is not None:  # an editing run rewrites these on the host: copied per step
+            batch["target_rgb"] = self.targets.rgb[index.cpu()].to(r.rgba.device)
+        return batch
 
     def _all_rays(self) -> tuple[Tensor, Tensor]:
         if self._rays is None:
@@ -284,6 +347,12 @@ class PosedImagesDataModule(BaseDataModule):
         return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
 
     def train_dataloader(self) -> DataLoader:
+        device = self._training_device()
+        if self._use_resident_images(device):
+            assert device is not None
+            self._resident = ResidentImages(self.train, device, self._pick, self.base_seed)
+            return step_loader(lambda step, generator: {"step": step}, self.base_seed, self.start_step(), self.max_steps())
+        self._resident = None
         sample = self._pick_images if self.cfg.batch_mode == "image" else self._sample_rays
         return step_loader(sample, self.base_seed, self.start_step(), self.max_steps())
 

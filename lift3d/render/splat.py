@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import Configurable
-from lift3d.cameras import Cameras, opengl_to_opencv
+from lift3d.cameras import Cameras, w2c_opencv
 from lift3d.registry import register
 from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat
 from lift3d.render.splat_torch import rasterize_torch
@@ -101,6 +101,7 @@ def rasterize(
     chunk_elements: int = 1 << 22,
     save_elements: int = 1 << 26,
     absgrad: bool = False,
+    with_depth: bool = True,
 ) -> dict[str, Tensor]:
     """Render B views of N Gaussians.
 
@@ -110,6 +111,7 @@ def rasterize(
     backward is the image-space gradient densification uses). Colours come from the SH coefficients
     at ``sh_degree`` (default: all of them), or from ``colors`` [N, 3] / [B, N, 3] when given.
     ``width``/``height`` default to the cameras' own size; other sizes scale the intrinsics.
+    ``with_depth=False`` leaves ``depth`` out (a training step that does not read it skips its channel).
     """
     width, height = width or cameras.width, height or cameras.height
     if (width, height) != (cameras.width, cameras.height):
@@ -124,8 +126,7 @@ def rasterize(
     else:
         features, sh_degree = colors, None
     bg_colors, bg_image = _backgrounds(background, B, features.shape[-1] if colors is not None else 3, means)
-    # world-to-camera in OpenCV axes; inv_ex skips the error check that would stall a GPU every call
-    viewmats = torch.linalg.inv_ex(opengl_to_opencv(cameras.c2w))[0]
+    viewmats = w2c_opencv(cameras.c2w)  # world-to-camera in OpenCV axes (no solver, no GPU sync)
     args = (means, gaussians.quats, gaussians.scales, gaussians.opacities, features, viewmats,
             cameras.intrinsics, width, height, bg_colors)
     kwargs: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane, "eps2d": eps2d}
@@ -133,7 +134,7 @@ def rasterize(
     out = None
     if chosen == "gsplat":
         try:
-            out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad)
+            out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization failed: {error}") from error
@@ -145,15 +146,20 @@ def rasterize(
             raise ValueError("absgrad needs the gsplat backend; the torch rasterizer computes plain gradients")
         out = rasterize_torch(*args, **kwargs, tile_size=tile_size, chunk_elements=chunk_elements,
                               save_elements=save_elements)
+        with_depth_channel = True  # the torch rasterizer always composites depth
+    else:
+        with_depth_channel = with_depth
     render, alpha = out["render"], out["alpha"]
-    rgb = render[..., :-1]
+    rgb = render[..., :-1] if with_depth_channel else render
     if bg_image is not None:
         rgb = rgb + (1 - alpha) * bg_image
-    depth = render[..., -1:] / alpha.clamp_min(1e-6)
     means2d = out["means2d"]
     if means2d.requires_grad:
         means2d.retain_grad()
-    return {"rgb": rgb, "alpha": alpha, "depth": depth, "radii": out["radii"], "means2d": means2d}
+    result = {"rgb": rgb, "alpha": alpha, "radii": out["radii"], "means2d": means2d}
+    if with_depth:
+        result["depth"] = render[..., -1:] / alpha.clamp_min(1e-6)
+    return result
 
 
 @dataclass

@@ -33,8 +33,9 @@ def rasterize_gsplat(
     eps2d: float = 0.3,
     tile_size: int = 16,
     absgrad: bool = False,
+    with_depth: bool = True,
 ) -> dict[str, Tensor]:
-    """``render`` [C, H, W, D+1] (colours + accumulated depth), ``alpha``, ``means2d`` [C, N, 2] (whose
+    """``render`` [C, H, W, D+1] (colours + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``, ``means2d`` [C, N, 2] (whose
     ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32, ``depths`` [C, N]."""
     from gsplat import rasterization
 
@@ -45,7 +46,7 @@ def rasterize_gsplat(
         prepare(means), prepare(quats), prepare(scales), prepare(opacities), prepare(colors),
         prepare(viewmats), prepare(Ks), width, height,
         near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, sh_degree=sh_degree,
-        packed=False, tile_size=tile_size, backgrounds=prepare(backgrounds), render_mode="RGB+D",
+        packed=False, tile_size=tile_size, backgrounds=prepare(backgrounds), render_mode="RGB+D" if with_depth else "RGB",
         absgrad=absgrad, rasterize_mode="classic",
     )  # fmt: skip
     radii = meta["radii"]

@@ -157,11 +157,11 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         return {key: move(value) for key, value in batch.items()}
 
     # ----------------------------------------------------------------------------------- training
-    def render(self, cameras: Cameras, background: Tensor | None) -> dict[str, Tensor]:
-        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree)
+    def render(self, cameras: Cameras, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
+        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
-        out = self.render(batch["cameras"], batch["background"])
+        out = self.render(batch["cameras"], batch["background"], with_depth=False)  # the loss reads colours only
         self._last_render = out
         target = batch["rgb"]
         l1 = (out["rgb"] - target).abs().mean()
