@@ -16,14 +16,26 @@ full_run_steps / steps_per_s (validation, test video and export not included). O
     python benchmarks/bench_recipes.py --cases dreamfusion --set trainer.precision=bf16-mixed --profile 6
     python benchmarks/bench_recipes.py --cases dreamfusion-if,dreamfusion-if-eager   # DeepFloyd IF stage I
     python benchmarks/bench_recipes.py --cases mvdream-64,mvdream-256,mvdream-gaussians --budget-s 500
+    python benchmarks/bench_recipes.py --cases mvdream-64,mvdream-256 --field-start analytic:1500 --profile 3
 
 ``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N more
 steps after the timed ones and adds a ``profile`` record: GPU busy time per step (union of kernel
 intervals) against the wall time, host-device syncs per step with the Python lines that caused them
 (``torch.cuda.set_sync_debug_mode``), and the top kernels and CPU ops.
 
+``--field-start analytic:N`` (default ``fresh``) starts the late-stage cases (``mvdream-256``) from a converged
+field instead of the blob: the case's own field, material, background, renderer and optimizer config is first
+trained N steps with the recipe's offline twin (the analytic multi-view prior over the bundled sample scene, no
+weights; benchmarks/field_start.py), and the timed run starts from that state with its step counter at the
+stage's first step (5000), so the timestep schedule and the occupancy updates are the stage's. NeRF records say
+how the field started (``field_start``, ``start_step``, ``field_start_s``), the occupancy grid's occupied fraction
+(after the pretraining, when the timed window opens and closes) and the renderer's rays and samples per step and
+per ray in the timed steps (``first``: density-only evaluations in occupied cells; ``second``: samples through the
+full field with gradients, after early termination; on CUDA the passes run on fixed budgets of about 1.25x these).
+
 Caveats: random weights give random gradients, so the representation does not evolve as in a real run
-(a NeRF's occupancy grid stays near its blob; densification grows Gaussians differently).
+(a NeRF's occupancy grid stays near its blob, or drifts from its pretrained object; densification grows
+Gaussians differently).
 ``gaussian-sds-100k`` times the Gaussian recipe with 100k Gaussians to bound the rate late in a run.
 ``mvdream-64`` / ``mvdream-256`` time the mvdream recipe's two stages with an MVDream-shaped UNet (SD 2.1's with
 the camera MLP, self-attention across each object's 4 views); ``mvdream-total`` adds their projections.
@@ -51,6 +63,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lightning as L  # noqa: E402
 from bench_guidance import MVDREAM_UNET, build_models, environment  # noqa: E402
+from field_start import StartAt, load_pretrained, parse_field_start, pretrain  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from profiling import ProfileWindow  # noqa: E402
 from random_if import build_if_models  # noqa: E402
@@ -83,6 +96,8 @@ CASES: dict[str, tuple[str, list[str], int | None, float]] = {
     "mvdream-256": ("mvdream", MV256, 5000, 150),  # ... and 5000-9999
     "mvdream-gaussians": ("mvdream-gaussians", [], None, 150),
 }
+STAGE_START = {"mvdream-256": 5000}  # --field-start: these cases start at this step from a pretrained field
+PRETRAIN_S_PER_STEP = 0.04  # rough H100 cost of one --field-start pretraining step, for the --budget-s check
 DEFAULT_CASES = ["gaussian-sds", "dreamfusion", "dreamfusion-eager", "gaussian-sds-eager", "prolificdreamer-64",
                  "prolificdreamer-512", "gaussian-sds-100k", "dreamfusion-if", "dreamfusion-if-eager"]
 TINY_NERF = [  # --tiny: tiny renders, fields and Gaussians for the tiny models
@@ -99,9 +114,13 @@ class StepTimer(Callback):
     steps, one at the end): the steps in between run as in training, the CPU free to queue work ahead of
     the GPU, so a per-step sync in the benchmark cannot hide or add overlap. Stops the fit past a time cap."""
 
-    def __init__(self, warmup: int, cap_s: float, end_step: int = 0) -> None:
+    def __init__(self, warmup: int, cap_s: float, end_step: int = 0, start_step: int = 0, renderer: Any = None) -> None:
         self.warmup, self.cap_s = warmup, cap_s
         self.end_step = end_step  # the window closes at this step (0: when training ends); a profiled window follows
+        self.start_step = start_step  # the run's first step (a run resumed at a late stage)
+        self.renderer = renderer  # a volume renderer: its samples and occupancy are read when the window opens and closes
+        self.samples: dict[str, float] = {}  # its training samples of the timed steps
+        self.occupied: dict[str, float] = {}  # its occupied fraction of the occupancy grid
         self.started = time.perf_counter()
         self.warmup_s = 0.0
         self.t0: float | None = None
@@ -116,8 +135,11 @@ class StepTimer(Callback):
         now = time.perf_counter()
         if self.t0 is None:
             # warm-up ends after --warmup steps, or early (but after 2 steps) when slow steps would eat the cap
-            if done >= min(self.warmup, 2 if now - self.started > 0.4 * self.cap_s else self.warmup):
+            if done - self.start_step >= min(self.warmup, 2 if now - self.started > 0.4 * self.cap_s else self.warmup):
                 _sync()
+                if self.renderer is not None:  # outside the window: these read the device
+                    self.renderer.reset_sample_counts()
+                    self.occupied["timed_start"] = round(float(self.renderer.occupancy.occupancy_fraction()), 4)
                 self.t0 = time.perf_counter()
                 self.warmup_s = self.t0 - self.started
                 self.first_step = done
@@ -140,6 +162,9 @@ class StepTimer(Callback):
         _sync()
         self.timed_s = time.perf_counter() - self.t0
         self.timed_steps = step - self.first_step
+        if self.renderer is not None:
+            self.samples = self.renderer.sample_counts()
+            self.occupied["timed_end"] = round(float(self.renderer.occupancy.occupancy_fraction()), 4)
 
 
 def _sync() -> None:
@@ -147,10 +172,15 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def start_step(name: str, args: argparse.Namespace) -> int:
+    """The step a case's run starts at: its stage's first step with --field-start, else 0."""
+    return STAGE_START.get(name, 0) if parse_field_start(args.field_start) else 0
+
+
 def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
     recipe, overrides, _, _ = CASES[name]
     overrides = [*overrides, *args.set]
-    steps = args.warmup + args.profile + args.steps
+    steps = start_step(name, args) + args.warmup + args.profile + args.steps
     run = [f"trainer.max_steps={steps}", "trainer.val_check_interval=0", "checkpoint.every_n_train_steps=0",
            "checkpoint.save_last=false", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1000000"]
     tiny: list[str] = []
@@ -182,14 +212,16 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-recipes-") as folder:
         cached = [f"system.guidance.prompt_cache_dir={Path(folder) / 'text-embeddings'}"] if deepfloyd else []
         cfg = load_config(recipe_config(recipe), overrides=[*case_overrides(name, args), *cached])
+        start = start_step(name, args)
+        pretrained = pretrain(cfg, parse_field_start(args.field_start), args.tiny) if start else None
         # fresh per case: VSD adds LoRA adapters to its UNet; MVDream's has a camera MLP
         mvdream = MVDREAM_UNET if cfg.system["guidance_type"] == "mvdream" else None
         models = deepfloyd_models(cfg, args.tiny, device, Path(folder)) if deepfloyd else build_models(args.tiny, device, mvdream)
         trainer = build_trainer(cfg, Path(folder), train=True)
-        timer = StepTimer(args.warmup, cap_s, end_step=args.warmup + args.steps if args.profile else 0)
+        timer = StepTimer(args.warmup, cap_s, end_step=start + args.warmup + args.steps if args.profile else 0, start_step=start)
         trainer.callbacks.append(timer)
         # profiled steps come after the timed window (the profiler's hooks can slow the steps that follow it)
-        window = ProfileWindow(args.warmup + args.steps, args.profile) if args.profile and device.type == "cuda" else None
+        window = ProfileWindow(start + args.warmup + args.steps, args.profile) if args.profile and device.type == "cuda" else None
         if window is not None:
             trainer.callbacks.append(window)
         L.seed_everything(cfg.seed, verbose=False)
@@ -197,6 +229,13 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         c = system.cfg
         system.build_guidance = functools.partial(find(c.guidance_type), c.guidance, models=models)
         system.set_save_dir(Path(folder) / "save")
+        renderer = getattr(system, "renderer", None)
+        timer.renderer = renderer if hasattr(renderer, "sample_counts") else None
+        occupied = {}
+        if pretrained is not None:
+            load_pretrained(system, pretrained)  # field, material, background and occupancy grid
+            trainer.callbacks.append(StartAt(start, pretrained.optimizer))
+            occupied["pretrained"] = round(pretrained.occupied, 4)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         trainer.fit(system, datamodule=datamodule)
@@ -209,11 +248,18 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         "bench": "recipes", "case": name, "recipe": recipe,
         "resolution": [cfg.data["height"], cfg.data["width"]], "batch": cfg.data["batch_size"],
         "steps_per_s": round(steps_per_s, 3), "ms_per_step": round(ms_per_step, 2), "timed_steps": timer.timed_steps,
-        "warmup_steps": timer.first_step,
+        "warmup_steps": timer.first_step - start,
         "warmup_s": round(timer.warmup_s, 1), "full_run_steps": full,
         "projected_full_run_s": round(full / steps_per_s, 1), "projected_full_run_min": round(full / steps_per_s / 60, 2),
         "trainer_precision": trainer.precision,
     }
+    if timer.renderer is not None:  # a NeRF: how it started, and what its renderer did in the timed steps
+        record["field_start"] = f"analytic:{pretrained.steps}" if pretrained is not None else "fresh"
+        record["start_step"] = start
+        if pretrained is not None:
+            record["field_start_s"] = round(pretrained.seconds, 1)
+        record["occupied_fraction"] = {**occupied, **timer.occupied}
+        record.update(sample_record(timer.samples, timer.timed_steps))
     slowest = sorted(timer.host_times, key=lambda st: -st[1])[:3]
     record["slowest_steps_ms"] = [[step, round(seconds * 1000, 1)] for step, seconds in slowest]  # host-side, unsynced
     if args.set:
@@ -237,6 +283,17 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     return record
 
 
+def sample_record(samples: dict[str, float], steps: int) -> dict[str, Any]:
+    """Rays and samples per step and samples per ray of the timed steps ("first": density-only evaluations in
+    occupied cells; "second": samples through the full field with gradients, after early termination)."""
+    rays = samples.get("rays", 0.0)
+    passes = {k: v for k, v in samples.items() if k != "rays"}
+    if not rays or not steps:
+        return {}
+    return {"rays_per_step": round(rays / steps), "samples_per_step": {k: round(v / steps) for k, v in passes.items()},
+            "samples_per_ray": {k: round(v / rays, 2) for k, v in passes.items()}}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated cases, in order ({', '.join(CASES)})")
@@ -246,7 +303,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every case (repeatable)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps after the timed ones (CUDA)")
+    parser.add_argument("--field-start", default="fresh", metavar="fresh|analytic:N",
+                        help=f"analytic:N: the late-stage cases ({', '.join(STAGE_START)}) start at their stage's first step "
+                             "from the field trained N steps by the recipe's analytic twin (benchmarks/field_start.py)")
     args = parser.parse_args(argv)
+    try:
+        parse_field_start(args.field_start)
+    except ValueError as error:
+        parser.error(str(error))
     if args.tiny:
         args.steps, args.warmup = min(args.steps, 3), min(args.warmup, 1)
     return args
@@ -265,6 +329,8 @@ def run_cases(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             yield {"bench": "recipes", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}
             continue
         cost = 0.0 if args.tiny else CASES[name][3]
+        if start_step(name, args):
+            cost += parse_field_start(args.field_start) * PRETRAIN_S_PER_STEP
         elapsed = time.perf_counter() - started
         if elapsed + cost > args.budget_s:
             yield {"bench": "recipes", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}

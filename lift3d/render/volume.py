@@ -106,6 +106,8 @@ class VolumeRenderer(BaseModule):
         self._readback: tuple[Tensor, Any] | None = None
         self._pending = False
         self._pending_names: list[str] = []
+        self._sample_sums: tuple[list[str], Tensor] | None = None  # training samples of each pass since the last reset
+        self._sample_rays = 0
 
     @property
     def field(self) -> Any:
@@ -133,7 +135,12 @@ class VolumeRenderer(BaseModule):
     def _record_counts(self, counts: dict[str, Tensor], n_rays: int) -> None:
         """Remember samples per ray: synchronously on CPU, through a pinned buffer and an event on CUDA."""
         names = sorted(counts)
-        values = torch.stack([counts[k].float() for k in names]) / max(n_rays, 1)
+        raw = torch.stack([counts[k].float() for k in names])
+        if self._sample_sums is None or self._sample_sums[0] != names or self._sample_sums[1].device != raw.device:
+            self._sample_sums = (names, torch.zeros_like(raw))
+        self._sample_sums[1].add_(raw)  # on the device: counting costs no host sync
+        self._sample_rays += n_rays
+        values = raw / max(n_rays, 1)
         if values.device.type != "cuda":
             for name, value in zip(names, values.tolist()):
                 self._observe(name, value)
@@ -151,6 +158,19 @@ class VolumeRenderer(BaseModule):
             for name, value in zip(self._pending_names, self._readback[0].tolist()):
                 self._observe(name, value)
             self._pending = False
+
+    def sample_counts(self) -> dict[str, float]:
+        """Training rays and samples of each marching pass since ``reset_sample_counts`` ("first": density-only
+        evaluations in occupied cells, "second": full-field samples kept by early termination), for benchmarks
+        that explain the renderer's cost; reading them waits for the device."""
+        counts = {"rays": float(self._sample_rays)}
+        if self._sample_sums is not None:
+            counts.update(zip(self._sample_sums[0], self._sample_sums[1].tolist()))
+        return counts
+
+    def reset_sample_counts(self) -> None:
+        """Start counting training samples afresh (see ``sample_counts``)."""
+        self._sample_sums, self._sample_rays = None, 0
 
     # ------------------------------------------------------------------------------ sampling
     @property
