@@ -12,7 +12,7 @@ Conventions (the only place they are converted):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -184,6 +184,9 @@ class Cameras:
     intrinsics: Tensor  # [B, 3, 3] pixels
     width: int
     height: int
+    # world-to-camera [B, 4, 4] in OpenCV axes when precomputed (training views gathered from a resident set): spares
+    # every render its inversion; ``w2c_opencv()`` computes it when absent. Derived from c2w, never set independently.
+    viewmats: Tensor | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.c2w.ndim != 3 or self.c2w.shape[-2:] != (4, 4):
@@ -197,16 +200,19 @@ class Cameras:
     def __getitem__(self, index: int | slice | Tensor) -> Cameras:
         if isinstance(index, int):
             index = slice(index, index + 1)
-        return Cameras(self.c2w[index], self.intrinsics[index], self.width, self.height)
+        viewmats = None if self.viewmats is None else self.viewmats[index]
+        return Cameras(self.c2w[index], self.intrinsics[index], self.width, self.height, viewmats)
 
     def to(self, *args, **kwargs) -> Cameras:
         """Cameras on another device / dtype; copies from pinned memory do not wait for the GPU."""
         kwargs.setdefault("non_blocking", self.c2w.is_pinned())
-        return Cameras(self.c2w.to(*args, **kwargs), self.intrinsics.to(*args, **kwargs), self.width, self.height)
+        viewmats = None if self.viewmats is None else self.viewmats.to(*args, **kwargs)
+        return Cameras(self.c2w.to(*args, **kwargs), self.intrinsics.to(*args, **kwargs), self.width, self.height, viewmats)
 
     def pin_memory(self) -> Cameras:
         """Cameras in page-locked memory (DataLoader(pin_memory=True) calls this): asynchronous uploads."""
-        return Cameras(self.c2w.pin_memory(), self.intrinsics.pin_memory(), self.width, self.height)
+        viewmats = None if self.viewmats is None else self.viewmats.pin_memory()
+        return Cameras(self.c2w.pin_memory(), self.intrinsics.pin_memory(), self.width, self.height, viewmats)
 
     @property
     def device(self) -> torch.device:
@@ -222,13 +228,13 @@ class Cameras:
         return camera_rays(self.c2w, self.intrinsics, self.width, self.height, normalized)
 
     def w2c_opencv(self) -> Tensor:
-        """World-to-camera [B, 4, 4] in OpenCV axes."""
-        return w2c_opencv(self.c2w)
+        """World-to-camera [B, 4, 4] in OpenCV axes (the precomputed ``viewmats`` when there are)."""
+        return w2c_opencv(self.c2w) if self.viewmats is None else self.viewmats
 
     def resized(self, width: int, height: int) -> Cameras:
         """The same cameras rendering at another resolution (intrinsics scaled)."""
         scale = torch.tensor([width / self.width, height / self.height, 1.0], dtype=self.intrinsics.dtype, device=self.device)
-        return Cameras(self.c2w, self.intrinsics * scale[:, None], width, height)
+        return Cameras(self.c2w, self.intrinsics * scale[:, None], width, height, self.viewmats)
 
     @staticmethod
     def cat(cameras: list[Cameras]) -> Cameras:

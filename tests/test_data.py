@@ -90,12 +90,20 @@ def test_resident_images_give_the_loaders_batches(data_dir):
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_size": 2, "random_background": True}
     dm = PosedImagesDataModule(cfg)
     dm._resident = ResidentImages(dm.train, torch.device("cpu"), dm._pick, seed=7)
-    for step in (0, 1, ResidentImages.BLOCK - 1, ResidentImages.BLOCK, 3 * ResidentImages.BLOCK + 5, 2):
-        host = dm.on_after_batch_transfer(dm._pick_images(step, step_generator(7, step)), 0)
-        resident = dm.on_after_batch_transfer({"step": step}, 0)
+    fixed = PosedImagesDataModule({**cfg, "random_background": False, "background": [0.2, 0.5, 1.0]})
+    fixed._resident = ResidentImages(fixed.train, torch.device("cpu"), fixed._pick, 7, fixed._composite, fixed.background)
+    assert fixed._resident.composited is not None and dm._resident.composited is None  # one background: composited once
+    steps = (0, 1, ResidentImages.BLOCK - 1, ResidentImages.BLOCK, 3 * ResidentImages.BLOCK + 5, 2)
+    for module, step in [(dm, s) for s in steps] + [(fixed, s) for s in steps[:3]]:
+        host = module.on_after_batch_transfer(module._pick_images(step, step_generator(7, step)), 0)
+        resident = module.on_after_batch_transfer({"step": step}, 0)
         assert torch.equal(resident["index"], host["index"]) and torch.equal(resident["background"], host["background"])
         assert torch.equal(resident["cameras"].c2w, host["cameras"].c2w) and torch.equal(resident["rgb"], host["rgb"])
         assert torch.equal(resident["alpha"], host["alpha"]) and resident["step"] == step
+        # its cameras carry their world-to-camera matrices, precomputed once for every photo
+        assert resident["cameras"].viewmats is not None and host["cameras"].viewmats is None
+        assert torch.allclose(resident["cameras"].w2c_opencv(), host["cameras"].w2c_opencv(), atol=1e-6)
+        assert torch.equal(resident["cameras"].to("cpu")[0].w2c_opencv(), resident["cameras"].viewmats[:1])
     assert not dm._use_resident_images(torch.device("cpu")) and dm._use_resident_images(torch.device("cuda"))
     with pytest.raises(SceneFormatError, match="images_on_device must be auto, always or never"):
         PosedImagesDataModule({**cfg, "images_on_device": "yes"})

@@ -118,11 +118,19 @@ class ResidentImages:
 
     BLOCK = 512  # steps whose views are drawn (on the host, with each step's generator) and uploaded at once
 
-    def __init__(self, scene: PosedScene, device: torch.device, pick: Any, seed: int) -> None:
+    COMPOSITE_BYTES = 1 << 30  # with a fixed background, photos up to this size as floats are composited once
+
+    def __init__(self, scene: PosedScene, device: torch.device, pick: Any, seed: int,
+                 composite: Any = None, background: Tensor | None = None) -> None:
         self.device, self.pick_on_host, self.seed = device, pick, seed
         self.rgba = scene.rgba.to(device)
         self.c2w = scene.cameras.c2w.to(device)
         self.intrinsics = scene.cameras.intrinsics.to(device)
+        self.viewmats = scene.cameras.w2c_opencv().to(device)
+        # (rgb, alpha) on the one training background, when it is fixed and they fit: no compositing per step
+        self.composited: tuple[Tensor, Tensor] | None = None
+        if composite is not None and background is not None and self.rgba.numel() * 4 <= self.COMPOSITE_BYTES:
+            self.composited = composite(self.rgba, background.to(device))
         self._first = -1
         self._index: Tensor | None = None
         self._background: Tensor | None = None
@@ -324,11 +332,14 @@ class PosedImagesDataModule(BaseDataModule):
         assert r is not None
         index, background = r.pick(step)
         batch = {"cameras": Cameras(r.c2w.index_select(0, index), r.intrinsics.index_select(0, index),
-                                    self.train.cameras.width, self.train.cameras.height),
-                 "rgba": r.rgba.index_select(0, index), "background": background, "index": index, "step": step}
+                                    self.train.cameras.width, self.train.cameras.height, r.viewmats.index_select(0, index)),
+                 "background": background, "index": index, "step": step}
         if self.targets is not None:  # an editing run rewrites these on the host: copied per step
             batch["target_rgb"] = self.targets.rgb[index.cpu()].to(r.rgba.device)
-        return batch
+        if r.composited is not None and self.targets is None:
+            rgb, alpha = r.composited
+            return {**batch, "rgb": rgb.index_select(0, index), "alpha": alpha.index_select(0, index)}
+        return {**batch, "rgba": r.rgba.index_select(0, index)}
 
     def _all_rays(self) -> tuple[Tensor, Tensor]:
         if self._rays is None:
@@ -350,7 +361,8 @@ class PosedImagesDataModule(BaseDataModule):
         device = self._training_device()
         if self._use_resident_images(device):
             assert device is not None
-            self._resident = ResidentImages(self.train, device, self._pick, self.base_seed)
+            fixed = None if self.cfg.random_background else self.background
+            self._resident = ResidentImages(self.train, device, self._pick, self.base_seed, self._composite, fixed)
             return step_loader(lambda step, generator: {"step": step}, self.base_seed, self.start_step(), self.max_steps())
         self._resident = None
         sample = self._pick_images if self.cfg.batch_mode == "image" else self._sample_rays

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import Configurable
-from lift3d.cameras import Cameras, w2c_opencv
+from lift3d.cameras import Cameras
 from lift3d.registry import register
 from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat
 from lift3d.render.splat_torch import rasterize_torch
@@ -126,7 +126,7 @@ def rasterize(
     else:
         features, sh_degree = colors, None
     bg_colors, bg_image = _backgrounds(background, B, features.shape[-1] if colors is not None else 3, means)
-    viewmats = w2c_opencv(cameras.c2w)  # world-to-camera in OpenCV axes (no solver, no GPU sync)
+    viewmats = cameras.w2c_opencv()  # world-to-camera in OpenCV axes (precomputed, or no solver and no GPU sync)
     args = (means, gaussians.quats, gaussians.scales, gaussians.opacities, features, viewmats,
             cameras.intrinsics, width, height, bg_colors)
     kwargs: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane, "eps2d": eps2d}
