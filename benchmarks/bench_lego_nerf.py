@@ -4,9 +4,12 @@ Prints one JSON line per case: PSNR and training wall time at each checkpoint st
 default; evaluation time excluded), render throughput (rays/s) at 64^2 and 512^2, a profile of one
 training step (top ops by device time) and an arithmetic/bandwidth floor estimate of that step.
 Training stops early at --train-budget seconds so the whole run stays within ~8 minutes; a case then
-reports the step it reached. Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
+reports the step it reached. With ``--reference plain`` the same recipe is then trained again by a plain loop
+over the project's own renderer and optimizer without Lightning (``plain_nerf.py``), in the same process, so the
+two are compared side by side. Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
 
     python benchmarks/bench_lego_nerf.py --data ../shared/data/lego
+    python benchmarks/bench_lego_nerf.py --data ../shared/data/lego --steps 2000,5000 --train-budget 120 --reference plain
 """
 
 from __future__ import annotations
@@ -228,6 +231,8 @@ def main() -> int:
     parser.add_argument("--eval-views", type=int, default=-1, help="val views scored at each checkpoint (-1: all)")
     parser.add_argument("--rays", type=int, default=8192, help="rays per training step")
     parser.add_argument("--skip-profile", action="store_true", help="skip the profile and floor cases")
+    parser.add_argument("--reference", choices=["none", "plain"], default="none",
+                        help="plain: also train the recipe by a plain loop without Lightning (plain_nerf.py), same checkpoints")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
     args = parser.parse_args()
     out_dir = os.environ.get("OUT")
@@ -288,6 +293,17 @@ def run(args, env: dict) -> int:
         per_ray = system.renderer._per_ray
         samples = record["samples_per_step"]
         emit({**floor_estimate(system, samples, per_ray.get("first", 0.0) * args.rays, args.rays), **env})
+    if args.reference == "plain":
+        from benchmarks.plain_nerf import train_plain
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        plain = train_plain(cfg, datamodule, device, checkpoints, args.train_budget,
+                            lambda trained: evaluate(trained, datamodule, args.eval_views), sync)
+        for record in plain:
+            recipe = next((r for r in results if r["target_steps"] == record["target_steps"]), None)
+            ratio = None if recipe is None else round(record["ms_per_step"] / recipe["ms_per_step"], 3)
+            emit({"name": f"lego_nerf_plain_{record['target_steps']}_steps", "reference": "plain loop (plain_nerf.py)",
+                  **record, "recipe_speed_vs_plain": ratio, **env})
     best = [r for r in results if r["psnr"] >= 30.0]
     emit({"name": "lego_nerf_summary", "first_30dB_step": best[0]["steps"] if best else None,
           "first_30dB_train_wall_s": best[0]["train_wall_s"] if best else None,

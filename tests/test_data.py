@@ -107,3 +107,26 @@ def test_resident_images_give_the_loaders_batches(data_dir):
     assert not dm._use_resident_images(torch.device("cpu")) and dm._use_resident_images(torch.device("cuda"))
     with pytest.raises(SceneFormatError, match="images_on_device must be auto, always or never"):
         PosedImagesDataModule({**cfg, "images_on_device": "yes"})
+
+
+@pytest.mark.parametrize("random_background", [True, False])
+def test_resident_rays_give_the_loaders_batches(data_dir, random_background):
+    """images_on_device with ray batches: rays and colours kept on the device, pixels drawn ahead in blocks, give
+    the batches the host loader samples and copies each step (same rays, colours, alpha, background)."""
+    from lift3d.data.posed_images import DrawnAhead, ResidentRays
+
+    cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_mode": "rays",
+           "rays_per_batch": 96, "random_background": random_background, "background": [0.2, 0.5, 1.0]}
+    dm = PosedImagesDataModule(cfg)
+    dm._resident = ResidentRays(*dm._all_rays(), dm.train.rgba, torch.device("cpu"), dm._pick_rays, seed=7)
+    for step in (0, 1, DrawnAhead.BLOCK - 1, DrawnAhead.BLOCK, 2 * DrawnAhead.BLOCK + 3, 5):
+        host = dm.on_after_batch_transfer(dm._sample_rays(step, step_generator(7, step)), 0)
+        resident = dm.on_after_batch_transfer({"step": step}, 0)
+        assert set(resident) == set(host) and resident["step"] == step
+        for key in ("rays_o", "rays_d", "rgb", "alpha", "background"):
+            assert torch.equal(resident[key], host[key]), key
+    assert len({float(dm._resident_rays(s)["background"][0, 0]) for s in range(4)}) == (4 if random_background else 1)
+    # auto: on CUDA only (where the rays fit), always: anywhere, never: nowhere
+    assert not dm._use_resident_images(torch.device("cpu"))
+    assert PosedImagesDataModule({**cfg, "images_on_device": "always"})._use_resident_images(torch.device("cpu"))
+    assert ResidentRays.fits(10**9, torch.device("cpu"))

@@ -59,3 +59,20 @@ def test_train_command_runs_the_recipe_config(tmp_path, data_dir):
                  "trainer.run_test_after_fit=false", "trainer.val_check_interval=0"])
     assert code == 0
     assert (tmp_path / "reconstruct-nerf" / "run" / "ckpts" / "last.ckpt").is_file()
+
+
+def test_resident_ray_batches_train_the_same_field(tmp_path, data_dir):
+    """images_on_device=always (what CUDA runs do): ray batches gathered on the device from resident rays train the
+    same field, step for step, as the host loader's copied batches."""
+    checkpoints = []
+    for mode in ("never", "always"):
+        code = main(["train", "configs/reconstruct-nerf.yaml", f"data.root={data_dir / 'lego_tiny'}", f"output_root={tmp_path}",
+                     *[o for o in TINY if not o.startswith("trainer.max_steps")], "trainer.max_steps=4", f"tag={mode}",
+                     f"data.images_on_device={mode}", "trainer.run_test_after_fit=false", "trainer.val_check_interval=0"])
+        assert code == 0
+        checkpoints.append(load_checkpoint(tmp_path / "reconstruct-nerf" / mode / "ckpts" / "last.ckpt"))
+    assert checkpoints[0]["global_step"] == checkpoints[1]["global_step"] == 4
+    host, resident = (c["state_dict"] for c in checkpoints)
+    assert "field.encoding.table" in host
+    for name, value in host.items():
+        assert torch.equal(value, resident[name]), name

@@ -96,7 +96,7 @@ class PosedImagesConfig:
     random_background: bool = False  # train on a random background colour per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
     batch_size: int = 1  # images per step in image mode
-    images_on_device: str = "auto"  # image mode: keep the photos on the GPU and build each batch there (auto: on CUDA; never: copy every step)
+    images_on_device: str = "auto"  # keep the photos on the GPU and build each batch (images or rays) there (auto: on CUDA; never: copy every step)
     rays_per_batch: int = 4096  # rays per step in rays mode
     max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
     max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
@@ -111,18 +111,39 @@ def _evenly(indices: list[int], limit: int) -> list[int]:
     return [indices[i] for i in np.linspace(0, len(indices) - 1, limit).round().astype(int)]
 
 
+class DrawnAhead:
+    """What the loader would draw for each step (``draw(step, generator)`` -> tensors, with the step's generator),
+    drawn on the host for a block of steps at once and kept on the training device: the same draws as the host
+    loader's, with one upload per block instead of a page-locked copy per step."""
+
+    BLOCK = 512  # steps drawn and uploaded at once
+
+    def __init__(self, draw: Any, seed: int, device: torch.device) -> None:
+        self.draw, self.seed, self.device = draw, seed, device
+        self._first = -1
+        self._drawn: tuple[Tensor, ...] = ()
+
+    def __call__(self, step: int) -> tuple[Tensor, ...]:
+        """The draws of ``step`` on the device."""
+        if not self._drawn or not self._first <= step < self._first + self.BLOCK:
+            draws = [self.draw(s, step_generator(self.seed, s)) for s in range(step, step + self.BLOCK)]
+            self._first = step
+            self._drawn = tuple(torch.stack(parts).to(self.device) for parts in zip(*draws))
+        return tuple(parts[step - self._first] for parts in self._drawn)
+
+
 class ResidentImages:
     """The training photos and cameras on the training device, and the views of each step drawn ahead in blocks:
     a step's batch is then a few gathers on the device, with no host-to-device copy (or page-locking) per step,
     which on a GPU costs more host time than the step's kernels."""
 
-    BLOCK = 512  # steps whose views are drawn (on the host, with each step's generator) and uploaded at once
+    BLOCK = DrawnAhead.BLOCK
 
     COMPOSITE_BYTES = 1 << 30  # with a fixed background, photos up to this size as floats are composited once
 
     def __init__(self, scene: PosedScene, device: torch.device, pick: Any, seed: int,
                  composite: Any = None, background: Tensor | None = None) -> None:
-        self.device, self.pick_on_host, self.seed = device, pick, seed
+        self.device = device
         self.rgba = scene.rgba.to(device)
         self.c2w = scene.cameras.c2w.to(device)
         self.intrinsics = scene.cameras.intrinsics.to(device)
@@ -131,19 +152,26 @@ class ResidentImages:
         self.composited: tuple[Tensor, Tensor] | None = None
         if composite is not None and background is not None and self.rgba.numel() * 4 <= self.COMPOSITE_BYTES:
             self.composited = composite(self.rgba, background.to(device))
-        self._first = -1
-        self._index: Tensor | None = None
-        self._background: Tensor | None = None
+        self.pick = DrawnAhead(pick, seed, device)
 
-    def pick(self, step: int) -> tuple[Tensor, Tensor]:
-        """(view indices [B], background colours [B, 3]) of ``step`` on the device."""
-        if self._index is None or not self._first <= step < self._first + self.BLOCK:
-            picks = [self.pick_on_host(s, step_generator(self.seed, s)) for s in range(step, step + self.BLOCK)]
-            self._first = step
-            self._index = torch.stack([p[0] for p in picks]).to(self.device)
-            self._background = torch.stack([p[1] for p in picks]).to(self.device)
-        assert self._background is not None
-        return self._index[step - self._first], self._background[step - self._first]
+
+class ResidentRays:
+    """Ray batches built on the training device: every training pixel's ray and colour kept there, and the pixels
+    of each step drawn ahead in blocks (``DrawnAhead``): a step's batch is a few gathers, with no host work or
+    copy per step (on a GPU, the host's sampling, compositing and copying cost more than the NeRF step's kernels)."""
+
+    def __init__(self, origins: Tensor, directions: Tensor, rgba: Tensor, device: torch.device, pick: Any,
+                 seed: int) -> None:
+        self.origins, self.directions = origins.to(device), directions.to(device)
+        self.rgba = rgba.reshape(-1, 4).to(device)
+        self.pick = DrawnAhead(pick, seed, device)
+
+    @staticmethod
+    def fits(n_pixels: int, device: torch.device) -> bool:
+        """Whether the rays (24 bytes a pixel) and colours (4) take at most a quarter of the device's memory."""
+        if device.type != "cuda":
+            return True
+        return n_pixels * 28 <= torch.cuda.get_device_properties(device).total_memory // 4
 
 
 @register("posed-images")
@@ -190,7 +218,7 @@ class PosedImagesDataModule(BaseDataModule):
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
         self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
-        self._resident: ResidentImages | None = None  # the photos on the training device (images_on_device)
+        self._resident: ResidentImages | ResidentRays | None = None  # the photos on the training device (images_on_device)
         self._log_summary(downscale)
 
     def _downscale_for(self, capture: Capture) -> int:
@@ -311,6 +339,8 @@ class PosedImagesDataModule(BaseDataModule):
         """Lightning's hook after the copy to the device: build a resident batch from its step, or composite the
         copied photos there."""
         if isinstance(batch, dict) and self._resident is not None and batch.keys() == {"step"}:
+            if isinstance(self._resident, ResidentRays):
+                return self._resident_rays(batch["step"])
             return self.finish_image_batch(self._resident_batch(batch["step"]))
         return self.finish_image_batch(batch) if isinstance(batch, dict) else batch
 
@@ -319,17 +349,18 @@ class PosedImagesDataModule(BaseDataModule):
         return trainer.strategy.root_device if trainer is not None else None
 
     def _use_resident_images(self, device: torch.device | None) -> bool:
-        """Whether image batches are built on the training device from resident photos (images_on_device)."""
+        """Whether batches are built on the training device from resident photos (images_on_device); with "auto",
+        ray batches only where every pixel's ray fits in a quarter of the device's memory."""
         mode = self.cfg.images_on_device
-        if self.cfg.batch_mode != "image" or mode == "never" or device is None:
+        if mode == "never" or device is None or (mode == "auto" and device.type != "cuda"):
             return False
-        return mode == "always" or device.type == "cuda"
+        return self.cfg.batch_mode == "image" or mode == "always" or ResidentRays.fits(self.train.rgba[..., 0].numel(), device)
 
     def _resident_batch(self, step: int) -> dict[str, Any]:
         """The image batch of ``step`` gathered on the device from the resident photos: the same views and
         backgrounds as the loader's host batches (``_pick`` with the step's generator), with no copy per step."""
         r = self._resident
-        assert r is not None
+        assert isinstance(r, ResidentImages)
         index, background = r.pick(step)
         batch = {"cameras": Cameras(r.c2w.index_select(0, index), r.intrinsics.index_select(0, index),
                                     self.train.cameras.width, self.train.cameras.height, r.viewmats.index_select(0, index)),
@@ -347,22 +378,44 @@ class PosedImagesDataModule(BaseDataModule):
             self._rays = (origins.reshape(-1, 3).contiguous(), directions.reshape(-1, 3).contiguous())
         return self._rays
 
+    def _pick_rays(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """The training pixels of ``step`` (flat indices into every photo's pixels) and their background colour
+        [1, 3]: what every ray batch is built from."""
+        pick = torch.randint(0, self.train.rgba[..., 0].numel(), (self.cfg.rays_per_batch,), generator=generator)
+        return pick, self._background_for(1, generator)
+
     def _sample_rays(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         origins, directions = self._all_rays()
-        pick = torch.randint(0, origins.shape[0], (self.cfg.rays_per_batch,), generator=generator)
+        pick, background = self._pick_rays(step, generator)
         # a real [N, 3] tensor, not an expanded view: the loader pins batches on CUDA, which refuses overlapping memory
-        background = self._background_for(1, generator).expand(len(pick), 3).contiguous()
+        background = background.expand(len(pick), 3).contiguous()
         rgb, alpha = self._composite(self.train.rgba.reshape(-1, 4)[pick], background)
         if self.targets is not None:
             rgb = self.targets.pixels(pick)
         return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
 
+    def _resident_rays(self, step: int) -> dict[str, Any]:
+        """The ray batch of ``step`` gathered on the device from the resident rays and colours: the same pixels,
+        background and values as the loader's host batches (``_sample_rays``), with no copy per step."""
+        r = self._resident
+        assert isinstance(r, ResidentRays)
+        pick, background = r.pick(step)
+        background = background.expand(len(pick), 3)
+        rgb, alpha = self._composite(r.rgba.index_select(0, pick), background)
+        if self.targets is not None:  # an editing run rewrites these on the host: copied per step
+            rgb = self.targets.pixels(pick.cpu()).to(rgb.device)
+        return {"rays_o": r.origins.index_select(0, pick), "rays_d": r.directions.index_select(0, pick), "rgb": rgb,
+                "alpha": alpha, "background": background, "step": step}
+
     def train_dataloader(self) -> DataLoader:
         device = self._training_device()
         if self._use_resident_images(device):
             assert device is not None
-            fixed = None if self.cfg.random_background else self.background
-            self._resident = ResidentImages(self.train, device, self._pick, self.base_seed, self._composite, fixed)
+            if self.cfg.batch_mode == "rays":
+                self._resident = ResidentRays(*self._all_rays(), self.train.rgba, device, self._pick_rays, self.base_seed)
+            else:
+                fixed = None if self.cfg.random_background else self.background
+                self._resident = ResidentImages(self.train, device, self._pick, self.base_seed, self._composite, fixed)
             return step_loader(lambda step, generator: {"step": step}, self.base_seed, self.start_step(), self.max_steps())
         self._resident = None
         sample = self._pick_images if self.cfg.batch_mode == "image" else self._sample_rays
