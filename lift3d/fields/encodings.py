@@ -2,7 +2,8 @@
 
 The hash grid is a pure function (``hash_grid_encode``) over a table and a ``HashGridLayout``; the
 ``HashGrid`` module owns the table, progressive level masking and the choice of backend (plain
-PyTorch everywhere; a Triton kernel on CUDA, checked against the PyTorch path on first use).
+PyTorch everywhere; a Triton kernel on CUDA, checked against the PyTorch path on first use; on the
+CPU a blocked PyTorch twin, ``lift3d.fields.hash_cpu``, bit-identical to the plain path).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class HashGridConfig:
     init_scale: float = 1e-4  # table entries start uniform in [-init_scale, init_scale]
     start_level: int = -1  # levels active at step 0 for coarse-to-fine (-1: all levels from the start)
     update_steps: int = 1000  # one more level becomes active every this many steps
-    backend: str = "auto"  # auto (Triton on CUDA when available, else PyTorch), torch, triton
+    backend: str = "auto"  # auto (Triton on CUDA when available, the blocked CPU twin on CPU, else PyTorch), torch, triton
 
 
 class HashGrid(nn.Module):
@@ -191,6 +192,10 @@ class HashGrid(nn.Module):
             self._triton_checked = hash_triton.self_check(self.table, self.layout, strict=self.cfg.backend == "triton")
         return self._triton_checked
 
+    def _use_cpu_blocks(self, points: Tensor) -> bool:
+        """The blocked CPU lookup: same numbers as the plain path, about twice as fast; no point gradients."""
+        return self.cfg.backend == "auto" and points.device.type == "cpu" and not points.requires_grad
+
     def forward(self, points: Tensor) -> Tensor:
         """Features [N, L * F] of ``points`` [N, 3] in [0, 1]^3 (outside points are clamped)."""
         points = points.clamp(0.0, 1.0)
@@ -198,6 +203,10 @@ class HashGrid(nn.Module):
             from lift3d.fields.hash_triton import hash_grid_encode_triton
 
             encoded = hash_grid_encode_triton(points, self.table, self.layout)
+        elif self._use_cpu_blocks(points):
+            from lift3d.fields.hash_cpu import hash_grid_encode_cpu
+
+            encoded = hash_grid_encode_cpu(points.to(self.table.dtype), self.table, self.layout)
         else:
             encoded = hash_grid_encode(points.to(self.table.dtype), self.table, self.layout)
         if self.active_levels < self.layout.n_levels:
