@@ -170,7 +170,7 @@ def test_segmented_termination_keeps_the_same_samples_and_evaluates_fewer(alpha_
     out, density_points = {}, {}
     for segment in (0, 16):
         renderer = make_renderer(field, steps_per_diagonal=256, early_stop_eps=1e-3, alpha_threshold=alpha_threshold,
-                                 march_segment=segment)
+                                 march_segment=segment, fuse_field_pass="never")
         renderer.occupancy.mark_all()
         evaluated.clear()
         with torch.no_grad():

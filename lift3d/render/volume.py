@@ -7,9 +7,11 @@ system owns them); the renderer owns the occupancy grid and updates it from ``up
 
 Sampling with the occupancy grid runs in two passes: density only (no gradient) on every step in an
 occupied cell, then the full field with gradients on the steps whose transmittance is still above
-``early_stop_eps`` (early ray termination). While training on CUDA both passes use fixed sample budgets
-sized from the counts of earlier steps (read back asynchronously), so a step has no host sync; rays
-that overflow a budget are reported in ``ray_valid`` for the loss to skip.
+``early_stop_eps`` (early ray termination); on the CPU, marching in segments, the first pass evaluates the
+whole field and keeps its outputs at the kept samples instead (``fuse_field_pass``). While training on
+CUDA both passes use fixed sample budgets sized from the counts of earlier steps (read back
+asynchronously), so a step has no host sync; rays that overflow a budget are reported in ``ray_valid``
+for the loss to skip.
 
 Over an unbounded (contracted) field rays run from ``near_plane`` to ``far_plane`` instead of through the
 field's box, the occupancy grid covers the contracted space, and steps are fixed up to ``disparity_from``,
@@ -64,6 +66,7 @@ class VolumeRendererConfig:
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
     march_segment: int = 32  # without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass)
+    fuse_field_pass: str = "auto"  # with march_segment: the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: on CPU, always, never)
 
 
 class _Parts:
@@ -84,8 +87,9 @@ class VolumeRenderer(BaseModule):
         c = self.cfg
         if c.sampler not in ("occupancy", "importance"):
             raise ValueError(f"renderer sampler must be occupancy or importance, got '{c.sampler}'")
-        if c.sample_budget not in ("auto", "always", "never"):
-            raise ValueError(f"renderer sample_budget must be auto, always or never, got '{c.sample_budget}'")
+        for key in ("sample_budget", "fuse_field_pass"):
+            if getattr(c, key) not in ("auto", "always", "never"):
+                raise ValueError(f"renderer {key} must be auto, always or never, got '{getattr(c, key)}'")
         if c.disparity_from < 0 or c.far_plane <= c.near_plane:
             raise ValueError(f"renderer needs disparity_from >= 0 and far_plane > near_plane, got {c.disparity_from}, "
                              f"{c.far_plane}, {c.near_plane}")
@@ -193,8 +197,15 @@ class VolumeRenderer(BaseModule):
         chord = self.diagonal if static else (float((t_far - t_near).clamp_min(0).max()) if t_near.numel() else 0.0)
         return n_marching_steps(chord, self.step_size)
 
-    def _march(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
-        """Occupancy-grid marching + density-only early termination -> packed samples."""
+    def _fuse(self, device: torch.device) -> bool:
+        """Whether segment marching evaluates the whole field once (see ``_keep_in_segments``)."""
+        mode = self.cfg.fuse_field_pass
+        return mode == "always" or (mode == "auto" and device.type == "cpu")
+
+    def _march(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool,
+               fuse: bool = False) -> dict[str, Any]:
+        """Occupancy-grid marching + density-only early termination -> packed samples (with ``fuse`` and segment
+        marching, also the field's outputs at them: "field")."""
         n_rays, device = rays_o.shape[0], rays_o.device
         use_budget = self._use_budget(device, training)
         jitter = (1.0 - torch.rand(n_rays, device=device)) if training and self.cfg.randomized else torch.full((n_rays,), 0.5, device=device)
@@ -209,12 +220,15 @@ class VolumeRenderer(BaseModule):
             mask = mask & self.occupancy.query(points.reshape(-1, 3)).reshape(n_rays, n_steps)
         stopping = self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
         if stopping and not use_budget and 0 < self.cfg.march_segment < n_steps:
-            with torch.no_grad():
-                flat = self._keep_in_segments(rays_o, rays_d, lo, hi, mask)
+            fields: list[dict[str, Tensor]] | None = [] if fuse else None
+            with torch.set_grad_enabled(fuse and torch.is_grad_enabled()):
+                flat = self._keep_in_segments(rays_o, rays_d, lo, hi, mask, fields, training)
             if training:
                 self._record_counts({"first": mask.sum(), "second": torch.full((), float(flat.numel()), device=device)}, n_rays)
             ray = torch.div(flat, n_steps, rounding_mode="floor")
-            return {"ray": ray, "lo": lo.reshape(-1)[flat], "hi": hi.reshape(-1)[flat], "valid": None, "ray_ok": None}
+            field_out = fields[0] if fields else None  # one dict, in the order of ``flat``
+            return {"ray": ray, "lo": lo.reshape(-1)[flat], "hi": hi.reshape(-1)[flat], "valid": None, "ray_ok": None,
+                    "field": field_out}
         first = compact(mask.reshape(-1), self._budget("first", n_rays) if use_budget else None)
         ray = torch.div(first.index, n_steps, rounding_mode="floor")
         lo, hi = lo.reshape(-1)[first.index], hi.reshape(-1)[first.index]
@@ -246,11 +260,16 @@ class VolumeRenderer(BaseModule):
         ``alpha_threshold``, a non-empty interval."""
         return (transmittance >= self.cfg.early_stop_eps) & (alpha >= self.cfg.alpha_threshold) & (hi > lo)
 
-    def _keep_in_segments(self, rays_o: Tensor, rays_d: Tensor, lo: Tensor, hi: Tensor, mask: Tensor) -> Tensor:
+    def _keep_in_segments(self, rays_o: Tensor, rays_d: Tensor, lo: Tensor, hi: Tensor, mask: Tensor,
+                          fields: list[dict[str, Tensor]] | None = None, training: bool = False) -> Tensor:
         """Flat indices [S] into the candidates ``mask`` [R, K] (ray-major, in step order) that early termination
         keeps: densities are evaluated ``march_segment`` steps at a time and only on rays whose transmittance is
         still above ``early_stop_eps``, so nothing behind an opaque surface is evaluated. The same samples as one
-        pass over every candidate: a sample's transmittance depends only on the samples before it."""
+        pass over every candidate: a sample's transmittance depends only on the samples before it.
+
+        With ``fields`` (a list), the whole field is evaluated instead of its density (with gradients when they
+        are enabled) and the outputs at the kept samples, in the order of the returned indices, are appended to
+        it: the renderer then needs no second field pass (on a CPU that pass cost as much as this one)."""
         n_rays, n_steps = mask.shape
         eps = self.cfg.early_stop_eps
         limit = -math.log(eps) if eps > 0 else math.inf  # optical depth at which transmittance falls below eps
@@ -265,14 +284,26 @@ class VolumeRenderer(BaseModule):
             index = torch.nonzero(block.reshape(-1)).reshape(-1)
             ray, step = torch.div(index, width, rounding_mode="floor"), start + index % width
             lo_s, hi_s = lo[ray, step], hi[ray, step]
-            sigma_delta = self.field.density(rays_o[ray] + rays_d[ray] * (0.5 * (lo_s + hi_s))[:, None]) * (hi_s - lo_s)
+            points = rays_o[ray] + rays_d[ray] * (0.5 * (lo_s + hi_s))[:, None]
+            if fields is None:
+                density = self.field.density(points)
+            else:
+                out = self._field(points, False, training)
+                density = out["density"].detach()
+            sigma_delta = density * (hi_s - lo_s)
             _, transmittance, alpha = render_weights(sigma_delta, ray)
             keep = self._kept(transmittance * torch.exp(-depth[ray]), alpha, lo_s, hi_s)
             kept.append((ray * n_steps + step)[keep])
+            if fields is not None:
+                fields.append({key: value[keep] for key, value in out.items()})
             depth = depth.index_add(0, ray, sigma_delta.to(depth.dtype))
         if not kept:
             return torch.zeros(0, dtype=torch.long, device=mask.device)
-        return torch.sort(torch.cat(kept)).values
+        flat, order = torch.sort(torch.cat(kept))
+        if fields:
+            joined = {key: torch.cat([f[key] for f in fields])[order] for key in fields[0]}
+            fields[:] = [joined]
+        return flat
 
     def _importance(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
         """Stratified samples + inverse-CDF samples from their (no-gradient) weights -> packed samples."""
@@ -315,17 +346,17 @@ class VolumeRenderer(BaseModule):
         training = self.training and torch.is_grad_enabled()
         n_rays = rays_o.shape[0]
         t_near, t_far = self._ray_range(rays_o, rays_d)
+        material = self.parts.material if material is None else material
+        need_normals = compute_normals or material.requires_normals
         if self.cfg.sampler == "occupancy":
-            samples = self._march(rays_o, rays_d, t_near, t_far, training)
+            samples = self._march(rays_o, rays_d, t_near, t_far, training, fuse=not need_normals and self._fuse(rays_o.device))
         else:
             samples = self._importance(rays_o, rays_d, t_near, t_far, training)
         ray, lo, hi, valid = samples["ray"], samples["lo"], samples["hi"], samples["valid"]
         t_mid = 0.5 * (lo + hi)
         dirs = rays_d[ray]
         positions = rays_o[ray] + dirs * t_mid[:, None]
-        material = self.parts.material if material is None else material
-        need_normals = compute_normals or material.requires_normals
-        out = self._field(positions, need_normals, training)
+        out = samples.get("field") or self._field(positions, need_normals, training)
         sigma_delta = out["density"] * (hi - lo)
         if valid is not None:
             sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
