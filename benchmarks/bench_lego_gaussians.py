@@ -166,12 +166,16 @@ def main() -> None:
     print(json.dumps({"bench": "lego_gaussians", "summary": True, "total_seconds": round(time.perf_counter() - start, 1),
                       "train_seconds": round(evaluate.train_seconds, 1), "steps": trainer.global_step,
                       "results": [{k: r[k] for k in ("step", "val_psnr", "val_ssim", "train_seconds", "gaussians")}
-                                  for r in evaluate.results], **info}), flush=True)
+                                  for r in evaluate.results], **peak_memory(), **info}), flush=True)
     if window is not None and window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
     if host_window is not None and host_window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "host_profile": host_window.summary}), flush=True)
     if args.reference == "plain":
+        held = 0
+        if torch.cuda.is_available():  # the plain loop's own peak: above what the recipe still holds
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
         device = torch.device(args.device)
         val = datamodule.val_scene()
         background = datamodule.background.to(device)
@@ -180,9 +184,18 @@ def main() -> None:
                             host_profile=(3000, args.host_profile) if args.host_profile else None)
         recipe_rate = trainer.global_step / max(evaluate.train_seconds, 1e-9)
         plain_rate = trainer.global_step / max(plain["train_seconds"], 1e-9)
+        plain = {**plain, **peak_memory(held)}
         print(json.dumps({"bench": "lego_gaussians", "reference": "plain gsplat loop", **plain,
                           "recipe_steps_per_s": round(recipe_rate, 2), "plain_steps_per_s": round(plain_rate, 2),
                           "speedup_vs_plain": round(recipe_rate / plain_rate, 3), **info}), flush=True)
+
+
+def peak_memory(held: int = 0) -> dict:
+    """Peak GPU memory allocated (above ``held`` bytes) and reserved since the last reset (GiB; empty on the CPU)."""
+    if not torch.cuda.is_available():
+        return {}
+    return {"peak_allocated_gib": round((torch.cuda.max_memory_allocated() - held) / 2**30, 3),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3)}
 
 
 if __name__ == "__main__":
