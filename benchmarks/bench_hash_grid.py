@@ -1,9 +1,9 @@
-"""Hash-grid Triton kernels alone: forward and table-gradient times over launch settings and index widths.
+"""Hash-grid Triton kernels alone: forward and table-gradient times over launch settings.
 
 Points are laid out as a renderer makes them (``--rays`` rays of ``--samples`` points each, in order along the
 ray) or uniformly at random; the layout is mvdream's (16 levels x 2 features, 2^19 rows, 16 -> 4096 cells).
 One JSON line per setting (median ms of ``--reps`` after warm-up, lookups per second), then a summary line
-comparing the fastest setting with the shipped one (``hash_triton.LAUNCH``, int32 rows where they fit).
+comparing the fastest settings with the shipped ones (``hash_triton.LAUNCH``).
 
     python benchmarks/bench_hash_grid.py --rays 262144 --samples 40
 """
@@ -60,14 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     layout = hash_grid_layout(16, 2, 19, 16, 1.4472692374)
     generator = torch.Generator(device=device).manual_seed(0)
     table = (torch.rand(layout.n_rows, 2, generator=generator, device=device) * 2e-4 - 1e-4).requires_grad_(True)
-    shipped = (dict(ht.LAUNCH), ht._wide_rows)
+    shipped = dict(ht.LAUNCH)
     n = args.rays * args.samples
     cases = {"along_rays": ray_points(args.rays, args.samples, generator, device),
              "uniform": torch.rand(n, 3, generator=generator, device=device)}
     records = []
-    for (name, points), (block, warps), wide in itertools.product(cases.items(), SETTINGS, (False, True)):
+    for (name, points), (block, warps) in itertools.product(cases.items(), SETTINGS):
         ht.LAUNCH = {"forward": (block, warps), "backward": (block, warps)}
-        ht._wide_rows = lambda _layout, wide=wide: wide
         grad = torch.randn(n, layout.output_dim, generator=generator, device=device)
 
         def forward(points=points) -> None:
@@ -79,22 +78,21 @@ def main(argv: list[str] | None = None) -> int:
             (ht.hash_grid_encode_triton(points, table, layout) * grad).sum().backward()
 
         fwd, both = median_ms(forward, args.reps), median_ms(forward_backward, args.reps)
-        record = {"bench": "hash_grid", "points": name, "n": n, "block": block, "warps": warps, "int64_rows": wide,
-                  "forward_ms": round(fwd, 3), "forward_backward_ms": round(both, 3),
+        record = {"bench": "hash_grid", "points": name, "n": n, "block": block, "warps": warps,
+                  "forward_ms": round(fwd, 3), "backward_ms": round(both - fwd, 3),
                   "forward_G_lookups_per_s": round(n * layout.n_levels / fwd / 1e6, 2)}
         records.append(record)
         print(json.dumps(record), flush=True)
-    ht.LAUNCH, ht._wide_rows = shipped
+    ht.LAUNCH = shipped
     for name in cases:
         rows = [r for r in records if r["points"] == name]
-        reference = next(r for r in rows if (r["block"], r["warps"]) == (128, 4) and r["int64_rows"])
-        current = next(r for r in rows if [r["block"], r["warps"]] == list(shipped[0]["forward"]) and not r["int64_rows"])
-        best_fwd = min(rows, key=lambda r: r["forward_ms"])
-        best_both = min(rows, key=lambda r: r["forward_backward_ms"])
-        print(json.dumps({"bench": "hash_grid", "summary": name, "before_int64_128x4": reference, "shipped": current,
-                          "fastest_forward": best_fwd, "fastest_forward_backward": best_both,
-                          "forward_speedup_shipped": round(reference["forward_ms"] / current["forward_ms"], 3),
-                          "forward_speedup_best": round(reference["forward_ms"] / best_fwd["forward_ms"], 3)}), flush=True)
+        best_forward = min(rows, key=lambda r: r["forward_ms"])
+        best_backward = min(rows, key=lambda r: r["backward_ms"])
+        forward = next(r for r in rows if [r["block"], r["warps"]] == list(shipped["forward"]))
+        backward = next(r for r in rows if [r["block"], r["warps"]] == list(shipped["backward"]))
+        print(json.dumps({"bench": "hash_grid", "summary": name, "shipped": shipped,
+                          "shipped_forward_ms": forward["forward_ms"], "shipped_backward_ms": backward["backward_ms"],
+                          "fastest_forward": best_forward, "fastest_backward": best_backward}), flush=True)
     print(json.dumps({"bench": "hash_grid", "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                       "triton": __import__("triton").__version__}), flush=True)
     return 0

@@ -24,18 +24,16 @@ try:
 except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
     triton = None
 
-# launch settings (points per program, warps per program) of each kernel; benchmarks/bench_hash_grid.py sweeps them
-LAUNCH = {"forward": (128, 4), "backward": (128, 4)}
+# launch settings (points per program, warps per program) of each kernel, from benchmarks/bench_hash_grid.py's sweep
+# on an H100 (10.5M points along rays: forward 9.4 ms at 128 x 8 against 10.4 at 128 x 4; the backward is slower at 8)
+LAUNCH = {"forward": (128, 8), "backward": (128, 4)}
 
 
 if triton is not None:
 
     @triton.jit
-    def _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner: tl.constexpr,
-                      WIDE: tl.constexpr = True):
-        """Table row [BLOCK] and trilinear weight [BLOCK] of one corner of each point's cell at ``level``; row
-        arithmetic in int64 when ``WIDE``, else in int32 (tables under 2**31 entries: 64-bit multiplies are slow)."""
-        index_type = tl.int64 if WIDE else tl.int32
+    def _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner: tl.constexpr):
+        """Table row [BLOCK] and trilinear weight [BLOCK] of one corner of each point's cell at ``level``."""
         resolution = tl.load(res_ptr + level)
         rf = resolution.to(tl.float32)
         sx, sy, sz = px * rf, py * rf, pz * rf
@@ -49,23 +47,23 @@ if triton is not None:
         wx = dx * fx + (1 - dx) * (1.0 - fx)  # exact: one of the terms is zero
         wy = dy * fy + (1 - dy) * (1.0 - fy)
         wz = dz * fz + (1 - dz) * (1.0 - fz)
-        ix = cx.to(index_type) + dx
-        iy = cy.to(index_type) + dy
-        iz = cz.to(index_type) + dz
-        stride = (resolution + 1).to(index_type)
+        ix = cx.to(tl.int64) + dx
+        iy = cy.to(tl.int64) + dy
+        iz = cz.to(tl.int64) + dz
+        stride = (resolution + 1).to(tl.int64)
         dense_row = ix + iy * stride + iz * stride * stride
         # the hash in uint32 arithmetic (wraps mod 2**32, like Instant-NGP); equal to the int64 hash mod 2**T
         hx = ix.to(tl.uint32)
         hy = iy.to(tl.uint32) * 2654435761
         hz = iz.to(tl.uint32) * 805459861
-        hashed_row = ((hx ^ hy ^ hz) & hash_mask.to(tl.uint32)).to(index_type)
+        hashed_row = ((hx ^ hy ^ hz) & hash_mask.to(tl.uint32)).to(tl.int64)
         is_dense = tl.load(dense_ptr + level)
-        row = tl.where(is_dense != 0, dense_row, hashed_row) + tl.load(off_ptr + level).to(index_type)
+        row = tl.where(is_dense != 0, dense_row, hashed_row) + tl.load(off_ptr + level)
         return row, wx * wy * wz
 
     @triton.jit
     def _hash_forward_kernel(points_ptr, table_ptr, out_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
-                             N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+                             N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
         block = tl.program_id(0)
         level = tl.program_id(1)
         rows = block * BLOCK + tl.arange(0, BLOCK)
@@ -77,7 +75,7 @@ if triton is not None:
         columns = tl.arange(0, N_FEATURES)
         acc = tl.zeros((BLOCK, N_FEATURES), dtype=tl.float32)
         for corner in tl.static_range(8):
-            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner, WIDE)
+            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             features = tl.load(table_ptr + row[:, None] * N_FEATURES + columns[None, :], mask=valid[:, None], other=0.0)
             acc += weight[:, None] * features.to(tl.float32)
         out_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
@@ -90,7 +88,7 @@ if triton is not None:
 
     @triton.jit
     def _hash_backward_kernel(points_ptr, grad_out_ptr, grad_table_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
-                              N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+                              N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
         block = tl.program_id(0)
         level = tl.program_id(1)
         lane = tl.arange(0, BLOCK)
@@ -115,9 +113,9 @@ if triton is not None:
         grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
         grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
         for corner in tl.static_range(8):
-            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner, WIDE)
-            prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner, WIDE)
-            next_row, _ = _level_vertex(sx, sy, sz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner, WIDE)
+            row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
+            next_row, _ = _level_vertex(sx, sy, sz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             head = ((row != prev_row) | (lane == 0) | (rows >= n_points)).to(tl.int32)  # not has_prev (no ~: triton 3.0's interpreter lacks it)
             tail = (row != next_row) | (lane == BLOCK - 1) | (rows + 1 >= n_points)  # not has_next
             value = weight[:, None] * grad
@@ -141,12 +139,6 @@ def _layout_tensors(layout: HashGridLayout, device: torch.device) -> tuple[Tenso
     return _META_CACHE[key]
 
 
-def _wide_rows(layout: HashGridLayout) -> bool:
-    """Whether table addresses need int64 arithmetic: the table's entries (rows x features) reach 2**31. (A hashed
-    level's dense index may wrap in int32, but it is computed only to be discarded for the hashed one.)"""
-    return layout.n_rows * layout.n_features >= 2**31 - 1
-
-
 def _check_features(layout: HashGridLayout) -> None:
     f = layout.n_features
     if f & (f - 1):
@@ -165,7 +157,7 @@ class _HashGridFunction(torch.autograd.Function):
             grid = (triton.cdiv(n, block), layout.n_levels)
             _hash_forward_kernel[grid](points, table.contiguous(), out, res, off, dense, n, layout.hashmap_size - 1,
                                        N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features, BLOCK=block,
-                                       WIDE=_wide_rows(layout), num_warps=warps)
+                                       num_warps=warps)
         ctx.save_for_backward(points)
         ctx.layout = layout
         ctx.table_shape = table.shape
@@ -183,7 +175,7 @@ class _HashGridFunction(torch.autograd.Function):
             grid = (triton.cdiv(n, block), layout.n_levels)
             _hash_backward_kernel[grid](points, grad_out.contiguous().float(), grad_table, res, off, dense, n,
                                         layout.hashmap_size - 1, N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features,
-                                        BLOCK=block, WIDE=_wide_rows(layout), num_warps=warps)
+                                        BLOCK=block, num_warps=warps)
         return None, grad_table, None
 
 
