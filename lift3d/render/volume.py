@@ -65,7 +65,7 @@ class VolumeRendererConfig:
     eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
-    march_segment: int = 32  # without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass)
+    march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
     fuse_field_pass: str = "auto"  # with march_segment: the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: on CPU, always, never)
 
 
@@ -219,7 +219,7 @@ class VolumeRenderer(BaseModule):
             points = rays_o[:, None, :] + rays_d[:, None, :] * mid[..., None]
             mask = mask & self.occupancy.query(points.reshape(-1, 3)).reshape(n_rays, n_steps)
         stopping = self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
-        if stopping and not use_budget and 0 < self.cfg.march_segment < n_steps:
+        if stopping and not use_budget and 0 < self.cfg.march_segment < n_steps and device.type == "cpu":
             fields: list[dict[str, Tensor]] | None = [] if fuse else None
             with torch.set_grad_enabled(fuse and torch.is_grad_enabled()):
                 flat = self._keep_in_segments(rays_o, rays_d, lo, hi, mask, fields, training)
