@@ -64,26 +64,6 @@ def test_exclusive_segment_cumsum_gradient_matches_a_dense_reference():
     torch.testing.assert_close(grad, before.double().T @ weights)
 
 
-def test_accumulate_equals_index_add_with_its_gradient():
-    """Per-ray sums from running-sum differences equal index_add's, for rays with no samples, one sample, runs of
-    repeats (budget padding) and long runs (float64 running sums), and give each sample its ray's gradient."""
-    generator = torch.Generator().manual_seed(3)
-    counts = torch.tensor([0, 1, 5, 0, 0, 40000, 3, 0, 7, 1])
-    rays = torch.repeat_interleave(torch.arange(len(counts)), counts)
-    for shape in ((rays.shape[0],), (rays.shape[0], 3)):
-        values = torch.rand(shape, generator=generator, dtype=torch.float32).requires_grad_(True)
-        grad_out = torch.randn((len(counts),) + shape[1:], generator=generator)
-        sums = accumulate(values, rays, len(counts))
-        (grad,) = torch.autograd.grad((sums * grad_out).sum(), values)
-        reference_values = values.detach().double().requires_grad_(True)
-        reference = torch.zeros((len(counts),) + shape[1:], dtype=torch.float64).index_add(0, rays, reference_values)
-        (reference_grad,) = torch.autograd.grad((reference * grad_out.double()).sum(), reference_values)
-        torch.testing.assert_close(sums.double(), reference, atol=1e-5, rtol=1e-6)
-        torch.testing.assert_close(grad.double(), reference_grad)
-        assert sums.dtype == values.dtype and (sums[counts == 0] == 0).all()
-    assert accumulate(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 4).shape == (4, 3)
-
-
 def test_ray_box_and_compaction():
     o = torch.tensor([[0.0, 0.0, -3.0], [0.0, 5.0, -3.0]])
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
