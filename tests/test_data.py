@@ -82,7 +82,7 @@ def test_random_views_are_a_function_of_step():
     assert ((forward * to_origin).sum(-1) > 0.8).all()
 
 
-def test_resident_images_give_the_loaders_batches(data_dir):
+def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
     """images_on_device: batches gathered from photos kept on the device, drawn ahead in blocks, are the ones the
     host loader copies each step (same views, backgrounds, cameras and colours), across a block boundary."""
     from lift3d.data.posed_images import ResidentImages
@@ -104,16 +104,21 @@ def test_resident_images_give_the_loaders_batches(data_dir):
         assert resident["cameras"].viewmats is not None and host["cameras"].viewmats is None
         assert torch.allclose(resident["cameras"].w2c_opencv(), host["cameras"].w2c_opencv(), atol=1e-6)
         assert torch.equal(resident["cameras"].to("cpu")[0].w2c_opencv(), resident["cameras"].viewmats[:1])
-    assert not dm._use_resident_images(torch.device("cpu")) and dm._use_resident_images(torch.device("cuda"))
+    # auto: on CUDA where the photos take at most a quarter of its memory (a pretend GPU of 4 or 4n bytes)
+    photo_bytes = dm.train.rgba.numel()
+    for memory, expected in ((4 * photo_bytes, True), (4 * photo_bytes - 4, False)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, m=memory: type("P", (), {"total_memory": m}))
+        assert dm._use_resident_images(torch.device("cuda")) is expected
+    assert not dm._use_resident_images(torch.device("cpu"))
     with pytest.raises(SceneFormatError, match="images_on_device must be auto, always or never"):
         PosedImagesDataModule({**cfg, "images_on_device": "yes"})
 
 
 @pytest.mark.parametrize("random_background", [True, False])
-def test_resident_rays_give_the_loaders_batches(data_dir, random_background):
+def test_resident_rays_give_the_loaders_batches(data_dir, random_background, monkeypatch):
     """images_on_device with ray batches: rays and colours kept on the device, pixels drawn ahead in blocks, give
     the batches the host loader samples and copies each step (same rays, colours, alpha, background)."""
-    from lift3d.data.posed_images import DrawnAhead, ResidentRays
+    from lift3d.data.posed_images import DrawnAhead, ResidentRays, fits_on_device
 
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_mode": "rays",
            "rays_per_batch": 96, "random_background": random_background, "background": [0.2, 0.5, 1.0]}
@@ -129,4 +134,9 @@ def test_resident_rays_give_the_loaders_batches(data_dir, random_background):
     # auto: on CUDA only (where the rays fit), always: anywhere, never: nowhere
     assert not dm._use_resident_images(torch.device("cpu"))
     assert PosedImagesDataModule({**cfg, "images_on_device": "always"})._use_resident_images(torch.device("cpu"))
-    assert ResidentRays.fits(10**9, torch.device("cpu"))
+    assert fits_on_device(10**15, torch.device("cpu"))
+    # on CUDA, auto needs room for every pixel's ray, not only its colour: 28 bytes a pixel in a quarter of memory
+    pixels = dm.train.rgba[..., 0].numel()
+    for memory, expected in ((4 * 28 * pixels, True), (4 * 28 * pixels - 4, False)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, m=memory: type("P", (), {"total_memory": m}))
+        assert dm._use_resident_images(torch.device("cuda")) is expected

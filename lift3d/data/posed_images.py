@@ -111,6 +111,13 @@ def _evenly(indices: list[int], limit: int) -> list[int]:
     return [indices[i] for i in np.linspace(0, len(indices) - 1, limit).round().astype(int)]
 
 
+def fits_on_device(n_bytes: int, device: torch.device) -> bool:
+    """Whether ``n_bytes`` of training data take at most a quarter of the device's memory (any size off CUDA)."""
+    if device.type != "cuda":
+        return True
+    return n_bytes <= torch.cuda.get_device_properties(device).total_memory // 4
+
+
 class DrawnAhead:
     """What the loader would draw for each step (``draw(step, generator)`` -> tensors, with the step's generator),
     drawn on the host for a block of steps at once and kept on the training device: the same draws as the host
@@ -166,12 +173,7 @@ class ResidentRays:
         self.rgba = rgba.reshape(-1, 4).to(device)
         self.pick = DrawnAhead(pick, seed, device)
 
-    @staticmethod
-    def fits(n_pixels: int, device: torch.device) -> bool:
-        """Whether the rays (24 bytes a pixel) and colours (4) take at most a quarter of the device's memory."""
-        if device.type != "cuda":
-            return True
-        return n_pixels * 28 <= torch.cuda.get_device_properties(device).total_memory // 4
+    BYTES_PER_PIXEL = 28  # a ray (origin and direction, float32) and its RGBA bytes
 
 
 @register("posed-images")
@@ -350,11 +352,12 @@ class PosedImagesDataModule(BaseDataModule):
 
     def _use_resident_images(self, device: torch.device | None) -> bool:
         """Whether batches are built on the training device from resident photos (images_on_device); with "auto",
-        ray batches only where every pixel's ray fits in a quarter of the device's memory."""
+        on CUDA where the photos (and, for ray batches, every pixel's ray) fit in a quarter of its memory."""
         mode = self.cfg.images_on_device
         if mode == "never" or device is None or (mode == "auto" and device.type != "cuda"):
             return False
-        return self.cfg.batch_mode == "image" or mode == "always" or ResidentRays.fits(self.train.rgba[..., 0].numel(), device)
+        per_pixel = ResidentRays.BYTES_PER_PIXEL if self.cfg.batch_mode == "rays" else 4
+        return mode == "always" or fits_on_device(self.train.rgba[..., 0].numel() * per_pixel, device)
 
     def _resident_batch(self, step: int) -> dict[str, Any]:
         """The image batch of ``step`` gathered on the device from the resident photos: the same views and
