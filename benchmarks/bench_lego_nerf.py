@@ -6,10 +6,12 @@ training step (top ops by device time) and an arithmetic/bandwidth floor estimat
 Training stops early at --train-budget seconds so the whole run stays within ~8 minutes; a case then
 reports the step it reached. With ``--reference plain`` the same recipe is then trained again by a plain loop
 over the project's own renderer and optimizer without Lightning (``plain_nerf.py``), in the same process, so the
-two are compared side by side. Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
+two are compared side by side; ``--reference eager`` trains the recipe again with its step not captured as a CUDA
+graph (``system.cuda_graph=never``). Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
 
     python benchmarks/bench_lego_nerf.py --data ../shared/data/lego
     python benchmarks/bench_lego_nerf.py --data ../shared/data/lego --steps 2000,5000 --train-budget 120 --reference plain
+    python benchmarks/bench_lego_nerf.py --data ../shared/data/lego --steps 1000,2000,5000 --reference eager
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def evaluate(system, datamodule, max_views: int) -> dict:
     return {"psnr": mean[0], "ssim": mean[1], "views": len(views), "eval_s": seconds}
 
 
-def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_views: int, results: list):
+def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_views: int, results: list, name: str):
     import lightning as L
 
     class Checkpoints(L.Callback):
@@ -118,14 +120,16 @@ def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_view
             target = self.pending[0] if self.pending else step
             scores = evaluate(module, datamodule, eval_views)
             renderer = module.renderer
-            record = {"name": f"lego_nerf_{target}_steps", "target_steps": target, "steps": step,
+            captured = getattr(module, "_captured", None)
+            record = {"name": f"{name}_{target}_steps", "target_steps": target, "steps": step,
+                      "graph_captures": captured.captures if captured else 0, "graph_replays": captured.replays if captured else 0,
                       "train_wall_s": round(self.train_s, 2), "ms_per_step": round(1000 * self.train_s / max(step, 1), 3),
                       "occupancy": float(renderer.occupancy.occupancy_fraction()),
                       "hash_backend": "triton" if module.field.encoding._triton_checked else "torch",
                       "samples_per_ray": dict(renderer._per_ray), **{k: round(v, 4) for k, v in scores.items()},
                       "stopped_by_time_budget": bool(over and step < target)}
             results.append(record)
-            emit(record)
+            note(json.dumps(record, sort_keys=True))
             if self.pending and step >= self.pending[0]:
                 self.pending.pop(0)
             if over or not self.pending:
@@ -231,8 +235,9 @@ def main() -> int:
     parser.add_argument("--eval-views", type=int, default=-1, help="val views scored at each checkpoint (-1: all)")
     parser.add_argument("--rays", type=int, default=8192, help="rays per training step")
     parser.add_argument("--skip-profile", action="store_true", help="skip the profile and floor cases")
-    parser.add_argument("--reference", choices=["none", "plain"], default="none",
-                        help="plain: also train the recipe by a plain loop without Lightning (plain_nerf.py), same checkpoints")
+    parser.add_argument("--reference", default="none",
+                        help="comma separated: plain (also train the recipe by a plain loop without Lightning or CUDA graph, "
+                             "plain_nerf.py), eager (the recipe again with system.cuda_graph=never); same checkpoints")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
     args = parser.parse_args()
     out_dir = os.environ.get("OUT")
@@ -252,10 +257,30 @@ def main() -> int:
         return 1
 
 
+def train_recipe(cfg, trial: Path, checkpoints: list[int], args, name: str) -> tuple:
+    """Train the recipe ``cfg`` through the CLI's trainer, scoring at the checkpoint steps -> (system, data, records)."""
+    import lightning as L
+
+    from lift3d.runner import build_parts, build_trainer
+
+    start = time.perf_counter()
+    trainer = build_trainer(cfg, trial, train=True)
+    L.seed_everything(cfg.seed, verbose=False)
+    datamodule, system = build_parts(cfg)
+    system.set_save_dir(trial / "save")
+    datamodule.val_scene()
+    note(f"bench_lego_nerf: data loaded in {time.perf_counter() - start:.1f}s: {len(datamodule.train)} train views "
+         f"{datamodule.train.cameras.width}x{datamodule.train.cameras.height}")
+    results: list[dict] = []
+    trainer.callbacks.append(make_callback(datamodule, checkpoints, args.train_budget, args.eval_views, results, name))
+    trainer.fit(system, datamodule=datamodule)
+    system = system.to("cuda" if torch.cuda.is_available() else "cpu")
+    return system, datamodule, results
+
+
 def run(args, env: dict) -> int:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts, build_trainer
 
     checkpoints = [int(s) for s in args.steps.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="bench_lego_nerf_"))
@@ -265,22 +290,21 @@ def run(args, env: dict) -> int:
                  *args.overrides]
     cfg = load_config(recipe_config("reconstruct-nerf"), overrides=overrides)
     start = time.perf_counter()
-    trainer = build_trainer(cfg, workdir / "trial", train=True)
-    import lightning as L
-
-    L.seed_everything(cfg.seed, verbose=False)
-    datamodule, system = build_parts(cfg)
-    system.set_save_dir(workdir / "trial" / "save")
-    datamodule.val_scene()
-    note(f"bench_lego_nerf: data loaded in {time.perf_counter() - start:.1f}s: {len(datamodule.train)} train views "
-         f"{datamodule.train.cameras.width}x{datamodule.train.cameras.height}")
-    results: list[dict] = []
-    trainer.callbacks.append(make_callback(datamodule, checkpoints, args.train_budget, args.eval_views, results))
-    trainer.fit(system, datamodule=datamodule)
-    system = system.to("cuda" if torch.cuda.is_available() else "cpu")
+    references = [r for r in args.reference.split(",") if r and r != "none"]
+    unknown = sorted(set(references) - {"plain", "eager"})
+    if unknown:
+        raise SystemExit(f"--reference: unknown {unknown}; choose from none, plain, eager (comma separated)")
+    system, datamodule, results = train_recipe(cfg, workdir / "trial", checkpoints, args, "lego_nerf")
     for record in results:
         record.update(env)
-
+        emit(record)
+    if "eager" in references:  # the same recipe with every kernel launched from Python: what the CUDA graph buys
+        eager_cfg = load_config(recipe_config("reconstruct-nerf"), overrides=[*overrides, "system.cuda_graph=never"])
+        _, _, eager = train_recipe(eager_cfg, workdir / "eager", checkpoints, args, "lego_nerf_eager")
+        for record in eager:
+            recipe = next((r for r in results if r["target_steps"] == record["target_steps"]), None)
+            ratio = None if recipe is None else round(record["ms_per_step"] / recipe["ms_per_step"], 3)
+            emit({**record, "reference": "the recipe with system.cuda_graph=never", "recipe_speed_vs_eager": ratio, **env})
     for size, frames in ((64, 50), (512, 10)):
         emit({**throughput(system, datamodule, size, frames), **env})
     if not args.skip_profile:
@@ -293,7 +317,7 @@ def run(args, env: dict) -> int:
         per_ray = system.renderer._per_ray
         samples = record["samples_per_step"]
         emit({**floor_estimate(system, samples, per_ray.get("first", 0.0) * args.rays, args.rays), **env})
-    if args.reference == "plain":
+    if "plain" in references:
         from benchmarks.plain_nerf import train_plain
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

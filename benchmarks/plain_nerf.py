@@ -1,9 +1,10 @@
 """The reference for ``bench_lego_nerf.py --reference plain``: the reconstruct-nerf recipe as a plain loop.
 
 The project's own renderer, field and optimizer (the same config, seed, learning-rate schedule, occupancy-grid
-updates and photometric loss over the renderer's valid rays) driven by a bare ``for`` loop with no Lightning: ray
-batches are gathered on the device from resident rays (``ResidentRays``, what the recipe's data module does on
-CUDA), so the two runs differ only in the training loop around the same kernels.
+updates, and the recipe's own loss, ``ReconstructNerfSystem.loss_terms``) driven by a bare ``for`` loop with no
+Lightning and no CUDA graph, each kernel launched from Python: ray batches are gathered on the device from resident
+rays (``ResidentRays``, what the recipe's data module does on CUDA), so the two runs differ only in the training
+loop around the same kernels.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ def train_plain(cfg: Any, datamodule: Any, device: torch.device, checkpoints: li
     datamodule._resident = ResidentRays(*datamodule._all_rays(), datamodule.train.rgba, device, datamodule._pick_rays,
                                         datamodule.base_seed)
     parts = system.updateables()
-    renderer = system.renderer
     results: list[dict] = []
     pending = sorted(checkpoints)
     train_s, step = 0.0, 0
@@ -44,10 +44,8 @@ def train_plain(cfg: Any, datamodule: Any, device: torch.device, checkpoints: li
         for part in parts:
             part.update_step(0, step)
         batch = datamodule.on_after_batch_transfer({"step": step}, 0)
-        out = renderer.render_rays(batch["rays_o"], batch["rays_d"], background=batch["background"])
-        valid = out.get("ray_valid")
-        weight = torch.ones_like(out["rgb"][:, 0]) if valid is None else valid.float()
-        loss = (((out["rgb"] - batch["rgb"]) ** 2).mean(-1) * weight).sum() / weight.sum().clamp_min(1.0)
+        terms, _, _ = system.loss_terms(batch)
+        loss = system.weighted_sum(terms)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -214,6 +214,53 @@ def test_sample_budget_matches_exact_and_flags_overflow():
     torch.testing.assert_close(small["rgb"][ok], reference["rgb"][ok], atol=1e-6, rtol=1e-6)
 
 
+def test_max_train_samples_caps_the_full_field_pass_and_leaves_the_rest_out_of_the_loss():
+    field = AnalyticField(ball(0.6, 3.0), radius=1.0)
+    o, d = _rays(64)
+    free = make_renderer(field, steps_per_diagonal=128, randomized=False, sample_budget="always").train()
+    capped = make_renderer(field, steps_per_diagonal=128, randomized=False, sample_budget="always",
+                           max_train_samples=512).train()
+    for renderer in (free, capped):
+        renderer.render_rays(o, d)  # exact counts size the budgets
+    capped._per_ray = {k: v * 1000 for k, v in capped._per_ray.items()}  # a foggy field: far more samples than the cap
+    free._per_ray = dict(capped._per_ray)
+    assert capped._budget("second", 64) == 512 < free._budget("second", 64)
+    assert capped._budget("first", 64) == free._budget("first", 64)  # the density-only pass is not capped
+    out, reference = capped.render_rays(o, d), free.render_rays(o, d)
+    assert out["weights"].shape[0] == 512
+    ok = out["ray_valid"]
+    assert ok[0] and 0 < ok.sum() < 64 and reference["ray_valid"].all()  # the rays past the cap are flagged, in order
+    torch.testing.assert_close(out["rgb"][ok], reference["rgb"][ok], atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="max_train_samples"):
+        make_renderer(field, max_train_samples=-1)
+
+
+def test_graph_key_names_the_budgets_and_captured_counts_wait_for_their_replay():
+    """What a CUDA-graph capture of the training step relies on (the capture itself is in test_captured_step_gpu):
+    no key until budgets exist, a key of every chunk's budgets after, budgets fixed and counts held back while a
+    step is captured, and the held-back counts recorded when handed back after a replay."""
+    field = AnalyticField(ball(0.6, 3.0), radius=1.0)
+    o, d = _rays(64)
+    renderer = make_renderer(field, steps_per_diagonal=128, randomized=False, sample_budget="always", train_chunk_rays=48).train()
+    never = make_renderer(field, sample_budget="never").train()
+    assert never.graph_key(64, o.device) is None  # exact compaction waits on the host: not capturable
+    assert renderer.graph_key(64, o.device) is None  # no counts yet
+    reference = renderer.render_rays(o, d)
+    key = renderer.graph_key(64, o.device)
+    assert key is not None and len(key) == 4  # first and second pass, chunks of 48 and 16 rays
+    seen = dict(renderer._per_ray)
+    renderer.reset_sample_counts()
+    renderer.begin_graph_capture()
+    captured = renderer.render_rays(o, d)
+    counts = renderer.end_graph_capture()
+    assert len(counts) == 2 and renderer._sample_sums is None  # one entry per chunk, nothing recorded yet
+    torch.testing.assert_close(captured["rgb"], reference["rgb"])
+    renderer._per_ray = {}
+    renderer.record_graph_counts(counts)
+    assert renderer._per_ray == pytest.approx(seen)
+    assert renderer.sample_counts()["rays"] == 64
+
+
 def test_camera_render_shapes_and_camera_z_depth():
     # a dense slab at z = 0 seen from above: camera-space depth is the camera height at every pixel
     field = AnalyticField(slab(0.02, 2000.0), radius=1.0)
@@ -240,3 +287,4 @@ def test_gradients_reach_the_field_through_the_renderer():
     out = renderer.render_rays(o, d)
     out["rgb"].sum().backward()
     assert field.encoding.table.grad.abs().sum() > 0 and field.mlp.layers[0].weight.grad.abs().sum() > 0
+

@@ -65,6 +65,7 @@ class VolumeRendererConfig:
     eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
+    max_train_samples: int = 0  # with budgets: at most this many full-field samples a chunk of training rays; the rays past it are left out of the loss (Instant-NGP's fixed sample batch: early, foggy steps cost no more than later ones; 0: no limit)
     march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
     fuse_field_pass: str = "auto"  # with march_segment: the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: on CPU, always, never)
 
@@ -90,6 +91,8 @@ class VolumeRenderer(BaseModule):
         for key in ("sample_budget", "fuse_field_pass"):
             if getattr(c, key) not in ("auto", "always", "never"):
                 raise ValueError(f"renderer {key} must be auto, always or never, got '{getattr(c, key)}'")
+        if c.max_train_samples < 0:
+            raise ValueError(f"renderer max_train_samples must be >= 0 (0: no limit), got {c.max_train_samples}")
         if c.disparity_from < 0 or c.far_plane <= c.near_plane:
             raise ValueError(f"renderer needs disparity_from >= 0 and far_plane > near_plane, got {c.disparity_from}, "
                              f"{c.far_plane}, {c.near_plane}")
@@ -112,6 +115,7 @@ class VolumeRenderer(BaseModule):
         self._pending_names: list[str] = []
         self._sample_sums: tuple[list[str], Tensor] | None = None  # training samples of each pass since the last reset
         self._sample_rays = 0
+        self._graph_counts: list[tuple[dict[str, Tensor], int]] | None = None  # counts of a step being captured
 
     @property
     def field(self) -> Any:
@@ -129,7 +133,16 @@ class VolumeRenderer(BaseModule):
     def _budget(self, name: str, n_rays: int) -> int | None:
         if name not in self._per_ray:
             return None
-        return max(4096, math.ceil(self._per_ray[name] * self.cfg.budget_margin * n_rays / 4096) * 4096)
+        budget = max(4096, math.ceil(self._per_ray[name] * self.cfg.budget_margin * n_rays / 4096) * 4096)
+        full_field_pass = "second" if self._stopping else "first"
+        if name == full_field_pass and self.cfg.max_train_samples > 0:
+            budget = min(budget, self.cfg.max_train_samples)
+        return budget
+
+    @property
+    def _stopping(self) -> bool:
+        """Whether marching has a density-only first pass and early termination (else every candidate is kept)."""
+        return self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
 
     def _observe(self, name: str, per_ray: float) -> None:
         old = self._per_ray.get(name)
@@ -137,7 +150,11 @@ class VolumeRenderer(BaseModule):
             self._per_ray[name] = per_ray
 
     def _record_counts(self, counts: dict[str, Tensor], n_rays: int) -> None:
-        """Remember samples per ray: synchronously on CPU, through a pinned buffer and an event on CUDA."""
+        """Remember samples per ray: synchronously on CPU, through a pinned buffer and an event on CUDA (while a
+        step is captured, kept for ``record_graph_counts``: a graph cannot copy to the host)."""
+        if self._graph_counts is not None:
+            self._graph_counts.append((counts, n_rays))
+            return
         names = sorted(counts)
         raw = torch.stack([counts[k].float() for k in names])
         if self._sample_sums is None or self._sample_sums[0] != names or self._sample_sums[1].device != raw.device:
@@ -162,6 +179,36 @@ class VolumeRenderer(BaseModule):
             for name, value in zip(self._pending_names, self._readback[0].tolist()):
                 self._observe(name, value)
             self._pending = False
+
+    # ------------------------------------------------------------------------------ captured training steps
+    def graph_key(self, n_rays: int, device: torch.device) -> tuple | None:
+        """What fixes the shapes of a training render of ``n_rays`` rays, for capturing the step as a CUDA graph:
+        the sample budgets of every chunk; None where the render needs the host (no budgets yet, or exact
+        compaction) and so cannot be captured."""
+        if self.cfg.sampler == "importance":
+            return ("importance",)
+        if not self._use_budget(device, True):
+            return None
+        self._refresh_budgets()
+        chunk = self.cfg.train_chunk_rays if self.cfg.train_chunk_rays > 0 else max(n_rays, 1)
+        sizes = sorted({min(chunk, n_rays - start) for start in range(0, max(n_rays, 1), chunk)})
+        names = ("first", "second") if self._stopping else ("first",)
+        budgets = tuple(self._budget(name, size) for name in names for size in sizes)
+        return None if None in budgets else budgets
+
+    def begin_graph_capture(self) -> None:
+        """From here until ``end_graph_capture`` budgets stay fixed and sample counts are kept on the device."""
+        self._graph_counts = []
+
+    def end_graph_capture(self) -> list[tuple[dict[str, Tensor], int]]:
+        """Stop capturing; returns the captured step's counts, to hand to ``record_graph_counts`` after replays."""
+        counts, self._graph_counts = self._graph_counts or [], None
+        return counts
+
+    def record_graph_counts(self, counts: list[tuple[dict[str, Tensor], int]]) -> None:
+        """Record the sample counts a replayed step wrote (the tensors ``end_graph_capture`` returned)."""
+        for values, n_rays in counts:
+            self._record_counts(values, n_rays)
 
     def sample_counts(self) -> dict[str, float]:
         """Training rays and samples of each marching pass since ``reset_sample_counts`` ("first": density-only
@@ -218,7 +265,7 @@ class VolumeRenderer(BaseModule):
             mid = 0.5 * (lo + hi)
             points = rays_o[:, None, :] + rays_d[:, None, :] * mid[..., None]
             mask = mask & self.occupancy.query(points.reshape(-1, 3)).reshape(n_rays, n_steps)
-        stopping = self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
+        stopping = self._stopping
         if stopping and not use_budget and 0 < self.cfg.march_segment < n_steps and device.type == "cpu":
             fields: list[dict[str, Tensor]] | None = [] if fuse else None
             with torch.set_grad_enabled(fuse and torch.is_grad_enabled()):
@@ -406,7 +453,7 @@ class VolumeRenderer(BaseModule):
         if background is None:
             background = self.parts.background(rays_d[None])[0]
         training = self.training and torch.is_grad_enabled()
-        if training:
+        if training and self._graph_counts is None:
             self._refresh_budgets()
         chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
         if chunk < 0:

@@ -195,18 +195,24 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         connector = getattr(self.trainer, "_logger_connector", None)  # Lightning's own "write logs now?" test
         return connector is None or bool(connector.should_update_logs)
 
-    def total_loss(self, terms: dict[str, Tensor]) -> Tensor | None:
-        """Weighted sum of loss terms; logs each term and the total; applies the non-finite policy.
-
-        Returns None when the step is to be skipped (Lightning then skips the optimizer step)."""
+    def weighted_sum(self, terms: dict[str, Tensor]) -> Tensor:
+        """The loss: the sum of the terms, each times its current weight (terms of weight 0 left out)."""
         total: Tensor | None = None
         for name, value in terms.items():
             weight = self.loss_weight(name)
-            self.log_step(f"train/loss_{name}", value.detach())
             if weight != 0.0:
                 total = weight * value if total is None else total + weight * value
         if total is None:
             raise ValueError(f"every loss term has weight 0 at step {self.true_global_step}: {list(terms)}")
+        return total
+
+    def total_loss(self, terms: dict[str, Tensor]) -> Tensor | None:
+        """Weighted sum of loss terms; logs each term and the total; applies the non-finite policy.
+
+        Returns None when the step is to be skipped (Lightning then skips the optimizer step)."""
+        for name, value in terms.items():
+            self.log_step(f"train/loss_{name}", value.detach())
+        total = self.weighted_sum(terms)
         self.log_step("train/loss", total.detach(), prog_bar=True)
         every = self.cfg.nonfinite_check_every
         if every and self.true_global_step % every == 0 and not _finite_on_every_rank(total):

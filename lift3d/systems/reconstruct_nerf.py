@@ -42,6 +42,7 @@ class ReconstructNerfConfig(SystemConfig):
     photometric_loss: str = "mse"  # mse or smooth_l1
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
+    cuda_graph: str = "auto"  # auto: the training step (render, loss, backward) replayed as one CUDA graph on a GPU with ray batches, 32-bit precision and one device; never: launch its kernels one by one
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
     export: ExportConfig = dataclasses.field(default_factory=lambda: ExportConfig(
         formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # what lift3d export writes by default
@@ -62,6 +63,11 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
+        if c.cuda_graph not in ("auto", "never"):
+            raise ValueError(f"cuda_graph must be auto or never, got '{c.cuda_graph}'")
+        self._captured: Any = None  # CapturedStep, made on the first step that can be captured
+        self._graph_counts: list = []  # the captured step's sample counts (device tensors the graph rewrites)
+        self._replayed = False
 
     # ------------------------------------------------------------------------------ training
     def _photometric(self, prediction: Tensor, target: Tensor) -> Tensor:
@@ -69,7 +75,10 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             return ((prediction - target) ** 2).mean(-1)
         return F.smooth_l1_loss(prediction, target, reduction="none", beta=0.1).mean(-1)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+    def loss_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
+        """Render the batch and compare it with the photos -> (loss terms, rendered rays [N, C], target rgb [N, 3]).
+
+        Rays outside the renderer's sample budget (``ray_valid`` False) are left out of every term."""
         if "rays_o" in batch:
             out = self.renderer.render_rays(batch["rays_o"], batch["rays_d"], background=batch.get("background"))
             target, target_alpha = batch["rgb"], batch.get("alpha")
@@ -77,6 +86,7 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             images = self.renderer(batch["cameras"], background=batch.get("background"))
             out = {k: images[k].reshape(-1, images[k].shape[-1]) for k in ("rgb", "alpha")}
             out.update({k: images[k].reshape(-1) for k in ("ray_valid",) if k in images})
+            out.update({k: images[k] for k in ("num_samples",) if k in images})
             target = batch["rgb"].reshape(-1, 3)
             target_alpha = batch["alpha"].reshape(-1, 1) if "alpha" in batch else None
         valid = out.get("ray_valid")
@@ -88,13 +98,85 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             terms["alpha"] = (((out["alpha"] - target_alpha) ** 2).reshape(-1) * weight).sum() / count
         if self.loss_weight("sparsity") != 0:
             terms["sparsity"] = out["alpha"].mean()
+        rays = {k: out[k] for k in ("rgb", "alpha", "ray_valid", "num_samples") if k in out}
+        return terms, rays, target
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        self._replayed = False
+        captured = self._captured_terms(batch) if self._can_capture(batch) else None
+        if captured is None:
+            terms, out, target = self.loss_terms(batch)
+        else:
+            terms, out, target = captured
+            self._replayed = True
         if self._is_logging_step():
-            mse = (((out["rgb"].detach() - target) ** 2).mean(-1) * weight).sum() / count
+            valid = out.get("ray_valid")
+            weight = torch.ones_like(out["rgb"][:, 0]) if valid is None else valid.reshape(-1).float()
+            mse = (((out["rgb"].detach() - target) ** 2).mean(-1) * weight).sum() / weight.sum().clamp_min(1.0)
             self.log_step("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)), prog_bar=True)
             if "num_samples" in out:
                 self.log_step("train/samples_per_ray", out["num_samples"] / out["rgb"].shape[0])
             self.log_step("train/occupancy", self.renderer.occupancy.occupancy_fraction())
         return self.total_loss(terms)
+
+    # ------------------------------------------------------------------------------ the step as a CUDA graph
+    def _can_capture(self, batch: dict[str, Any]) -> bool:
+        """Whether this step may run as a replayed CUDA graph: ray batches on a GPU, one process, 32-bit
+        precision, one batch a step (see ``cuda_graph``)."""
+        if self.cfg.cuda_graph == "never" or "rays_o" not in batch or not batch["rays_o"].is_cuda:
+            return False
+        trainer = self._trainer
+        if trainer is None or trainer.world_size != 1 or trainer.accumulate_grad_batches != 1:
+            return False
+        return str(trainer.precision) in ("32-true", "32")
+
+    def _graph_key(self, n_rays: int, device: torch.device) -> tuple | None:
+        """Everything a captured step bakes in: the renderer's sample budgets, the loss weights, and the
+        per-step choices of the parts (active hash-grid levels, the material's shading)."""
+        renderer_key = self.renderer.graph_key(n_rays, device)
+        if renderer_key is None:
+            return None
+        weights = tuple((name, self.loss_weight(name)) for name in ("rgb", "alpha", "sparsity"))
+        parts = (getattr(getattr(self.field, "encoding", None), "active_levels", None),
+                 getattr(self.material, "training_shading", None))
+        return renderer_key, weights, parts
+
+    def _captured_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor] | None:
+        """The step's loss terms by replaying its CUDA graph (captured again when its key changes); the gradients
+        wait in the graph until ``backward``. None: this step runs eagerly (the renderer has no sample budgets yet)."""
+        inputs = {k: v for k, v in batch.items() if torch.is_tensor(v) and k in ("rays_o", "rays_d", "rgb", "alpha", "background")}
+        key = self._graph_key(inputs["rays_o"].shape[0], inputs["rays_o"].device)
+        if key is None:
+            return None
+        if self._captured is None:
+            from lift3d.systems.captured_step import CapturedStep
+
+            self._captured = CapturedStep([p for p in self.parameters() if p.requires_grad],
+                                          hint="set system.cuda_graph=never to train with the step launched kernel by kernel")
+        counts: list = []
+
+        def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+            self.renderer.begin_graph_capture()
+            try:
+                terms, out, target = self.loss_terms(static)
+            finally:
+                counts[:] = self.renderer.end_graph_capture()
+            return self.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **out, "target": target}
+
+        outputs = self._captured.run(key, inputs, compute)
+        if counts:
+            self._graph_counts = list(counts)
+        self.renderer.record_graph_counts(self._graph_counts)
+        terms = {k[len("term:"):]: v for k, v in outputs.items() if k.startswith("term:")}
+        out = {k: v for k, v in outputs.items() if not k.startswith("term:") and k not in ("loss", "target")}
+        return terms, out, outputs["target"]
+
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """After a replayed step the gradients are already computed: hand them to the parameters."""
+        if self._replayed and self._captured is not None:
+            self._captured.assign_gradients()
+            return
+        super().backward(loss, *args, **kwargs)
 
     # ------------------------------------------------------------------------------ evaluation
     def render_views(self, batch: dict[str, Any]) -> dict[str, Tensor]:
