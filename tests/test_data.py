@@ -133,7 +133,11 @@ def test_resident_rays_give_the_loaders_batches(data_dir, random_background, mon
     assert len({float(dm._resident_rays(s)["background"][0, 0]) for s in range(4)}) == (4 if random_background else 1)
     # auto: on CUDA only (where the rays fit), always: anywhere, never: nowhere
     assert not dm._use_resident_images(torch.device("cpu"))
-    assert PosedImagesDataModule({**cfg, "images_on_device": "always"})._use_resident_images(torch.device("cpu"))
+    always = PosedImagesDataModule({**cfg, "images_on_device": "always"})
+    assert always._use_resident_images(torch.device("cpu"))
+    monkeypatch.setattr(always, "_training_device", lambda: torch.device("cpu"))
+    always.train_dataloader()
+    assert isinstance(always._resident, ResidentRays) and always._rays is None  # no host copy beside the device's
     assert fits_on_device(10**15, torch.device("cpu"))
     # on CUDA, auto needs room for every pixel's ray, not only its colour: 28 bytes a pixel in a quarter of memory
     pixels = dm.train.rgba[..., 0].numel()

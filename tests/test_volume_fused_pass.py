@@ -41,7 +41,7 @@ def _render(field, fuse, training, calls, compute_normals=False):
 def test_fused_pass_gives_the_two_pass_samples_images_and_gradients(training):
     field = _field()
     out, grads, calls = {}, {}, {}
-    for fuse in ("never", "always"):
+    for fuse in ("never", "auto"):
         calls[fuse] = []
         with torch.set_grad_enabled(training):
             out[fuse] = _render(field, fuse, training, calls[fuse])
@@ -49,28 +49,28 @@ def test_fused_pass_gives_the_two_pass_samples_images_and_gradients(training):
             field.zero_grad()
             (out[fuse]["rgb"].square().sum() + out[fuse]["depth"].sum()).backward()
             grads[fuse] = [p.grad.clone() for p in field.parameters()]
-    assert out["always"]["num_samples"] == out["never"]["num_samples"]
+    assert out["auto"]["num_samples"] == out["never"]["num_samples"]
     assert out["never"]["num_samples"] < 0.8 * sum(n for kind, n in calls["never"] if kind == "density")  # rays stop early
-    torch.testing.assert_close(out["always"]["ray_indices"], out["never"]["ray_indices"], rtol=0, atol=0)
-    torch.testing.assert_close(out["always"]["sample_t"], out["never"]["sample_t"], rtol=0, atol=0)
+    torch.testing.assert_close(out["auto"]["ray_indices"], out["never"]["ray_indices"], rtol=0, atol=0)
+    torch.testing.assert_close(out["auto"]["sample_t"], out["never"]["sample_t"], rtol=0, atol=0)
     for key in ("rgb", "alpha", "depth"):
-        torch.testing.assert_close(out["always"][key], out["never"][key], atol=1e-6, rtol=1e-5)
-    for fused, plain in zip(grads.get("always", []), grads.get("never", [])):
+        torch.testing.assert_close(out["auto"][key], out["never"][key], atol=1e-6, rtol=1e-5)
+    for fused, plain in zip(grads.get("auto", []), grads.get("never", [])):
         torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-4)
     # two passes: densities of the candidates, then the field at the kept samples; fused: the field once per segment
     assert [kind for kind, _ in calls["never"]][-1] == "field" and sum(n for k, n in calls["never"] if k == "field") == out["never"]["num_samples"]
-    assert {kind for kind, _ in calls["always"]} == {"field"}
-    assert sum(n for _, n in calls["always"]) == sum(n for kind, n in calls["never"] if kind == "density")
+    assert {kind for kind, _ in calls["auto"]} == {"field"}
+    assert sum(n for _, n in calls["auto"]) == sum(n for kind, n in calls["never"] if kind == "density")
 
 
 def test_normals_keep_the_second_pass():
     calls = []
     with torch.no_grad():
-        out = _render(_field(), "always", False, calls, compute_normals=True)
+        out = _render(_field(), "auto", False, calls, compute_normals=True)
     assert "normal" in out and calls[-1] == ("field", int(out["num_samples"]))
     assert {kind for kind, _ in calls[:-1]} == {"density"}
 
 
 def test_fuse_mode_is_checked():
     with pytest.raises(ValueError, match="fuse_field_pass"):
-        find("volume-renderer")({"fuse_field_pass": "sometimes"}, _field(), find("emission")({}), find("solid-color")({}))
+        find("volume-renderer")({"fuse_field_pass": "always"}, _field(), find("emission")({}), find("solid-color")({}))

@@ -67,7 +67,7 @@ class VolumeRendererConfig:
     budget_margin: float = 1.25  # budgets are this times the sample counts seen recently
     max_train_samples: int = 0  # with budgets: at most this many full-field samples a chunk of training rays; the rays past it are left out of the loss (Instant-NGP's fixed sample batch: early, foggy steps cost no more than later ones; 0: no limit)
     march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
-    fuse_field_pass: str = "auto"  # with march_segment: the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: on CPU, always, never)
+    fuse_field_pass: str = "auto"  # with march_segment (CPU only): the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: do so; never: density-only segments, then a second pass)
 
 
 class _Parts:
@@ -88,9 +88,11 @@ class VolumeRenderer(BaseModule):
         c = self.cfg
         if c.sampler not in ("occupancy", "importance"):
             raise ValueError(f"renderer sampler must be occupancy or importance, got '{c.sampler}'")
-        for key in ("sample_budget", "fuse_field_pass"):
-            if getattr(c, key) not in ("auto", "always", "never"):
-                raise ValueError(f"renderer {key} must be auto, always or never, got '{getattr(c, key)}'")
+        if c.sample_budget not in ("auto", "always", "never"):
+            raise ValueError(f"renderer sample_budget must be auto, always or never, got '{c.sample_budget}'")
+        if c.fuse_field_pass not in ("auto", "never"):
+            raise ValueError(f"renderer fuse_field_pass must be auto or never (segment marching runs on the CPU only), "
+                             f"got '{c.fuse_field_pass}'")
         if c.max_train_samples < 0:
             raise ValueError(f"renderer max_train_samples must be >= 0 (0: no limit), got {c.max_train_samples}")
         if c.disparity_from < 0 or c.far_plane <= c.near_plane:
@@ -244,11 +246,6 @@ class VolumeRenderer(BaseModule):
         chord = self.diagonal if static else (float((t_far - t_near).clamp_min(0).max()) if t_near.numel() else 0.0)
         return n_marching_steps(chord, self.step_size)
 
-    def _fuse(self, device: torch.device) -> bool:
-        """Whether segment marching evaluates the whole field once (see ``_keep_in_segments``)."""
-        mode = self.cfg.fuse_field_pass
-        return mode == "always" or (mode == "auto" and device.type == "cpu")
-
     def _march(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool,
                fuse: bool = False) -> dict[str, Any]:
         """Occupancy-grid marching + density-only early termination -> packed samples (with ``fuse`` and segment
@@ -396,7 +393,7 @@ class VolumeRenderer(BaseModule):
         material = self.parts.material if material is None else material
         need_normals = compute_normals or material.requires_normals
         if self.cfg.sampler == "occupancy":
-            samples = self._march(rays_o, rays_d, t_near, t_far, training, fuse=not need_normals and self._fuse(rays_o.device))
+            samples = self._march(rays_o, rays_d, t_near, t_far, training, fuse=not need_normals and self.cfg.fuse_field_pass == "auto")
         else:
             samples = self._importance(rays_o, rays_d, t_near, t_far, training)
         ray, lo, hi, valid = samples["ray"], samples["lo"], samples["hi"], samples["valid"]
