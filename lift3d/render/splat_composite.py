@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lift3d.render.splat_bins import TileBins, tile_lists, tile_origins, to_image, to_tiles
-from lift3d.render.splat_project import ALPHA_THRESHOLD
+from lift3d.render.splat_project import ALPHA_THRESHOLD, exact_float32_matmuls
 
 ALPHA_MAX = 0.999  # gsplat's clamp (the original 3DGS CUDA code uses 0.99)
 T_MIN = 1e-4  # a pixel is finished once its transmittance would fall to this or below
@@ -226,6 +226,11 @@ class _Composite(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_render, g_alpha):
+        with exact_float32_matmuls():  # autograd runs this outside the forward's context
+            return _Composite._backward(ctx, g_render, g_alpha)
+
+    @staticmethod
+    def _backward(ctx, g_render, g_alpha):
         means2d, conics, opacities, colors, backgrounds, final, q_all = ctx.saved_tensors
         bins: TileBins = ctx.bins
         g_background = (g_render * final).sum(dim=(1, 2))

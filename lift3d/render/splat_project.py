@@ -12,6 +12,8 @@ pixel's alpha is below the 1/255 skip threshold.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -48,10 +50,29 @@ def quat_to_rotmat(quats: Tensor) -> Tensor:
     return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (3, 3))
 
 
+@contextmanager
+def exact_float32_matmuls() -> Iterator[None]:
+    """Full float32 matmuls inside, whatever the run's global precision: with TF32 (10-bit mantissa, what recipes
+    set on CUDA for their MLPs) a Gaussian's exponent over a tile, hundreds of squared pixels times its conic,
+    is off by whole units, and its opacity at a pixel by tens of percent."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def small_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for small matrices [..., m, k] x [..., k, n] as products and sums: exact float32 in the forward and
+    the backward whatever the global matmul precision (the projection's covariances feed a matrix inverse)."""
+    return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
+
+
 def covariance_3d(quats: Tensor, scales: Tensor) -> Tensor:
     """World covariances [N, 3, 3] = R S S^T R^T of quaternions [N, 4] and scales [N, 3] (activated)."""
     M = quat_to_rotmat(quats) * scales[..., None, :]
-    return M @ M.transpose(-1, -2)
+    return small_matmul(M, M.transpose(-1, -2))
 
 
 def project_gaussians(
@@ -69,8 +90,8 @@ def project_gaussians(
     """Project Gaussians into C cameras (differentiable in means, covars; culling is not)."""
     R = viewmats[:, None, :3, :3]  # [C, 1, 3, 3]
     t = viewmats[:, None, :3, 3]  # [C, 1, 3]
-    means_c = (R @ means[None, :, :, None]).squeeze(-1) + t  # [C, N, 3]
-    cov_c = R @ covars[None] @ R.transpose(-1, -2)  # [C, N, 3, 3]
+    means_c = (R * means[None, :, None, :]).sum(-1) + t  # [C, N, 3]
+    cov_c = small_matmul(small_matmul(R, covars[None]), R.transpose(-1, -2))  # [C, N, 3, 3]
     x, y, z = means_c.unbind(-1)
     in_depth = (z >= near_plane) & (z <= far_plane)
     z = torch.where(in_depth, z, torch.ones_like(z))  # keeps culled entries finite (and their gradients)
