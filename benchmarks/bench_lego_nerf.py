@@ -7,7 +7,7 @@ Training stops early at --train-budget seconds so the whole run stays within ~8 
 reports the step it reached. With ``--reference plain`` the same recipe is then trained again by a plain loop
 over the project's own renderer and optimizer without Lightning (``plain_nerf.py``), in the same process, so the
 two are compared side by side; ``--reference eager`` trains the recipe again with its step not captured as a CUDA
-graph (``system.cuda_graph=never``). Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
+graph (``system.cuda_graphs=false``). Everything printed also goes to $OUT/bench_lego_nerf.log when $OUT is set.
 
     python benchmarks/bench_lego_nerf.py --data ../shared/data/lego
     python benchmarks/bench_lego_nerf.py --data ../shared/data/lego --steps 2000,5000 --train-budget 120 --reference plain
@@ -237,7 +237,7 @@ def main() -> int:
     parser.add_argument("--skip-profile", action="store_true", help="skip the profile and floor cases")
     parser.add_argument("--reference", default="none",
                         help="comma separated: plain (also train the recipe by a plain loop without Lightning or CUDA graph, "
-                             "plain_nerf.py), eager (the recipe again with system.cuda_graph=never); same checkpoints")
+                             "plain_nerf.py), eager (the recipe again with system.cuda_graphs=false); same checkpoints")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (key=value)")
     args = parser.parse_args()
     out_dir = os.environ.get("OUT")
@@ -299,12 +299,12 @@ def run(args, env: dict) -> int:
         record.update(env)
         emit(record)
     if "eager" in references:  # the same recipe with every kernel launched from Python: what the CUDA graph buys
-        eager_cfg = load_config(recipe_config("reconstruct-nerf"), overrides=[*overrides, "system.cuda_graph=never"])
+        eager_cfg = load_config(recipe_config("reconstruct-nerf"), overrides=[*overrides, "system.cuda_graphs=false"])
         _, _, eager = train_recipe(eager_cfg, workdir / "eager", checkpoints, args, "lego_nerf_eager")
         for record in eager:
             recipe = next((r for r in results if r["target_steps"] == record["target_steps"]), None)
             ratio = None if recipe is None else round(record["ms_per_step"] / recipe["ms_per_step"], 3)
-            emit({**record, "reference": "the recipe with system.cuda_graph=never", "recipe_speed_vs_eager": ratio, **env})
+            emit({**record, "reference": "the recipe with system.cuda_graphs=false", "recipe_speed_vs_eager": ratio, **env})
     for size, frames in ((64, 50), (512, 10)):
         emit({**throughput(system, datamodule, size, frames), **env})
     if not args.skip_profile:

@@ -1,4 +1,4 @@
-"""The NeRF training step replayed as a CUDA graph (``system.cuda_graph``): same gradients as the eager step, a
+"""The NeRF training step replayed as a CUDA graph (``system.cuda_graphs``): same gradients as the eager step, a
 new capture only when the shapes change, and the recipe training as well as without it."""
 
 import json
@@ -96,9 +96,9 @@ def test_the_captured_nerf_step_equals_the_eager_step(tmp_path, data_dir):
 
 def test_reconstruct_nerf_trains_as_well_with_the_captured_step(tmp_path, data_dir):
     scores, replays = {}, {}
-    for mode in ("auto", "never"):
+    for mode in ("true", "false"):
         overrides = [f"data.root={data_dir / 'lego_tiny'}", f"output_root={tmp_path}", *TINY, "trainer.max_steps=300",
-                     "trainer.val_check_interval=300", "trainer.accelerator=gpu", f"system.cuda_graph={mode}",
+                     "trainer.val_check_interval=300", "trainer.accelerator=gpu", f"system.cuda_graphs={mode}",
                      "trainer.run_test_after_fit=false"]
         cfg = load_config(recipe_config("reconstruct-nerf"), overrides=overrides)
         trainer = build_trainer(cfg, tmp_path / mode, train=True)
@@ -107,10 +107,10 @@ def test_reconstruct_nerf_trains_as_well_with_the_captured_step(tmp_path, data_d
         trainer.fit(system, datamodule=datamodule)
         scores[mode] = json.loads((tmp_path / mode / "save" / "metrics.json").read_text())["val"]["psnr"]
         replays[mode] = (system._captured.captures, system._captured.replays) if system._captured else (0, 0)
-    captures, replayed = replays["auto"]
-    assert replays["never"] == (0, 0)
+    captures, replayed = replays["true"]
+    assert replays["false"] == (0, 0)
     assert replayed > 200 and captures < 30, replays  # most steps replayed; a few captures as the budgets settle
-    assert scores["auto"] > 25.0 and abs(scores["auto"] - scores["never"]) < 1.5, scores
+    assert scores["true"] > 25.0 and abs(scores["true"] - scores["false"]) < 1.5, scores
 
 
 _REFUSED = """
@@ -118,7 +118,7 @@ import os
 import torch
 from lift3d.systems.captured_step import CapturedStep, GraphCaptureError
 model = torch.nn.Linear(3, 1).cuda()
-captured = CapturedStep(list(model.parameters()), hint="set system.cuda_graph=never")
+captured = CapturedStep(list(model.parameters()), hint="set system.cuda_graphs=false")
 def compute(inputs):
     kept = inputs["x"][inputs["x"][:, 0] > 0]  # boolean indexing waits for the count: not capturable
     return model(kept).sum(), {}
@@ -141,4 +141,4 @@ def test_a_step_that_waits_on_the_host_is_refused_with_the_way_out():
     assert result.returncode == 0 and result.stdout.strip(), (result.stdout, result.stderr[-4000:])
     line = result.stdout.strip().splitlines()[-1]
     assert line.startswith("refused: the training step could not be captured as a CUDA graph (")
-    assert line.endswith("; set system.cuda_graph=never"), line
+    assert line.endswith("; set system.cuda_graphs=false"), line

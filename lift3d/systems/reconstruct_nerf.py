@@ -42,7 +42,7 @@ class ReconstructNerfConfig(SystemConfig):
     photometric_loss: str = "mse"  # mse or smooth_l1
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
-    cuda_graph: str = "auto"  # auto: the training step (render, loss, backward) replayed as one CUDA graph on a GPU with ray batches, 32-bit precision and one device; never: launch its kernels one by one
+    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit precision, one device (false: its kernels launched one by one)
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
     export: ExportConfig = dataclasses.field(default_factory=lambda: ExportConfig(
         formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # what lift3d export writes by default
@@ -63,8 +63,6 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
-        if c.cuda_graph not in ("auto", "never"):
-            raise ValueError(f"cuda_graph must be auto or never, got '{c.cuda_graph}'")
         self._captured: Any = None  # CapturedStep, made on the first step that can be captured
         self._graph_counts: list = []  # the captured step's sample counts (device tensors the graph rewrites)
         self._replayed = False
@@ -122,8 +120,8 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
     # ------------------------------------------------------------------------------ the step as a CUDA graph
     def _can_capture(self, batch: dict[str, Any]) -> bool:
         """Whether this step may run as a replayed CUDA graph: ray batches on a GPU, one process, 32-bit
-        precision, one batch a step (see ``cuda_graph``)."""
-        if self.cfg.cuda_graph == "never" or "rays_o" not in batch or not batch["rays_o"].is_cuda:
+        precision, one batch a step (see ``cuda_graphs``)."""
+        if not self.cfg.cuda_graphs or "rays_o" not in batch or not batch["rays_o"].is_cuda:
             return False
         trainer = self._trainer
         if trainer is None or trainer.world_size != 1 or trainer.accumulate_grad_batches != 1:
@@ -152,7 +150,7 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             from lift3d.systems.captured_step import CapturedStep
 
             self._captured = CapturedStep([p for p in self.parameters() if p.requires_grad],
-                                          hint="set system.cuda_graph=never to train with the step launched kernel by kernel")
+                                          hint="set system.cuda_graphs=false to train with the step launched kernel by kernel")
         counts: list = []
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
