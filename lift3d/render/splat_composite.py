@@ -225,12 +225,8 @@ class _Composite(torch.autograd.Function):
         return acc + final * backgrounds[:, None, None, :], 1 - final
 
     @staticmethod
+    @exact_float32_matmuls()  # autograd runs the backward outside the forward's context
     def backward(ctx, g_render, g_alpha):
-        with exact_float32_matmuls():  # autograd runs this outside the forward's context
-            return _Composite._backward(ctx, g_render, g_alpha)
-
-    @staticmethod
-    def _backward(ctx, g_render, g_alpha):
         means2d, conics, opacities, colors, backgrounds, final, q_all = ctx.saved_tensors
         bins: TileBins = ctx.bins
         g_background = (g_render * final).sum(dim=(1, 2))

@@ -15,6 +15,7 @@ from lift3d.render.splat_composite import composite
 from lift3d.render.splat_project import covariance_3d, exact_float32_matmuls, project_gaussians
 
 
+@exact_float32_matmuls()  # the tile GEMMs of the exponents (the composite's backward sets it again)
 def rasterize_torch(
     means: Tensor,  # [N, 3]
     quats: Tensor,  # [N, 4] wxyz, any norm
@@ -37,15 +38,6 @@ def rasterize_torch(
 ) -> dict[str, Tensor]:
     """Render C views; returns colours+depth ``render`` [C, H, W, D+1] (depth accumulated, not yet
     normalised), ``alpha`` [C, H, W, 1], ``means2d`` [C, N, 2], ``radii`` [C, N, 2], ``depths`` [C, N]."""
-    with exact_float32_matmuls():  # the tile GEMMs of the exponents (the backward sets it again)
-        return _rasterize(means, quats, scales, opacities, colors, viewmats, Ks, width, height, backgrounds, sh_degree,
-                          near_plane, far_plane, eps2d, tile_size, chunk_elements, mode, save_elements)
-
-
-def _rasterize(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, colors: Tensor, viewmats: Tensor,
-               Ks: Tensor, width: int, height: int, backgrounds: Tensor, sh_degree: int | None, near_plane: float,
-               far_plane: float, eps2d: float, tile_size: int, chunk_elements: int, mode: str,
-               save_elements: int) -> dict[str, Tensor]:
     from lift3d.gaussians.sh import sh_to_color  # lazily: lift3d.gaussians imports the renderer
 
     proj = project_gaussians(means, covariance_3d(quats, scales), opacities, viewmats, Ks, width, height,
