@@ -256,7 +256,7 @@ def test_graph_key_names_the_budgets_and_captured_counts_wait_for_their_replay()
     assert len(counts) == 2 and renderer._sample_sums is None  # one entry per chunk, nothing recorded yet
     torch.testing.assert_close(captured["rgb"], reference["rgb"])
     renderer._per_ray = {}
-    renderer.record_graph_counts(counts)
+    renderer.record_graph_counts()
     assert renderer._per_ray == pytest.approx(seen)
     assert renderer.sample_counts()["rays"] == 64
 

@@ -118,6 +118,7 @@ class VolumeRenderer(BaseModule):
         self._sample_sums: tuple[list[str], Tensor] | None = None  # training samples of each pass since the last reset
         self._sample_rays = 0
         self._graph_counts: list[tuple[dict[str, Tensor], int]] | None = None  # counts of a step being captured
+        self._replay_counts: list[tuple[dict[str, Tensor], int]] = []  # those of the last capture, rewritten by each replay
 
     @property
     def field(self) -> Any:
@@ -192,7 +193,7 @@ class VolumeRenderer(BaseModule):
         if not self._use_budget(device, True):
             return None
         self._refresh_budgets()
-        chunk = self.cfg.train_chunk_rays if self.cfg.train_chunk_rays > 0 else max(n_rays, 1)
+        chunk = self._chunk_rays(n_rays, True, device)
         sizes = sorted({min(chunk, n_rays - start) for start in range(0, max(n_rays, 1), chunk)})
         names = ("first", "second") if self._stopping else ("first",)
         budgets = tuple(self._budget(name, size) for name in names for size in sizes)
@@ -203,13 +204,13 @@ class VolumeRenderer(BaseModule):
         self._graph_counts = []
 
     def end_graph_capture(self) -> list[tuple[dict[str, Tensor], int]]:
-        """Stop capturing; returns the captured step's counts, to hand to ``record_graph_counts`` after replays."""
-        counts, self._graph_counts = self._graph_counts or [], None
-        return counts
+        """Stop capturing; the captured step's counts are kept (and returned) for ``record_graph_counts``."""
+        self._replay_counts, self._graph_counts = self._graph_counts or [], None
+        return self._replay_counts
 
-    def record_graph_counts(self, counts: list[tuple[dict[str, Tensor], int]]) -> None:
-        """Record the sample counts a replayed step wrote (the tensors ``end_graph_capture`` returned)."""
-        for values, n_rays in counts:
+    def record_graph_counts(self) -> None:
+        """Record the sample counts a replayed step wrote (the tensors of the last ``end_graph_capture``)."""
+        for values, n_rays in self._replay_counts:
             self._record_counts(values, n_rays)
 
     def sample_counts(self) -> dict[str, float]:
@@ -438,6 +439,13 @@ class VolumeRenderer(BaseModule):
         pieces = [self.field(p, with_normal=with_normal) for p in positions.split(chunk)]
         return {key: torch.cat([piece[key] for piece in pieces]) for key in pieces[0]}
 
+    def _chunk_rays(self, n_rays: int, training: bool, device: torch.device) -> int:
+        """Rays rendered together: the configured chunk (-1: by device, 0: all ``n_rays`` at once)."""
+        chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
+        if chunk < 0:
+            chunk = 65536 if device.type == "cuda" else 16384
+        return max(n_rays, 1) if chunk == 0 else chunk
+
     def render_rays(self, rays_o: Tensor, rays_d: Tensor, background: Tensor | None = None,
                     light_positions: Tensor | None = None, shading: str | None = None,
                     compute_normals: bool = False, material: Any = None) -> dict[str, Tensor]:
@@ -452,10 +460,7 @@ class VolumeRenderer(BaseModule):
         training = self.training and torch.is_grad_enabled()
         if training and self._graph_counts is None:
             self._refresh_budgets()
-        chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
-        if chunk < 0:
-            chunk = 65536 if rays_o.device.type == "cuda" else 16384
-        chunk = max(rays_o.shape[0], 1) if chunk == 0 else chunk
+        chunk = self._chunk_rays(rays_o.shape[0], training, rays_o.device)
         pieces = []
         for start in range(0, max(rays_o.shape[0], 1), chunk):
             end = start + chunk

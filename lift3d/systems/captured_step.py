@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lift3d.aftercare import describe
+
 Compute = Callable[[dict[str, Tensor]], tuple[Tensor, dict[str, Tensor]]]
 
 
@@ -56,9 +58,8 @@ class CapturedStep:
                 self._capture(full_key, inputs, compute)
             except Exception as error:
                 self._release()
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                raise GraphCaptureError(f"the training step could not be captured as a CUDA graph ({type(error).__name__}: "
-                                        f"{first}){'; ' + self.hint if self.hint else ''}") from error
+                raise GraphCaptureError(f"the training step could not be captured as a CUDA graph ({describe(error)})"
+                                        f"{'; ' + self.hint if self.hint else ''}") from error
         else:
             for name, value in inputs.items():
                 self._inputs[name].copy_(value, non_blocking=True)

@@ -64,7 +64,6 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
         self._captured: Any = None  # CapturedStep, made on the first step that can be captured
-        self._graph_counts: list = []  # the captured step's sample counts (device tensors the graph rewrites)
         self._replayed = False
 
     # ------------------------------------------------------------------------------ training
@@ -76,7 +75,8 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
     def loss_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
         """Render the batch and compare it with the photos -> (loss terms, rendered rays [N, C], target rgb [N, 3]).
 
-        Rays outside the renderer's sample budget (``ray_valid`` False) are left out of every term."""
+        Rays outside the renderer's sample budget (``ray_valid`` False) are left out of every term: the rays'
+        ``weight`` [N] is 0 for them, 1 for the others."""
         if "rays_o" in batch:
             out = self.renderer.render_rays(batch["rays_o"], batch["rays_d"], background=batch.get("background"))
             target, target_alpha = batch["rgb"], batch.get("alpha")
@@ -96,8 +96,8 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             terms["alpha"] = (((out["alpha"] - target_alpha) ** 2).reshape(-1) * weight).sum() / count
         if self.loss_weight("sparsity") != 0:
             terms["sparsity"] = out["alpha"].mean()
-        rays = {k: out[k] for k in ("rgb", "alpha", "ray_valid", "num_samples") if k in out}
-        return terms, rays, target
+        rays = {k: out[k] for k in ("rgb", "alpha", "num_samples") if k in out}
+        return terms, {**rays, "weight": weight}, target
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         self._replayed = False
@@ -108,8 +108,7 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             terms, out, target = captured
             self._replayed = True
         if self._is_logging_step():
-            valid = out.get("ray_valid")
-            weight = torch.ones_like(out["rgb"][:, 0]) if valid is None else valid.reshape(-1).float()
+            weight = out["weight"]
             mse = (((out["rgb"].detach() - target) ** 2).mean(-1) * weight).sum() / weight.sum().clamp_min(1.0)
             self.log_step("train/psnr", -10.0 * torch.log10(mse.clamp_min(1e-10)), prog_bar=True)
             if "num_samples" in out:
@@ -151,20 +150,17 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
 
             self._captured = CapturedStep([p for p in self.parameters() if p.requires_grad],
                                           hint="set system.cuda_graphs=false to train with the step launched kernel by kernel")
-        counts: list = []
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             self.renderer.begin_graph_capture()
             try:
                 terms, out, target = self.loss_terms(static)
             finally:
-                counts[:] = self.renderer.end_graph_capture()
+                self.renderer.end_graph_capture()
             return self.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **out, "target": target}
 
         outputs = self._captured.run(key, inputs, compute)
-        if counts:
-            self._graph_counts = list(counts)
-        self.renderer.record_graph_counts(self._graph_counts)
+        self.renderer.record_graph_counts()
         terms = {k[len("term:"):]: v for k, v in outputs.items() if k.startswith("term:")}
         out = {k: v for k, v in outputs.items() if not k.startswith("term:") and k not in ("loss", "target")}
         return terms, out, outputs["target"]
