@@ -129,7 +129,7 @@ def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_view
                       "samples_per_ray": dict(renderer._per_ray), **{k: round(v, 4) for k, v in scores.items()},
                       "stopped_by_time_budget": bool(over and step < target)}
             results.append(record)
-            note(json.dumps(record, sort_keys=True))
+            note(f"checkpoint (emitted with the versions after training): {json.dumps(record, sort_keys=True)}")
             if self.pending and step >= self.pending[0]:
                 self.pending.pop(0)
             if over or not self.pending:
@@ -257,6 +257,12 @@ def main() -> int:
         return 1
 
 
+def speed_ratio(reference: dict, results: list[dict]) -> float | None:
+    """How many times faster the recipe ran than ``reference`` to the same checkpoint (ms a step, reference / recipe)."""
+    recipe = next((r for r in results if r["target_steps"] == reference["target_steps"]), None)
+    return None if recipe is None else round(reference["ms_per_step"] / recipe["ms_per_step"], 3)
+
+
 def train_recipe(cfg, trial: Path, checkpoints: list[int], args, name: str) -> tuple:
     """Train the recipe ``cfg`` through the CLI's trainer, scoring at the checkpoint steps -> (system, data, records)."""
     import lightning as L
@@ -302,9 +308,8 @@ def run(args, env: dict) -> int:
         eager_cfg = load_config(recipe_config("reconstruct-nerf"), overrides=[*overrides, "system.cuda_graphs=false"])
         _, _, eager = train_recipe(eager_cfg, workdir / "eager", checkpoints, args, "lego_nerf_eager")
         for record in eager:
-            recipe = next((r for r in results if r["target_steps"] == record["target_steps"]), None)
-            ratio = None if recipe is None else round(record["ms_per_step"] / recipe["ms_per_step"], 3)
-            emit({**record, "reference": "the recipe with system.cuda_graphs=false", "recipe_speed_vs_eager": ratio, **env})
+            emit({**record, "reference": "the recipe with system.cuda_graphs=false",
+                  "recipe_speed_vs_eager": speed_ratio(record, results), **env})
     for size, frames in ((64, 50), (512, 10)):
         emit({**throughput(system, datamodule, size, frames), **env})
     if not args.skip_profile:
@@ -324,10 +329,8 @@ def run(args, env: dict) -> int:
         plain = train_plain(cfg, datamodule, device, checkpoints, args.train_budget,
                             lambda trained: evaluate(trained, datamodule, args.eval_views), sync)
         for record in plain:
-            recipe = next((r for r in results if r["target_steps"] == record["target_steps"]), None)
-            ratio = None if recipe is None else round(record["ms_per_step"] / recipe["ms_per_step"], 3)
             emit({"name": f"lego_nerf_plain_{record['target_steps']}_steps", "reference": "plain loop (plain_nerf.py)",
-                  **record, "recipe_speed_vs_plain": ratio, **env})
+                  **record, "recipe_speed_vs_plain": speed_ratio(record, results), **env})
     best = [r for r in results if r["psnr"] >= 30.0]
     emit({"name": "lego_nerf_summary", "first_30dB_step": best[0]["steps"] if best else None,
           "first_30dB_train_wall_s": best[0]["train_wall_s"] if best else None,
