@@ -21,7 +21,8 @@ full_run_steps / steps_per_s (validation, test video and export not included). O
 ``--set KEY=VALUE`` (repeatable) applies config overrides to every case; ``--profile N`` profiles N more
 steps after the timed ones and adds a ``profile`` record: GPU busy time per step (union of kernel
 intervals) against the wall time, host-device syncs per step with the Python lines that caused them
-(``torch.cuda.set_sync_debug_mode``), and the top kernels and CPU ops.
+(``torch.cuda.set_sync_debug_mode``), and the top kernels and CPU ops; with ``--profile-stacks`` also the aten ops
+behind the device time with their input shapes, and the costliest backward nodes.
 
 ``--field-start analytic:N`` (default ``fresh``) starts the late-stage cases (``mvdream-256``) from a converged
 field instead of the blob: the case's own field, material, background, renderer and optimizer config is first
@@ -221,7 +222,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         timer = StepTimer(args.warmup, cap_s, end_step=start + args.warmup + args.steps if args.profile else 0, start_step=start)
         trainer.callbacks.append(timer)
         # profiled steps come after the timed window (the profiler's hooks can slow the steps that follow it)
-        window = ProfileWindow(start + args.warmup + args.steps, args.profile) if args.profile and device.type == "cuda" else None
+        window = ProfileWindow(start + args.warmup + args.steps, args.profile, args.profile_stacks) if args.profile and device.type == "cuda" else None
         if window is not None:
             trainer.callbacks.append(window)
         L.seed_everything(cfg.seed, verbose=False)
@@ -303,6 +304,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every case (repeatable)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps after the timed ones (CUDA)")
+    parser.add_argument("--profile-stacks", action="store_true", help="with --profile: name the ops behind the device time "
+                        "(input shapes and Python stacks; slower profiled steps)")
     parser.add_argument("--field-start", default="fresh", metavar="fresh|analytic:N",
                         help=f"analytic:N: the late-stage cases ({', '.join(STAGE_START)}) start at their stage's first step "
                              "from the field trained N steps by the recipe's analytic twin (benchmarks/field_start.py)")

@@ -24,7 +24,8 @@ RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSyn
 class ProfiledSteps:
     """Context manager: profile (CPU + CUDA) and catch sync warnings; ``summary(n_steps)`` afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, stacks: bool = False) -> None:
+        self.stacks = stacks  # also record shapes and Python stacks: summary names the ops behind the device time
         self.profiler: Any = None
         self.syncs: dict[str, int] = {}
         self.wall_s = 0.0
@@ -33,7 +34,8 @@ class ProfiledSteps:
 
     def __enter__(self) -> ProfiledSteps:
         torch.cuda.synchronize()
-        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
+        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+                                               record_shapes=self.stacks, with_stack=self.stacks)
         self.profiler.__enter__()
         self._catcher = warnings.catch_warnings()
         self._catcher.__enter__()
@@ -74,7 +76,7 @@ class ProfiledSteps:
                          key=lambda e: -e.self_device_time_total)
         cpu_ops = sorted(averages, key=lambda e: -e.self_cpu_time_total)
         runtime = {e.key: (e.count, e.cpu_time_total) for e in averages if e.key in RUNTIME_CALLS}
-        return {
+        record = {
             "profiled_steps": n,
             "wall_ms_per_step": round(self.wall_s * 1000 / n, 2),  # includes the profiler's own overhead
             "gpu_busy_ms_per_step": round(busy / 1000 / n, 2),
@@ -83,19 +85,35 @@ class ProfiledSteps:
             "top_kernels_ms_per_step": [[e.key[:90], round(e.self_device_time_total / 1000 / n, 3)] for e in kernels[:15]],
             "top_cpu_ops_ms_per_step": [[e.key[:90], round(e.self_cpu_time_total / 1000 / n, 3)] for e in cpu_ops[:15]],
         }
+        if self.stacks:
+            record["top_device_ops_by_stack"] = self._ops_by_stack(n)
+            backward = sorted((e for e in averages if e.key.startswith("autograd::engine::evaluate_function")),
+                              key=lambda e: -e.device_time_total)  # inclusive: a backward node and the kernels it ran
+            record["top_backward_nodes_ms_per_step"] = [[e.key.split(": ", 1)[-1], round(e.device_time_total / 1000 / n, 3)]
+                                                        for e in backward[:10]]
+        return record
+
+    def _ops_by_stack(self, n: int, top: int = 12) -> list[dict[str, Any]]:
+        """The aten ops that launched the most device time, each with its input shapes and the project lines above it."""
+        grouped = self.profiler.key_averages(group_by_input_shape=True, group_by_stack_n=8)
+        ops = sorted((e for e in grouped if e.key.startswith("aten::") and e.device_time_total > 0),
+                     key=lambda e: -e.self_device_time_total)
+        return [{"op": e.key, "device_ms_per_step": round(e.self_device_time_total / 1000 / n, 3), "calls_per_step": round(e.count / n, 1),
+                 "shapes": str(e.input_shapes)[:160], "stack": [f for f in e.stack if "lift3d" in f or "benchmarks" in f][:5]}
+                for e in ops[:top]]
 
 
 class ProfileWindow(Callback):
     """Profiles ``n`` training steps starting after ``start`` steps (benchmarks/profiling.py)."""
 
-    def __init__(self, start: int, n: int) -> None:
-        self.start, self.n = start, n
+    def __init__(self, start: int, n: int, stacks: bool = False) -> None:
+        self.start, self.n, self.stacks = start, n, stacks
         self.window: ProfiledSteps | None = None
         self.summary: dict[str, Any] | None = None
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step == self.start and self.window is None:
-            self.window = ProfiledSteps().__enter__()
+            self.window = ProfiledSteps(self.stacks).__enter__()
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
@@ -147,8 +165,8 @@ class HostProfile:
 class HostProfileWindow(Callback):
     """cProfile of ``n`` training steps from step ``start`` (see ``HostProfile``)."""
 
-    def __init__(self, start: int, n: int) -> None:
-        self.start, self.n = start, n
+    def __init__(self, start: int, n: int, stacks: bool = False) -> None:
+        self.start, self.n, self.stacks = start, n, stacks
         self.window: HostProfile | None = None
         self.summary: dict[str, Any] | None = None
 
