@@ -15,15 +15,6 @@ from lift3d.render.splat import Splats, rasterize
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True)
-def full_float32_matmuls():
-    """The rasterizers compared at full float32, whatever an earlier test left behind: in the whole GPU suite the
-    torch and gsplat images differed by 1.7e-3 after other tests (alone: < 1e-3), the torch side being exact by
-    now (``test_torch_backend_ignores_the_global_tf32_setting``); conftest restores the setting afterwards."""
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cuda.matmul.allow_tf32 = False
-
-
 def _require_gpu_and_gsplat() -> torch.device:
     if not torch.cuda.is_available():
         raise RuntimeError("this test needs a CUDA device (run it on the GPU machine with -m gpu)")
@@ -45,6 +36,17 @@ def _cameras(width: int, height: int, device) -> Cameras:
     eyes = torch.tensor([[0.3, -3.0, 1.0], [2.5, 1.5, 1.5], [-2.0, 2.2, -0.8]])
     c2w = look_at(eyes, torch.zeros(3, 3), torch.tensor([0.0, 0.0, 1.0]))
     return Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.8, 0.7, 0.9]), width, height), width, height).to(device)
+
+
+def _assert_images_agree(a: torch.Tensor, b: torch.Tensor, what: str) -> float:
+    """Two renders of one scene agree to float32 rounding except where a splat's alpha rounds to either side of the
+    1/255 skip threshold: such a pixel moves by at most that alpha, and such pixels are rare. (A 1e-7 relative
+    change of the means moves the CPU render of the 20000-splat scene by 2.4e-3 at 9 of 589,824 values.)"""
+    difference = (a - b).abs()
+    largest, flipped = float(difference.max()), float((difference > 1e-4).float().mean())
+    assert largest < 1.0 / 255.0 + 1e-4, (what, largest)
+    assert flipped < 1e-3, (what, flipped)
+    return largest
 
 
 def _render_and_grads(scene: Splats, cameras: Cameras, background, backend: str, weights: dict):
@@ -71,11 +73,9 @@ def test_torch_and_gsplat_agree(n, opaque, size):
     images_g, grads_g, radii_g = _render_and_grads(scene, cameras, background, "gsplat", weights)
     report = {}
     for key in ("rgb", "alpha"):
-        report[key] = float((images_t[key] - images_g[key]).abs().max())
-        assert report[key] < 1e-3, (key, report)
+        report[key] = _assert_images_agree(images_t[key], images_g[key], key)
     depth_scale = float(images_g["depth"].abs().max())
-    report["depth_rel"] = float((images_t["depth"] - images_g["depth"]).abs().max()) / depth_scale
-    assert report["depth_rel"] < 1e-3, report
+    report["depth_rel"] = _assert_images_agree(images_t["depth"] / depth_scale, images_g["depth"] / depth_scale, "depth")
     assert images_g["alpha"].max() > 0.9 and images_g["alpha"].min() < 0.1  # something and nothing in view
     visible_t, visible_g = (radii_t > 0).all(-1), (radii_g > 0).all(-1)
     assert (visible_t != visible_g).float().mean() < 1e-3, "visibility differs"
@@ -111,11 +111,7 @@ def test_torch_backend_is_the_same_on_gpu_and_cpu():
     gpu = rasterize(scene, cameras, sh_degree=3, backend="torch")
     cpu_scene = Splats(*(t.cpu() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)))
     cpu = rasterize(cpu_scene, cameras.to("cpu"), sh_degree=3, backend="torch")
-    difference = (gpu["rgb"].cpu() - cpu["rgb"]).abs()
-    # a splat whose alpha rounds to either side of the 1/255 skip threshold on the two devices shifts a pixel by
-    # at most that alpha; everything else agrees to float32 rounding
-    assert difference.max() < 1.0 / 255.0 + 1e-4
-    assert (difference > 1e-4).float().mean() < 1e-3, float((difference > 1e-4).float().mean())
+    _assert_images_agree(gpu["rgb"].cpu(), cpu["rgb"], "rgb")
 
 
 def test_reconstruct_the_sample_scene_with_gsplat(tmp_path):
