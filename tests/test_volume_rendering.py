@@ -64,6 +64,28 @@ def test_exclusive_segment_cumsum_gradient_matches_a_dense_reference():
     torch.testing.assert_close(grad, before.double().T @ weights)
 
 
+def test_accumulate_equals_index_add_with_empty_rays_and_its_gradient_is_a_gather():
+    g = torch.Generator().manual_seed(0)
+    counts = torch.tensor([3, 0, 1, 250, 0, 7, 0])  # rays without samples in the middle and at the end
+    rays = torch.repeat_interleave(torch.arange(len(counts)), counts)
+    for shape in ((len(rays),), (len(rays), 3)):
+        values = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+        out = accumulate(values, rays, len(counts))
+        expected = torch.zeros((len(counts),) + shape[1:], dtype=torch.float64).index_add(0, rays, values)
+        torch.testing.assert_close(out, expected)
+        assert out.dtype == values.dtype
+        torch.autograd.gradcheck(lambda v: accumulate(v, rays, len(counts)), (values,))
+    assert accumulate(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 2).tolist() == [[0.0] * 3] * 2
+
+
+def test_accumulate_keeps_float32_precision_over_long_arrays():
+    # a float32 running sum over a million samples would lose the small late rays; the float64 one does not
+    values = torch.full((1_000_000,), 0.1)
+    rays = torch.arange(1_000_000) // 10
+    sums = accumulate(values, rays, 100_000)
+    torch.testing.assert_close(sums, torch.full((100_000,), 1.0), rtol=1e-6, atol=1e-6)
+
+
 def test_ray_box_and_compaction():
     o = torch.tensor([[0.0, 0.0, -3.0], [0.0, 5.0, -3.0]])
     d = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])

@@ -1,11 +1,13 @@
 """Front-to-back volume compositing over packed (ragged) samples, as pure functions.
 
-Samples of all rays live in flat arrays ``[S]`` with ``ray_indices [S]``; each ray's samples are
-contiguous and ordered front to back. Transmittance is an exclusive per-ray cumulative sum of optical
+Samples of all rays live in flat arrays ``[S]`` with ``ray_indices [S]``, in ascending ray order; each ray's
+samples are contiguous and ordered front to back. Transmittance is an exclusive per-ray cumulative sum of optical
 thickness ``sigma * delta``, computed in float64 so long packed arrays do not lose precision.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -67,7 +69,32 @@ def render_weights(sigma_delta: Tensor, ray_indices: Tensor) -> tuple[Tensor, Te
     return transmittance * alpha, transmittance, alpha
 
 
+class _SegmentSums(torch.autograd.Function):
+    """Forward: per-ray sums as differences of one float64 running sum over all channels laid end to end (a single
+    device-wide scan; the channels' offsets cancel in each difference), taken at each ray's first and one-past-last
+    sample, found by binary search. ``index_add`` adds with atomics, which serialise where many samples share a ray,
+    above all a budget's padding, which all belongs to the last ray: 88.8 of a 406.7 ms MVDream 256 step on an
+    H100. Backward: a gather."""
+
+    @staticmethod
+    def forward(ctx, values: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(ray_indices)
+        n, channels = values.shape[0], math.prod(values.shape[1:])
+        rays = torch.arange(n_rays, device=values.device, dtype=ray_indices.dtype)
+        bounds = torch.stack([torch.searchsorted(ray_indices, rays), torch.searchsorted(ray_indices, rays, right=True)])
+        laid_out = values.reshape(n, channels).t().to(torch.float64, memory_format=torch.contiguous_format).reshape(-1)
+        running = torch.cat([laid_out.new_zeros(1), torch.cumsum(laid_out, dim=0)])
+        at = bounds[:, None, :] + torch.arange(channels, device=values.device)[None, :, None] * n  # [2, C, R]
+        sums = running[at[1]] - running[at[0]]
+        return sums.t().to(values.dtype).reshape((n_rays,) + tuple(values.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        (ray_indices,) = ctx.saved_tensors
+        return grad[ray_indices], None, None
+
+
 def accumulate(values: Tensor, ray_indices: Tensor, n_rays: int) -> Tensor:
-    """Per-ray sums [R, C] of per-sample ``values`` [S, C] (or [R] for values [S])."""
-    shape = (n_rays,) + tuple(values.shape[1:])
-    return torch.zeros(shape, device=values.device, dtype=values.dtype).index_add(0, ray_indices, values)
+    """Per-ray sums [R, C] of per-sample ``values`` [S, C] (or [R] for values [S]); ``ray_indices`` ascending (samples
+    grouped by ray in ray order, as the renderer's samplers emit them), rays without samples sum to 0."""
+    return _SegmentSums.apply(values, ray_indices, n_rays)

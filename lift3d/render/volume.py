@@ -293,7 +293,7 @@ class VolumeRenderer(BaseModule):
                 counts["second"] = keep.sum()
                 second = compact(keep, self._budget("second", n_rays) if use_budget else None)
             if second.dropped is not None:
-                lost = torch.zeros(n_rays, device=device).index_add(0, ray, second.dropped.float()) > 0
+                lost = accumulate(second.dropped.float(), ray, n_rays) > 0
                 ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
             ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
         if training:
@@ -341,7 +341,7 @@ class VolumeRenderer(BaseModule):
             kept.append((ray * n_steps + step)[keep])
             if fields is not None:
                 fields.append({key: value[keep] for key, value in out.items()})
-            depth = depth.index_add(0, ray, sigma_delta.to(depth.dtype))
+            depth = depth + accumulate(sigma_delta.to(depth.dtype), ray, n_rays)
         if not kept:
             return torch.zeros(0, dtype=torch.long, device=mask.device)
         flat, order = torch.sort(torch.cat(kept))
@@ -409,9 +409,13 @@ class VolumeRenderer(BaseModule):
         normals = out.get("normal")
         lights = None if light_positions is None else light_positions[ray]
         colors = material(out["features"], dirs, normals, positions, lights, shading)
-        alpha = accumulate(weights, ray, n_rays)[:, None]
-        foreground = accumulate(weights[:, None] * colors, ray, n_rays)
-        depth = accumulate(weights * t_mid, ray, n_rays)[:, None] / alpha.clamp_min(1e-6)
+        # one per-ray sum over all channels: opacity, colour, distance (and normal)
+        per_sample = [weights[:, None], weights[:, None] * colors, (weights * t_mid)[:, None]]
+        if normals is not None:
+            per_sample.append(weights[:, None] * normals)
+        sums = accumulate(torch.cat(per_sample, dim=-1), ray, n_rays).split([p.shape[-1] for p in per_sample], dim=-1)
+        alpha, foreground = sums[0], sums[1]
+        depth = sums[2] / alpha.clamp_min(1e-6)
         result = {
             "rgb": foreground + (1.0 - alpha) * background,
             "alpha": alpha,
@@ -422,7 +426,7 @@ class VolumeRenderer(BaseModule):
             "num_samples": torch.full((), float(ray.numel()), device=rays_o.device),  # no host-to-device copy
         }
         if normals is not None:
-            result["normal"] = accumulate(weights[:, None] * normals, ray, n_rays)
+            result["normal"] = sums[3]
             result["sample_normals"] = normals
             result["sample_directions"] = dirs
         if samples["ray_ok"] is not None:
