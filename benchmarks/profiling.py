@@ -35,7 +35,9 @@ class ProfiledSteps:
     def __enter__(self) -> ProfiledSteps:
         torch.cuda.synchronize()
         self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-                                               record_shapes=self.stacks, with_stack=self.stacks)
+                                               record_shapes=self.stacks, with_stack=self.stacks,
+                                               # without verbose, key_averages(group_by_stack_n=...) has empty stacks
+                                               experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True) if self.stacks else None)
         self.profiler.__enter__()
         self._catcher = warnings.catch_warnings()
         self._catcher.__enter__()
