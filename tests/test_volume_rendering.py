@@ -9,6 +9,7 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.registry import find
 from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
 from lift3d.render.occupancy import cell_coordinates
+from lift3d.render.regularisers import depth_variance
 from lift3d.render.sampling import compact, ray_box, sample_pdf
 from tests.nerf_fields import (
     AnalyticField,
@@ -76,6 +77,16 @@ def test_accumulate_equals_index_add_with_empty_rays_and_its_gradient_is_a_gathe
         assert out.dtype == values.dtype
         torch.autograd.gradcheck(lambda v: accumulate(v, rays, len(counts)), (values,))
     assert accumulate(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 2).tolist() == [[0.0] * 3] * 2
+
+
+def test_depth_variance_by_hand():
+    # ray 0: w 0.5, 0.5 at t 1, 3 (mean 2, variance 1); ray 1: alpha 0.2 (left out); ray 2: no samples (left out);
+    # ray 3: w 0.3, 0.6 at t 2, 5 (alpha 0.9, mean 4, variance (0.3 * 4 + 0.6 * 1) / 0.9 = 2)
+    weights = torch.tensor([0.5, 0.5, 0.2, 0.3, 0.6], dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([1.0, 3.0, 5.0, 2.0, 5.0], dtype=torch.float64)
+    rays = torch.tensor([0, 0, 1, 3, 3])
+    torch.testing.assert_close(depth_variance(weights, t, rays, 4), torch.tensor(1.5, dtype=torch.float64))
+    torch.autograd.gradcheck(lambda w: depth_variance(w, t, rays, 4), (weights,))
 
 
 def test_accumulate_keeps_float32_precision_over_long_arrays():

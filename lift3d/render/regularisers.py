@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lift3d.render.compositing import accumulate
+
 
 def orientation_loss(weights: Tensor, normals: Tensor, directions: Tensor, n_rays: int) -> Tensor:
     """Ref-NeRF/DreamFusion orientation penalty sum_i w_i max(0, n_i . d)^2 per ray, averaged over rays.
@@ -31,9 +33,9 @@ def depth_variance(weights: Tensor, t: Tensor, ray_indices: Tensor, n_rays: int,
     """Variance of the sample distances along each ray under its weights, averaged over rays whose
     opacity exceeds ``alpha_min`` (Magic3D/threestudio's z-variance: pulls each ray's mass onto one surface).
 
-    ``weights``, ``t`` (sample distances) and ``ray_indices`` are the renderer's per-sample [S] outputs."""
-    alpha = torch.zeros(n_rays, device=weights.device, dtype=weights.dtype).index_add(0, ray_indices, weights)
-    mean = torch.zeros_like(alpha).index_add(0, ray_indices, weights * t) / alpha.clamp_min(1e-6)
-    spread = torch.zeros_like(alpha).index_add(0, ray_indices, weights * (t - mean[ray_indices]) ** 2) / alpha.clamp_min(1e-6)
+    ``weights``, ``t`` (sample distances) and ``ray_indices`` (ascending) are the renderer's per-sample [S] outputs."""
+    alpha, weighted_t = accumulate(torch.stack([weights, weights * t], dim=-1), ray_indices, n_rays).unbind(-1)
+    mean = weighted_t / alpha.clamp_min(1e-6)
+    spread = accumulate(weights * (t - mean[ray_indices]) ** 2, ray_indices, n_rays) / alpha.clamp_min(1e-6)
     mask = (alpha > alpha_min).to(spread.dtype)
     return (spread * mask).sum() / mask.sum().clamp_min(1.0)
