@@ -17,7 +17,7 @@ from torch import Tensor
 from lift3d.base import Configurable
 from lift3d.cameras import Cameras
 from lift3d.registry import register
-from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat
+from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat, rasterize_gsplat_fixed
 from lift3d.render.splat_torch import rasterize_torch
 
 log = logging.getLogger("lift3d.render.splat")
@@ -102,6 +102,7 @@ def rasterize(
     save_elements: int = 1 << 26,
     absgrad: bool = False,
     with_depth: bool = True,
+    isect_capacity: int = 0,
 ) -> dict[str, Tensor]:
     """Render B views of N Gaussians.
 
@@ -112,6 +113,8 @@ def rasterize(
     at ``sh_degree`` (default: all of them), or from ``colors`` [N, 3] / [B, N, 3] when given.
     ``width``/``height`` default to the cameras' own size; other sizes scale the intrinsics.
     ``with_depth=False`` leaves ``depth`` out (a training step that does not read it skips its channel).
+    ``isect_capacity`` > 0 (gsplat only): the tile intersections go into that many fixed slots, so the render waits
+    on nothing and can be captured in a CUDA graph; ``isect_count`` then says how many there were (more: dropped).
     """
     width, height = width or cameras.width, height or cameras.height
     if (width, height) != (cameras.width, cameras.height):
@@ -134,7 +137,10 @@ def rasterize(
     out = None
     if chosen == "gsplat":
         try:
-            out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth)
+            if isect_capacity > 0:
+                out = rasterize_gsplat_fixed(*args, isect_capacity, **kwargs, absgrad=absgrad, with_depth=with_depth)
+            else:
+                out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization failed: {error}") from error
@@ -157,6 +163,8 @@ def rasterize(
     if means2d.requires_grad:
         means2d.retain_grad()
     result = {"rgb": rgb, "alpha": alpha, "radii": out["radii"], "means2d": means2d}
+    if "isect_count" in out:
+        result["isect_count"] = out["isect_count"]
     if with_depth:
         result["depth"] = render[..., -1:] / alpha.clamp_min(1e-6)
     return result

@@ -6,6 +6,7 @@ Returns the same dict as ``lift3d.render.splat_torch.rasterize_torch`` so the fr
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import torch
 from torch import Tensor
@@ -54,3 +55,106 @@ def rasterize_gsplat(
         radii = radii[..., None].expand(*radii.shape, 2)
     return {"render": render, "alpha": alpha, "means2d": meta["means2d"], "radii": radii.to(torch.int32),
             "depths": meta["depths"]}
+
+
+def rasterize_gsplat_fixed(
+    means: Tensor,  # [N, 3]
+    quats: Tensor,  # [N, 4] wxyz
+    scales: Tensor,  # [N, 3] activated
+    opacities: Tensor,  # [N] activated
+    colors: Tensor,  # [N, K, 3] SH when sh_degree is set, else [N, D]
+    viewmats: Tensor,  # [C, 4, 4] world-to-camera, OpenCV axes
+    Ks: Tensor,  # [C, 3, 3]
+    width: int,
+    height: int,
+    backgrounds: Tensor,  # [C, D]
+    capacity: int,
+    sh_degree: int | None = None,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    tile_size: int = 16,
+    absgrad: bool = False,
+    with_depth: bool = True,
+) -> dict[str, Tensor]:
+    """``rasterize_gsplat`` with the tile intersections in ``capacity`` fixed slots (``splat_tiles``): gsplat's own
+    projection, SH and rasterization kernels, but no host read of the intersection count and no matrix inverse, so
+    the render can be captured in a CUDA graph. Adds ``isect_count`` (0-dim, device): the pairs this render had; more
+    than ``capacity`` means some were dropped."""
+    from gsplat.cuda._wrapper import rasterize_to_pixels, spherical_harmonics
+
+    from lift3d.render.splat_tiles import tile_grid, tile_intersections, tile_masks
+
+    means, quats, scales, opacities, colors = (t.float().contiguous() for t in (means, quats, scales, opacities, colors))
+    viewmats, Ks = viewmats.float().contiguous(), Ks.float().contiguous()
+    n_views, n = viewmats.shape[0], means.shape[0]
+    radii, means2d, depths, conics = _project(means, quats, scales, opacities, viewmats, Ks, width, height, near_plane,
+                                              far_plane, eps2d)
+    view_opacities = opacities[None].expand(n_views, n)
+    if sh_degree is not None:
+        rotation, translation = viewmats[:, :3, :3], viewmats[:, :3, 3:]
+        campos = -(rotation.transpose(1, 2) @ translation)[..., 0]  # camera centres: the inverse of a rigid map
+        dirs = means[None] - campos[:, None]
+        features = colors[None].expand(n_views, *colors.shape)
+        view_colors = spherical_harmonics(sh_degree, dirs, features, masks=(radii > 0).all(dim=-1))
+        view_colors = torch.clamp_min(view_colors + 0.5, 0.0)
+    else:
+        view_colors = colors[None].expand(n_views, *colors.shape) if colors.ndim == 2 else colors
+    if with_depth:
+        view_colors = torch.cat([view_colors, depths[..., None]], dim=-1)
+        backgrounds = torch.cat([backgrounds, backgrounds.new_zeros(n_views, 1)], dim=-1)
+    tile_width, tile_height = tile_grid(width, height, tile_size)
+    offsets, flatten_ids, count = tile_intersections(means2d, radii, depths, tile_size, tile_width, tile_height,
+                                                     capacity)
+    render, alpha = rasterize_to_pixels(
+        means2d, conics, view_colors, view_opacities, width, height, tile_size, offsets, flatten_ids,
+        backgrounds=backgrounds.float().contiguous(), masks=tile_masks(n_views, tile_width, tile_height, means.device),
+        absgrad=absgrad)  # fmt: skip
+    return {"render": render, "alpha": alpha, "means2d": means2d, "radii": radii.to(torch.int32), "depths": depths,
+            "isect_count": count}
+
+
+@torch.no_grad()
+def view_intersections(
+    means: Tensor,  # [N, 3]
+    quats: Tensor,  # [N, 4]
+    scales: Tensor,  # [N, 3] activated
+    opacities: Tensor,  # [N] activated
+    viewmats: Tensor,  # [C, 4, 4]
+    Ks: Tensor,  # [C, 3, 3]
+    width: int,
+    height: int,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    tile_size: int = 16,
+    views_at_once: int = 8,
+) -> Tensor:
+    """[C] how many tile intersections a render of each view has (gsplat's projection, ``splat_tiles``' counting):
+    what fixed intersection slots must hold."""
+    from lift3d.render.splat_tiles import intersection_counts, tile_grid
+
+    means, quats, scales, opacities = (t.float().contiguous() for t in (means, quats, scales, opacities))
+    tile_width, tile_height = tile_grid(width, height, tile_size)
+    counts = []
+    for start in range(0, viewmats.shape[0], views_at_once):
+        views = slice(start, start + views_at_once)
+        radii, means2d, _, _ = _project(means, quats, scales, opacities, viewmats[views].float().contiguous(),
+                                        Ks[views].float().contiguous(), width, height, near_plane, far_plane, eps2d)
+        counts.append(intersection_counts(means2d, radii, tile_size, tile_width, tile_height))
+    return torch.cat(counts)
+
+
+def _project(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
+             height: int, near_plane: float, far_plane: float, eps2d: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """gsplat's projection as ``rasterization`` calls it -> radii [C, N, 2], means2d, depths, conics."""
+    from gsplat.cuda._wrapper import fully_fused_projection
+
+    # gsplat >= 1.5 bounds the radii by the opacity, as its rasterization does
+    tighter = {"opacities": opacities} if "opacities" in inspect.signature(fully_fused_projection).parameters else {}
+    radii, means2d, depths, conics, _ = fully_fused_projection(
+        means, None, quats, scales, viewmats, Ks, width, height, eps2d=eps2d, near_plane=near_plane,
+        far_plane=far_plane, packed=False, **tighter)  # fmt: skip
+    if radii.ndim == means2d.ndim - 1:  # gsplat < 1.5: one radius per Gaussian
+        radii = radii[..., None].expand(*radii.shape, 2)
+    return radii, means2d, depths, conics
