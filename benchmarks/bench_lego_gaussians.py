@@ -166,7 +166,7 @@ def main() -> None:
     print(json.dumps({"bench": "lego_gaussians", "summary": True, "total_seconds": round(time.perf_counter() - start, 1),
                       "train_seconds": round(evaluate.train_seconds, 1), "steps": trainer.global_step,
                       "results": [{k: r[k] for k in ("step", "val_psnr", "val_ssim", "train_seconds", "gaussians")}
-                                  for r in evaluate.results], **peak_memory(), **info}), flush=True)
+                                  for r in evaluate.results], **peak_memory(), **graph_record(system), **info}), flush=True)
     if window is not None and window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
     if host_window is not None and host_window.summary is not None:
@@ -188,6 +188,15 @@ def main() -> None:
         print(json.dumps({"bench": "lego_gaussians", "reference": "plain gsplat loop", **plain,
                           "recipe_steps_per_s": round(recipe_rate, 2), "plain_steps_per_s": round(plain_rate, 2),
                           "speedup_vs_plain": round(recipe_rate / plain_rate, 3), **info}), flush=True)
+
+
+def graph_record(system: L.LightningModule) -> dict:
+    """How the recipe's step ran: replayed as a CUDA graph (captures, replays, intersection slots) or not."""
+    graphs = getattr(system, "_graphs", None)
+    if graphs is None or graphs.step is None:
+        return {"cuda_graph": None}
+    return {"cuda_graph": {"captures": graphs.captures, "replays": graphs.step.replays, "isect_slots": graphs.capacity,
+                           "resized_after_overflow": graphs.resized_after_overflow}}
 
 
 def peak_memory(held: int = 0) -> dict:

@@ -72,10 +72,11 @@ class DensifyStrategy(Configurable):
     def update(self, out: dict[str, Tensor]) -> None:
         """Accumulate statistics from a render whose loss has been backpropagated (no host sync)."""
         means2d = out["means2d"]
-        if means2d.grad is None:
+        grad = out.get("means2d_grad", means2d.grad)  # a replayed step hands its gradient beside the render
+        if grad is None:
             return
         B, H, W = out["rgb"].shape[:3]
-        gx, gy = means2d.grad.unbind(-1)
+        gx, gy = grad.unbind(-1)
         norm = torch.hypot(gx * (W / 2.0 * B), gy * (H / 2.0 * B))  # python scalars: no host-device copy
         visible = (out["radii"] > 0).all(dim=-1)  # [B, N]
         n = means2d.shape[1]

@@ -32,13 +32,15 @@ class GraphCaptureError(RuntimeError):
 class CapturedStep:
     """Replays ``compute(inputs) -> (loss, outputs)`` followed by ``loss.backward()`` as one CUDA graph.
 
-    ``run`` returns the graph's outputs (valid until the next ``run``); ``assign_gradients`` then sets each
-    parameter's ``.grad`` to the gradient the replay wrote. ``hint`` ends the message of a failed capture: how
-    the user turns capture off."""
+    ``run`` returns the graph's outputs (valid until the next ``run``), with ``grad:<name>`` the gradient of each
+    output that retained it (``retain_grad``); ``assign_gradients`` then sets each parameter's ``.grad`` to the
+    gradient the replay wrote. ``hint`` ends the message of a failed capture: how the user turns capture off.
+    ``rewarm_steps`` eager passes precede every capture after the first (kernels are compiled by then)."""
 
-    def __init__(self, params: list[Tensor], warmup_steps: int = 2, hint: str = "") -> None:
+    def __init__(self, params: list[Tensor], warmup_steps: int = 2, hint: str = "", rewarm_steps: int | None = None) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.warmup_steps = warmup_steps
+        self.rewarm_steps = warmup_steps if rewarm_steps is None else rewarm_steps
         self.captures = 0  # how many times a graph was captured (a new key each time)
         self.replays = 0
         self.hint = hint
@@ -67,6 +69,11 @@ class CapturedStep:
         self.replays += 1
         return self._outputs
 
+    def set_params(self, params: list[Tensor]) -> None:
+        """Train these parameters from now on (a model that replaces its tensors, as densification does); the next
+        ``run`` captures again."""
+        self.params = [p for p in params if p.requires_grad]
+
     def assign_gradients(self) -> None:
         """Give every parameter the gradient of the last replay (after the trainer has zeroed them)."""
         for param, grad in zip(self.params, self._grads):
@@ -79,7 +86,7 @@ class CapturedStep:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up: compiles kernels and sizes cuBLAS workspaces outside the capture
-            for _ in range(self.warmup_steps):
+            for _ in range(self.warmup_steps if self.captures == 0 else self.rewarm_steps):
                 for param in self.params:
                     param.grad = None
                 loss, _ = compute(self._inputs)
@@ -95,7 +102,9 @@ class CapturedStep:
         self._grads = [p.grad for p in self.params]
         for param, grad in zip(self.params, saved):
             param.grad = grad
-        self._outputs = {"loss": loss.detach(), **{name: value.detach() for name, value in outputs.items()}}
+        retained = {f"grad:{name}": value.grad for name, value in outputs.items() if value.retains_grad}
+        self._outputs = {"loss": loss.detach(), **{name: value.detach() for name, value in outputs.items()},
+                         **{name: grad for name, grad in retained.items() if grad is not None}}
         self._graph, self._key = graph, key
         self.captures += 1
 

@@ -26,6 +26,7 @@ from lift3d.metrics import ssim
 from lift3d.registry import register
 from lift3d.schedule import is_schedule
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.graphed_splats import GraphedSplatStep
 
 log = logging.getLogger("lift3d.systems.reconstruct_gaussians")
 # the pinned, non-blocking batch transfer below is meant to override the data module's default
@@ -52,6 +53,8 @@ class ReconstructGaussiansConfig(SystemConfig):
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # written when training ends; lift3d export takes any format
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
+    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision, photos of one size (false: its kernels launched one by one)
+    isect_headroom: float = 1.3  # captured steps: tile-intersection slots = this x the most any training view needs, sized again at each capture
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
@@ -81,6 +84,7 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         self.add_unsaved_part("densify", self.densify)
         self.extent = self.cfg.scene_extent or 1.0
         self._last_render: dict[str, Tensor] | None = None
+        self._graphs = GraphedSplatStep(self)
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -160,14 +164,28 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
     def render(self, cameras: Cameras, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
         return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
-        out = self.render(batch["cameras"], batch["background"], with_depth=False)  # the loss reads colours only
-        self._last_render = out
-        target = batch["rgb"]
+    def loss_terms(self, cameras: Cameras, background: Tensor | None, target: Tensor,
+                   **options: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """(the photometric loss terms, the render) of one batch of views against its photos."""
+        out = self.render(cameras, background, with_depth=False, **options)  # the loss reads colours only
         l1 = (out["rgb"] - target).abs().mean()
         dssim = 1.0 - ssim(out["rgb"], target).mean()
+        return {"l1": l1, "ssim": dssim}, out
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
+        replayed = self._graphs.run(batch) if self._graphs.applies(batch) else None
+        if replayed is None:
+            terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"])
+        else:
+            terms, out = replayed
+        self._last_render = out
         self.log_step("train/gaussians", float(len(self.gaussians)))
-        return self.total_loss({"l1": l1, "ssim": dssim})
+        return self.total_loss(terms)
+
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        """After a replayed step the gradients are already computed: hand them to the parameters."""
+        if not self._graphs.assign_gradients():
+            super().backward(loss, *args, **kwargs)
 
     def on_after_backward(self) -> None:
         out, self._last_render = self._last_render, None

@@ -1,0 +1,165 @@
+"""The Gaussian-splatting training step (render, loss, backward) replayed as one CUDA graph.
+
+A 3DGS step on a 400x400 photo keeps the GPU busy ~3.4 ms, but launched kernel by kernel from Python it takes ~8
+ms, and gsplat reads its tile-intersection count on the host in every render, so the host cannot queue the next
+step ahead. Here the render puts its intersections into fixed slots (``lift3d.render.splat_tiles``), sized from
+every training view with some headroom whenever the Gaussians change (densification replaces their tensors, so the
+graph is captured again then anyway), and the step is captured with ``CapturedStep``. A render that needs more
+slots than there are drops its last pairs; the peak is checked every ``CHECK_EVERY`` steps (one host read) and
+the slots grow at once, with a warning, when that happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.cameras import Cameras
+from lift3d.render.splat import choose_backend
+from lift3d.systems.captured_step import CapturedStep
+
+log = logging.getLogger("lift3d.systems.graphed_splats")
+CHECK_EVERY = 100  # steps between reads of the intersection peak
+SLOT_GRAIN = 1 << 16  # slot counts are rounded up to this, so small changes do not force a new capture
+
+
+class GraphedSplatStep:
+    """The captured step of a Gaussian system with ``gaussians``, ``renderer`` (``splat-rasterizer``),
+    ``loss_terms(cameras, background, target, **options) -> (terms, render)`` and ``cfg.cuda_graphs`` /
+    ``cfg.isect_headroom``."""
+
+    def __init__(self, system: Any) -> None:
+        self.system = system
+        self.step: CapturedStep | None = None
+        self.capacity = 0  # intersection slots of the captured render
+        self.resized_after_overflow = 0  # how often a check found a render that needed more slots
+        self._peak: Tensor | None = None  # the most intersections a replayed render had since the slots were sized
+        self._param_ids: tuple[int, ...] = ()
+        self._size: tuple[int, int] | None = None
+        self._views: tuple[Tensor, Tensor] | None = None
+        self._off = False
+        self._replayed = False
+
+    # ----------------------------------------------------------------------------------- when
+    def applies(self, batch: dict[str, Any]) -> bool:
+        """Whether this step is replayed: gsplat on a GPU, one process, 32-bit precision, one batch a step, and
+        photos of one size (several sizes would mean a capture per size change: the step then runs eagerly)."""
+        self._replayed = False
+        system = self.system
+        rgb, cameras = batch.get("rgb"), batch.get("cameras")
+        if self._off or not system.cfg.cuda_graphs or rgb is None or cameras is None or not rgb.is_cuda:
+            return False
+        trainer = system._trainer
+        if trainer is None or trainer.world_size != 1 or trainer.accumulate_grad_batches != 1:
+            return False
+        if str(trainer.precision) not in ("32-true", "32"):
+            return False
+        options = system.renderer.cfg
+        if options.absgrad or choose_backend(options.backend, rgb.device) != "gsplat":
+            return False
+        size = (cameras.width, cameras.height)
+        if self._size is not None and size != self._size:
+            log.info("photos of several sizes: the training step runs kernel by kernel (no CUDA graph)")
+            self._off, self.step = True, None
+            return False
+        self._size = size
+        return True
+
+    # ----------------------------------------------------------------------------------- how
+    def run(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Replay the step on ``batch`` (capturing it first when the Gaussians, slots or options changed) ->
+        (loss terms, render with ``means2d_grad``), the gradients waiting for ``assign_gradients``."""
+        system = self.system
+        cameras = batch["cameras"]
+        inputs = {"c2w": cameras.c2w, "intrinsics": cameras.intrinsics, "viewmats": cameras.w2c_opencv(),
+                  "rgb": batch["rgb"]}
+        if batch.get("background") is not None:
+            inputs["background"] = batch["background"]
+        params = [p for p in system.parameters() if p.requires_grad]
+        ids = tuple(id(p) for p in params)
+        if self.step is None:
+            self.step = CapturedStep(params, hint="set system.cuda_graphs=false to train with the step launched "
+                                     "kernel by kernel", rewarm_steps=1)
+        elif ids != self._param_ids:
+            self.step.set_params(params)
+        if ids != self._param_ids or system.true_global_step % CHECK_EVERY == 0:
+            peak = self._overflow()
+            if ids != self._param_ids or peak:
+                self._size_slots(cameras, at_least=peak)
+        self._param_ids = ids
+        width, height = cameras.width, cameras.height
+        capacity = self.capacity
+
+        def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+            views = Cameras(static["c2w"], static["intrinsics"], width, height, static["viewmats"])
+            terms, out = system.loss_terms(views, static.get("background"), static["rgb"], isect_capacity=capacity)
+            kept = {k: out[k] for k in ("rgb", "radii", "means2d", "isect_count")}
+            return system.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **kept}
+
+        weights = tuple((name, system.loss_weight(name)) for name in ("l1", "ssim"))
+        key = (capacity, system.gaussians.active_sh_degree, weights, width, height)
+        outputs = self.step.run(key, inputs, compute)
+        self._replayed = True
+        torch.maximum(self._peak, outputs["isect_count"], out=self._peak)
+        terms = {k[len("term:"):]: v for k, v in outputs.items() if k.startswith("term:")}
+        out = {k: outputs[k] for k in ("rgb", "radii", "means2d")}
+        out["means2d_grad"] = outputs["grad:means2d"]
+        return terms, out
+
+    def assign_gradients(self) -> bool:
+        """After a replayed step: give the parameters its gradients (True); else False (backward runs as usual)."""
+        if not self._replayed or self.step is None:
+            return False
+        self.step.assign_gradients()
+        return True
+
+    @property
+    def captures(self) -> int:
+        return 0 if self.step is None else self.step.captures
+
+    # ----------------------------------------------------------------------------------- slots
+    def _training_views(self, cameras: Cameras) -> tuple[Tensor, Tensor]:
+        """World-to-camera matrices and intrinsics of every training view on the GPU (the batch's views when the
+        data module has no training set)."""
+        if self._views is None:
+            datamodule = getattr(self.system.trainer, "datamodule", None)
+            train = getattr(datamodule, "train", None)
+            every = getattr(train, "cameras", None)
+            if isinstance(every, Cameras) and (every.width, every.height) == (cameras.width, cameras.height):
+                every = every.to(cameras.device)
+                self._views = (every.w2c_opencv(), every.intrinsics)
+            else:
+                return cameras.w2c_opencv(), cameras.intrinsics
+        return self._views
+
+    def _size_slots(self, cameras: Cameras, at_least: int = 0) -> None:
+        """Slots for the current Gaussians: ``isect_headroom`` x the most any training view needs, or than
+        ``at_least`` (one host read)."""
+        from lift3d.render.splat_gsplat import view_intersections
+
+        system, options = self.system, self.system.renderer.cfg
+        g = system.gaussians
+        viewmats, intrinsics = self._training_views(cameras)
+        counts = view_intersections(g.means, g.quats, g.scales, g.opacities, viewmats, intrinsics, cameras.width,
+                                    cameras.height, near_plane=options.near_plane, far_plane=options.far_plane,
+                                    eps2d=options.eps2d)
+        most = max(int(counts.max()) if len(counts) else 0, at_least)
+        self.capacity = max(math.ceil(most * system.cfg.isect_headroom / SLOT_GRAIN), 1) * SLOT_GRAIN
+        self._peak = torch.zeros((), dtype=torch.int64, device=cameras.device)
+
+    def _overflow(self) -> int:
+        """The peak intersection count since the slots were sized when it exceeded them (warned), else 0."""
+        if self._peak is None:
+            return 0
+        peak = int(self._peak)
+        if peak <= self.capacity:
+            return 0
+        self.resized_after_overflow += 1
+        log.warning("step %d: a render needed %d tile intersections, %d slots held them (the rest were dropped from "
+                    "that render); more slots from now on (system.isect_headroom sets the margin)",
+                    self.system.true_global_step, peak, self.capacity)
+        return peak
