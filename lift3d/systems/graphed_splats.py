@@ -24,7 +24,8 @@ from lift3d.systems.captured_step import CapturedStep
 
 log = logging.getLogger("lift3d.systems.graphed_splats")
 CHECK_EVERY = 100  # steps between reads of the intersection peak
-SLOT_GRAIN = 1 << 16  # slot counts are rounded up to this, so small changes do not force a new capture
+SLOT_GRAIN = 1 << 16
+DRAWN_OPACITY = 1.0 / 255.0  # gsplat skips Gaussians below this opacity  # slot counts are rounded up to this, so small changes do not force a new capture
 
 
 class GraphedSplatStep:
@@ -144,7 +145,11 @@ class GraphedSplatStep:
         system, options = self.system, self.system.renderer.cfg
         g = system.gaussians
         viewmats, intrinsics = self._training_views(cameras)
-        counts = view_intersections(g.means, g.quats, g.scales, g.opacities, viewmats, intrinsics, cameras.width,
+        # every Gaussian that can be drawn at its largest footprint (gsplat's shrinks with the opacity, and an opacity
+        # reset would otherwise size the slots for footprints that grow back within a hundred steps)
+        opacities = g.opacities.detach()
+        largest = torch.where(opacities >= DRAWN_OPACITY, torch.ones_like(opacities), opacities)
+        counts = view_intersections(g.means, g.quats, g.scales, largest, viewmats, intrinsics, cameras.width,
                                     cameras.height, near_plane=options.near_plane, far_plane=options.far_plane,
                                     eps2d=options.eps2d)
         most = max(int(counts.max()) if len(counts) else 0, at_least)

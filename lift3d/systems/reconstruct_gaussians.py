@@ -54,7 +54,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision, photos of one size (false: its kernels launched one by one)
-    isect_headroom: float = 1.3  # captured steps: tile-intersection slots = this x the most any training view needs, sized again at each capture
+    isect_headroom: float = 1.2  # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its largest footprint), sized again at each capture
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
