@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from plain_gsplat import score_views, train_plain  # noqa: E402
-from profiling import HostProfileWindow, ProfileWindow  # noqa: E402
+from profiling import HostProfileWindow, ProfileWindow, build_gsplat_kernels  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
@@ -144,7 +144,8 @@ def main() -> None:
 
     info = {"device": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu",
             "backend": cfg.system.get("renderer", {}).get("backend", "auto"), "resolution": "400x400",
-            "torch": torch.__version__, "gsplat": version("gsplat"), "threads": torch.get_num_threads()}
+            "torch": torch.__version__, "gsplat": version("gsplat"), "threads": torch.get_num_threads(),
+            "gsplat_build_s": build_gsplat_kernels() if on_gpu else 0.0}  # outside the training clock
     trial = make_trial_dir(cfg)
     trainer = build_trainer(cfg, trial, train=True, devices=(gpus if on_gpu else len(gpus)) if gpus else None)
     info["world_size"] = trainer.world_size

@@ -8,6 +8,7 @@ host: launches, Python, syncs), CUDA runtime calls per step, sync sites, and the
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import traceback
 import warnings
@@ -19,6 +20,18 @@ from lightning.pytorch.callbacks import Callback
 
 RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
                  "cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def build_gsplat_kernels() -> float:
+    """Build (or load) gsplat's CUDA kernels now, before any clock starts, and return the seconds it took (0 without
+    CUDA or gsplat). Its JIT build takes 1-2 minutes on a fresh machine, and again wherever its installed files are
+    newer than the build (the device's wheels are reinstalled every call): inside a training clock it swamps it."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("gsplat") is None:
+        return 0.0
+    start = time.perf_counter()
+    import gsplat.cuda._backend  # noqa: F401  (importing builds or loads the extension)
+
+    return round(time.perf_counter() - start, 1)
 
 
 class ProfiledSteps:
