@@ -1,0 +1,49 @@
+"""When the 3DGS step is replayed as a CUDA graph (lift3d/systems/graphed_splats.py): the conditions, on the CPU.
+
+The capture itself needs CUDA and gsplat: tests/test_graphed_splats_gpu.py."""
+
+from types import SimpleNamespace
+
+import torch
+
+from lift3d.cameras import Cameras
+from lift3d.systems.graphed_splats import GraphedSplatStep
+
+
+class _CudaLike(torch.Tensor):
+    """A CPU tensor that says it lives on CUDA: enough for the checks, which never touch its data."""
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+
+def _system(cuda_graphs=True, world_size=1, precision="32-true", backend="gsplat", absgrad=False, accumulate=1):
+    trainer = SimpleNamespace(world_size=world_size, accumulate_grad_batches=accumulate, precision=precision)
+    renderer = SimpleNamespace(cfg=SimpleNamespace(backend=backend, absgrad=absgrad))
+    return SimpleNamespace(cfg=SimpleNamespace(cuda_graphs=cuda_graphs), _trainer=trainer, renderer=renderer)
+
+
+def _batch(size=8, on_cuda=True):
+    rgb = torch.zeros(1, size, size, 3)
+    cameras = Cameras(torch.eye(4)[None], torch.eye(3)[None], size, size)
+    return {"rgb": rgb.as_subclass(_CudaLike) if on_cuda else rgb, "cameras": cameras}
+
+
+def test_applies_only_to_gsplat_on_one_gpu_at_32_bits(monkeypatch):
+    monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
+    assert GraphedSplatStep(_system()).applies(_batch())
+    assert not GraphedSplatStep(_system()).applies(_batch(on_cuda=False))
+    for refused in ({"cuda_graphs": False}, {"world_size": 2}, {"precision": "16-mixed"}, {"backend": "torch"},
+                    {"absgrad": True}, {"accumulate": 2}):
+        assert not GraphedSplatStep(_system(**refused)).applies(_batch()), refused
+    assert not GraphedSplatStep(_system()).applies({"cameras": _batch()["cameras"]})  # no photos: nothing to capture
+
+
+def test_photos_of_several_sizes_turn_capture_off_for_the_run(monkeypatch):
+    monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
+    step = GraphedSplatStep(_system())
+    assert step.applies(_batch(8)) and step.applies(_batch(8))
+    assert not step.applies(_batch(16))
+    assert not step.applies(_batch(8))  # off for good: a capture per size change would cost more than it saves
+    assert not step.assign_gradients()  # nothing replayed: backward runs as usual
