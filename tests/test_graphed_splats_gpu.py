@@ -27,7 +27,7 @@ def _tile_lists(offsets, flatten_ids, n_tiles, rows_of_tiles):
 
 def test_fixed_slots_hold_gsplats_own_intersections():
     device = _require_gpu_and_gsplat()
-    from gsplat.cuda._wrapper import fully_fused_projection, isect_offset_encode, isect_tiles
+    from gsplat import fully_fused_projection, isect_offset_encode, isect_tiles
 
     splats, width, height = _scene(20000, 0, False, device), 200, 150
     cameras = _cameras(width, height, device)

@@ -81,7 +81,7 @@ def rasterize_gsplat_fixed(
     projection, SH and rasterization kernels, but no host read of the intersection count and no matrix inverse, so
     the render can be captured in a CUDA graph. Adds ``isect_count`` (0-dim, device): the pairs this render had; more
     than ``capacity`` means some were dropped."""
-    from gsplat.cuda._wrapper import rasterize_to_pixels, spherical_harmonics
+    from gsplat import rasterize_to_pixels, spherical_harmonics
 
     from lift3d.render.splat_tiles import tile_grid, tile_intersections, tile_masks
 
@@ -148,7 +148,7 @@ def view_intersections(
 def _project(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
              height: int, near_plane: float, far_plane: float, eps2d: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """gsplat's projection as ``rasterization`` calls it -> radii [C, N, 2], means2d, depths, conics."""
-    from gsplat.cuda._wrapper import fully_fused_projection
+    from gsplat import fully_fused_projection
 
     # gsplat >= 1.5 bounds the radii by the opacity, as its rasterization does
     tighter = {"opacities": opacities} if "opacities" in inspect.signature(fully_fused_projection).parameters else {}
