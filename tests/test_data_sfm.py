@@ -95,8 +95,8 @@ def test_a_video_goes_through_the_same_path(tmp_path):
     frames = render_photos(Cameras(c2w, K, size, size))
     video = tmp_path / "orbit.mp4"
     imageio.mimwrite(video, list(frames), fps=8, quality=9, macro_block_size=8)
-    options = SfmOptions()
-    scene = prepare_capture(video, options, video_frames=n)
+    options = SfmOptions(num_threads=1)  # one thread: the same poses every run (with all cores, one CI run in many
+    scene = prepare_capture(video, options, video_frames=n)  # registered this synthetic orbit 81 degrees off)
     assert scene == tmp_path / "orbit" and options.matcher == "sequential"
     import pycolmap
 

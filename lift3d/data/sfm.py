@@ -34,6 +34,7 @@ class SfmOptions:
     max_num_features: int = 8192  # SIFT features kept per image
     min_registered: float = 0.5  # stop with an error when fewer than this share of the photos (and < 3) register
     force: bool = False  # redo SfM even when a model exists
+    num_threads: int = -1  # threads of each stage (-1: every core; 1: the same poses on every run, slower on many cores)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # filled in: seconds per stage
 
 
@@ -112,10 +113,12 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
              pycolmap.__version__, "sequential" if sequential else "exhaustive")
 
+    pycolmap.set_random_seed(0)  # RANSAC draws: with one thread, the same model every run
     with _progress() as progress:
         start = time.perf_counter()
         task = progress.add_task("features", total=len(names))
         extraction = pycolmap.FeatureExtractionOptions()
+        extraction.num_threads = options.num_threads
         extraction.max_image_size = options.max_image_size
         extraction.sift.max_num_features = options.max_num_features
         reader = pycolmap.ImageReaderOptions()
@@ -130,12 +133,14 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
 
         start = time.perf_counter()
         task = progress.add_task("matching", total=1)
+        matching = pycolmap.FeatureMatchingOptions()
+        matching.num_threads = options.num_threads
         if sequential:
             pairing = pycolmap.SequentialPairingOptions()
             pairing.loop_detection = False  # needs a vocabulary tree file, which is a download
-            pycolmap.match_sequential(database, pairing_options=pairing)
+            pycolmap.match_sequential(database, matching_options=matching, pairing_options=pairing)
         else:
-            pycolmap.match_exhaustive(database)
+            pycolmap.match_exhaustive(database, matching_options=matching)
         progress.advance(task)
         options.stage_seconds["matching"] = time.perf_counter() - start
 
@@ -143,6 +148,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
         task = progress.add_task("mapping", total=len(names))
         mapping = pycolmap.IncrementalPipelineOptions()
         mapping.random_seed = 0
+        mapping.num_threads = options.num_threads
         reconstructions = pycolmap.incremental_mapping(database, images, work / "models", mapping,
                                                        initial_image_pair_callback=lambda: progress.advance(task, 2),
                                                        next_image_callback=lambda: progress.advance(task))
