@@ -30,20 +30,38 @@ def _batch(size=8, on_cuda=True):
     return {"rgb": rgb.as_subclass(_CudaLike) if on_cuda else rgb, "cameras": cameras}
 
 
+def _after_first(step: GraphedSplatStep, batch: dict) -> bool:
+    """``applies`` on the second step (the first that qualifies always runs eagerly)."""
+    step.applies(batch)
+    return step.applies(batch)
+
+
 def test_applies_only_to_gsplat_on_one_gpu_at_32_bits(monkeypatch):
     monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
-    assert GraphedSplatStep(_system()).applies(_batch())
-    assert not GraphedSplatStep(_system()).applies(_batch(on_cuda=False))
+    assert _after_first(GraphedSplatStep(_system()), _batch())
+    assert not _after_first(GraphedSplatStep(_system()), _batch(on_cuda=False))
     for refused in ({"cuda_graphs": False}, {"world_size": 2}, {"precision": "16-mixed"}, {"backend": "torch"},
                     {"absgrad": True}, {"accumulate": 2}):
-        assert not GraphedSplatStep(_system(**refused)).applies(_batch()), refused
-    assert not GraphedSplatStep(_system()).applies({"cameras": _batch()["cameras"]})  # no photos: nothing to capture
+        assert not _after_first(GraphedSplatStep(_system(**refused)), _batch()), refused
+    assert not _after_first(GraphedSplatStep(_system()), {"cameras": _batch()["cameras"]})  # no photos: nothing to capture
+
+
+def test_the_first_step_runs_eagerly_and_a_gsplat_that_fails_to_build_ends_capture(monkeypatch):
+    """The first step builds gsplat's kernels outside a capture; when they fail, the renderer's fallback to PyTorch
+    makes the backend torch, and no step is captured."""
+    backend = {"name": "gsplat"}
+    monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda configured, device: backend["name"])
+    step = GraphedSplatStep(_system())
+    assert not step.applies(_batch())
+    backend["name"] = "torch"  # the eager render found gsplat broken
+    assert not step.applies(_batch())
 
 
 def test_photos_of_several_sizes_turn_capture_off_for_the_run(monkeypatch):
     monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
     step = GraphedSplatStep(_system())
-    assert step.applies(_batch(8)) and step.applies(_batch(8))
+    assert _after_first(step, _batch(8)) and step.applies(_batch(8))
     assert not step.applies(_batch(16))
     assert not step.applies(_batch(8))  # off for good: a capture per size change would cost more than it saves
     assert not step.assign_gradients()  # nothing replayed: backward runs as usual
+

@@ -24,8 +24,8 @@ from lift3d.systems.captured_step import CapturedStep
 
 log = logging.getLogger("lift3d.systems.graphed_splats")
 CHECK_EVERY = 100  # steps between reads of the intersection peak
-SLOT_GRAIN = 1 << 16
-DRAWN_OPACITY = 1.0 / 255.0  # gsplat skips Gaussians below this opacity  # slot counts are rounded up to this, so small changes do not force a new capture
+SLOT_GRAIN = 1 << 16  # slot counts are rounded up to this, so small changes do not force a new capture
+DRAWN_OPACITY = 1.0 / 255.0  # gsplat skips Gaussians below this opacity
 
 
 class GraphedSplatStep:
@@ -44,11 +44,14 @@ class GraphedSplatStep:
         self._views: tuple[Tensor, Tensor] | None = None
         self._off = False
         self._replayed = False
+        self._rendered_eagerly = False
 
     # ----------------------------------------------------------------------------------- when
     def applies(self, batch: dict[str, Any]) -> bool:
         """Whether this step is replayed: gsplat on a GPU, one process, 32-bit precision, one batch a step, and
-        photos of one size (several sizes would mean a capture per size change: the step then runs eagerly)."""
+        photos of one size (several sizes would mean a capture per size change: the step then runs eagerly). The
+        first such step runs eagerly: it builds gsplat's kernels outside any capture, or finds that they cannot
+        build, and the renderer then falls back to PyTorch (no capture) as it does without this option."""
         self._replayed = False
         system = self.system
         rgb, cameras = batch.get("rgb"), batch.get("cameras")
@@ -68,6 +71,9 @@ class GraphedSplatStep:
             self._off, self.step = True, None
             return False
         self._size = size
+        if not self._rendered_eagerly:
+            self._rendered_eagerly = True
+            return False
         return True
 
     # ----------------------------------------------------------------------------------- how
