@@ -4,10 +4,13 @@ The capture itself needs CUDA and gsplat: tests/test_graphed_splats_gpu.py."""
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from lift3d.cameras import Cameras
+from lift3d.config import ConfigError
 from lift3d.systems.graphed_splats import GraphedSplatStep
+from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 
 
 class _CudaLike(torch.Tensor):
@@ -65,3 +68,7 @@ def test_photos_of_several_sizes_turn_capture_off_for_the_run(monkeypatch):
     assert not step.applies(_batch(8))  # off for good: a capture per size change would cost more than it saves
     assert not step.assign_gradients()  # nothing replayed: backward runs as usual
 
+
+def test_headroom_below_one_is_refused_with_the_key_named():
+    with pytest.raises(ConfigError, match="system.isect_headroom must be at least 1"):
+        ReconstructGaussiansSystem({"isect_headroom": 0.5})

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
-from lift3d.config import scheduled
+from lift3d.config import ConfigError, scheduled
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
@@ -84,6 +84,9 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         self.add_unsaved_part("densify", self.densify)
         self.extent = self.cfg.scene_extent or 1.0
         self._last_render: dict[str, Tensor] | None = None
+        if self.cfg.isect_headroom < 1.0:
+            raise ConfigError(f"system.isect_headroom must be at least 1 (the intersection slots hold this times the most "
+                             f"any view needs), got {self.cfg.isect_headroom}")
         self._graphs = GraphedSplatStep(self)
 
     # ----------------------------------------------------------------------------------- set-up
