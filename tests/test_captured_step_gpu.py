@@ -59,6 +59,41 @@ def test_replayed_gradients_equal_the_eager_ones_and_shapes_trigger_a_new_captur
     assert captured.captures == 2 and captured.replays == 4  # 64 rays thrice (one capture), then 128
 
 
+def test_an_update_captured_with_the_step_equals_eager_adam_and_follows_its_learning_rate():
+    """A fused, capturable Adam captured after the backward pass moves the parameters as eager Adam does, with
+    the learning rate read from its tensor at every replay; the warm-up passes leave the parameters alone."""
+    model, twin = _mlp(), _mlp()
+    params, twin_params = list(model.parameters()), list(twin.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-2, fused=True)
+    eager = torch.optim.Adam(twin_params, lr=1e-2, fused=True)
+    x, y = torch.randn(64, 3, device="cuda"), torch.randn(64, 1, device="cuda")
+    for net, opt in ((model, optimizer), (twin, eager)):  # a first eager step creates Adam's state
+        ((net(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    optimizer.param_groups[0]["capturable"] = True
+    optimizer.param_groups[0]["lr"] = torch.tensor(1e-2, device="cuda")
+    captured = CapturedStep(params)
+
+    def compute(inputs):
+        return ((model(inputs["x"]) - inputs["y"]) ** 2).mean(), {}
+
+    for step in range(6):
+        lr = 1e-2 if step < 3 else 1e-3
+        optimizer.param_groups[0]["lr"].fill_(lr)
+        for group in eager.param_groups:
+            group["lr"] = lr
+        x, y = torch.randn(64, 3, device="cuda"), torch.randn(64, 1, device="cuda")
+        captured.run(("step", "adam"), {"x": x, "y": y}, compute, update=optimizer.step)
+        ((twin(x) - y) ** 2).mean().backward()
+        eager.step()
+        eager.zero_grad(set_to_none=True)
+        for got, want in zip(params, twin_params):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert captured.captures == 1 and captured.replays == 6
+    assert int(optimizer.state[params[0]]["step"]) == 7 and all(p.grad is None for p in params)
+
+
 def test_the_captured_nerf_step_equals_the_eager_step(tmp_path, data_dir):
     """One system, one batch: the loss terms and gradients of the replayed step match the eager ones (the
     renderer's jitter is off, so both see the same samples)."""

@@ -72,3 +72,59 @@ def test_photos_of_several_sizes_turn_capture_off_for_the_run(monkeypatch):
 def test_headroom_below_one_is_refused_with_the_key_named():
     with pytest.raises(ConfigError, match="system.isect_headroom must be at least 1"):
         ReconstructGaussiansSystem({"isect_headroom": 0.5})
+
+
+def _optimizer_system(scheduler=False, clip=0.0, nonfinite="stop", optimizer_cls=torch.optim.Adam, stepped=True):
+    """A system whose one parameter has taken an eager step (Adam's state exists) under the given trainer options."""
+    param = torch.nn.Parameter(torch.ones(4))
+    optimizer = optimizer_cls([{"params": [param], "lr": 0.5, "name": "p"}])
+    if stepped:
+        param.grad = torch.ones(4)
+        optimizer.step()
+        param.grad = None
+    trainer = SimpleNamespace(lr_scheduler_configs=[object()] if scheduler else [], gradient_clip_val=clip)
+    system = SimpleNamespace(cfg=SimpleNamespace(nonfinite_loss=nonfinite), trainer=trainer,
+                             _all_optimizers=lambda: [optimizer])
+    return system, optimizer, param
+
+
+def test_adam_is_captured_with_the_step_only_where_the_trainer_leaves_the_gradients_alone():
+    system, optimizer, param = _optimizer_system()
+    assert GraphedSplatStep(system)._graphed_optimizer([param]) is optimizer
+    group = optimizer.param_groups[0]
+    assert group["capturable"] and torch.is_tensor(group["lr"]) and float(group["lr"]) == 0.5
+    for refused in ({"scheduler": True}, {"clip": 1.0}, {"nonfinite": "skip"}, {"optimizer_cls": torch.optim.SGD},
+                    {"stepped": False}):
+        system, optimizer, param = _optimizer_system(**refused)
+        assert GraphedSplatStep(system)._graphed_optimizer([param]) is None, refused
+        assert not optimizer.param_groups[0].get("capturable"), refused
+    system, optimizer, param = _optimizer_system()
+    optimizer.state[param]["step"] = torch.tensor(1.0, device="meta")  # unfused Adam on a GPU counts on the host
+    assert GraphedSplatStep(system)._graphed_optimizer([param]) is None
+
+
+def test_a_tensor_learning_rate_follows_its_schedule_in_place_and_checkpoints_as_a_number():
+    from lift3d.systems.optim import apply_lr_schedules, plain_param_groups
+
+    param = torch.nn.Parameter(torch.ones(2))
+    lr = torch.tensor(1.0)
+    optimizer = torch.optim.Adam([{"params": [param], "lr": lr, "lr_schedule": [0, 1.0, 0.01, 100, "log"],
+                                   "capturable": True}])
+    apply_lr_schedules(optimizer, 50)
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.1)
+    saved = plain_param_groups(optimizer.state_dict())
+    assert saved["param_groups"][0]["lr"] == pytest.approx(0.1) and saved["param_groups"][0]["capturable"] is False
+    assert optimizer.param_groups[0]["lr"] is lr  # the live optimizer keeps its tensor
+    fresh = torch.optim.Adam([torch.nn.Parameter(torch.ones(2))], lr=1e-3)
+    fresh.load_state_dict(saved)
+    assert fresh.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+def test_a_replay_that_updated_the_parameters_hands_no_gradients_to_the_trainer():
+    step = GraphedSplatStep(_system())
+    handed = []
+    step.step = SimpleNamespace(assign_gradients=lambda: handed.append(1))
+    step._replayed, step._updated = True, True
+    assert step.assign_gradients() and not handed  # Lightning's optimizer.step then finds no gradient
+    step._updated = False
+    assert step.assign_gradients() and handed == [1]

@@ -31,6 +31,7 @@ from lift3d.systems.optim import (
     apply_lr_schedules,
     build_optimizer,
     build_scheduler,
+    plain_param_groups,
 )
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
     # ----------------------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["lift3d"] = {"system_type": self.registered_name}  # which recipe wrote it (checked on load)
+        if "optimizer_states" in checkpoint:
+            checkpoint["optimizer_states"] = [plain_param_groups(state) for state in checkpoint["optimizer_states"]]
         for name, part in self._unsaved.items():
             if hasattr(part, "checkpoint_state"):
                 checkpoint[f"part:{name}"] = part.checkpoint_state()

@@ -7,7 +7,8 @@ budgets give both, and the graph is captured again whenever they (or anything el
 
 Inputs are copied into static buffers before each replay; the gradients land in tensors the graph owns and are
 handed to the parameters afterwards (``assign_gradients``), so the optimizer, gradient clipping and the
-non-finite checks run eagerly as before. A capture that fails leaves CUDA's random-number generator unusable for
+non-finite checks run eagerly as before; or a caller's ``update`` (a capturable optimizer's step) is captured after
+the backward pass and consumes them inside the graph. A capture that fails leaves CUDA's random-number generator unusable for
 the rest of the process, so there is no silent fallback: the error names the option that turns capture off.
 """
 
@@ -35,7 +36,9 @@ class CapturedStep:
     ``run`` returns the graph's outputs (valid until the next ``run``), with ``grad:<name>`` the gradient of each
     output that retained it (``retain_grad``); ``assign_gradients`` then sets each parameter's ``.grad`` to the
     gradient the replay wrote. ``hint`` ends the message of a failed capture: how the user turns capture off.
-    ``rewarm_steps`` eager passes precede every capture after the first (kernels are compiled by then)."""
+    ``rewarm_steps`` eager passes precede every capture after the first (kernels are compiled by then). An
+    ``update`` given to ``run`` is captured after the backward pass (never run in the warm-up passes, so
+    they change no parameter) and replayed with it."""
 
     def __init__(self, params: list[Tensor], warmup_steps: int = 2, hint: str = "", rewarm_steps: int | None = None) -> None:
         self.params = [p for p in params if p.requires_grad]
@@ -50,14 +53,16 @@ class CapturedStep:
         self._outputs: dict[str, Tensor] = {}
         self._grads: list[Tensor | None] = []
 
-    def run(self, key: Hashable, inputs: dict[str, Tensor], compute: Compute) -> dict[str, Tensor]:
+    def run(self, key: Hashable, inputs: dict[str, Tensor], compute: Compute,
+            update: Callable[[], None] | None = None) -> dict[str, Tensor]:
         """Copy ``inputs`` into the graph's buffers and replay it (capturing first when ``key``, the shapes of the
-        inputs or the parameters' storage changed)."""
+        inputs or the parameters' storage changed). ``update``, captured after the backward pass, must keep the
+        same tensors for as long as ``key`` stays the same; ``key`` must tell runs with and without it apart."""
         full_key = (key, tuple((name, tuple(t.shape), t.dtype) for name, t in sorted(inputs.items())),
                     tuple(p.data_ptr() for p in self.params))
         if full_key != self._key:
             try:
-                self._capture(full_key, inputs, compute)
+                self._capture(full_key, inputs, compute, update)
             except Exception as error:
                 self._release()
                 raise GraphCaptureError(f"the training step could not be captured as a CUDA graph ({describe(error)})"
@@ -79,7 +84,8 @@ class CapturedStep:
         for param, grad in zip(self.params, self._grads):
             param.grad = grad
 
-    def _capture(self, key: Hashable, inputs: dict[str, Tensor], compute: Compute) -> None:
+    def _capture(self, key: Hashable, inputs: dict[str, Tensor], compute: Compute,
+                 update: Callable[[], None] | None) -> None:
         self._release()
         self._inputs = {name: value.detach().clone() for name, value in inputs.items()}
         saved = [p.grad for p in self.params]
@@ -99,6 +105,8 @@ class CapturedStep:
         with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
             loss, outputs = compute(self._inputs)
             loss.backward()
+            if update is not None:
+                update()
         self._grads = [p.grad for p in self.params]
         for param, grad in zip(self.params, saved):
             param.grad = grad

@@ -7,12 +7,18 @@ every training view with some headroom whenever the Gaussians change (densificat
 graph is captured again then anyway), and the step is captured with ``CapturedStep``. A render that needs more
 slots than there are drops its last pairs; the peak is checked every ``CHECK_EVERY`` steps (one host read) and
 the slots grow at once, with a warning, when that happened.
+
+Where the trainer would do nothing to the gradients between backward and the optimizer (no clipping, no
+scheduler, no skipping of non-finite steps), Adam's step is captured too (``capturable`` groups, learning rates as
+device tensors that ``apply_lr_schedules`` fills): the step is then one launch. Densification then follows the
+update, as in gsplat's trainer, and Lightning's own ``optimizer.step`` finds no gradients and changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -26,6 +32,9 @@ log = logging.getLogger("lift3d.systems.graphed_splats")
 CHECK_EVERY = 100  # steps between reads of the intersection peak
 SLOT_GRAIN = 1 << 16  # slot counts are rounded up to this, so small changes do not force a new capture
 DRAWN_OPACITY = 1.0 / 255.0  # gsplat skips Gaussians below this opacity
+GRAPHED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)  # optimizers whose step is captured with the graph
+# the eager steps around the captured ones (Lightning's, which finds no gradients; the first step) are expected
+warnings.filterwarnings("ignore", message=".*capturable=True.*step\\(\\) is running without CUDA graph capture.*")
 
 
 class GraphedSplatStep:
@@ -44,6 +53,7 @@ class GraphedSplatStep:
         self._views: tuple[Tensor, Tensor] | None = None
         self._off = False
         self._replayed = False
+        self._updated = False  # the last replay also ran the optimizer's step
         self._rendered_eagerly = False
 
     # ----------------------------------------------------------------------------------- when
@@ -52,7 +62,7 @@ class GraphedSplatStep:
         photos of one size (several sizes would mean a capture per size change: the step then runs eagerly). The
         first such step runs eagerly: it builds gsplat's kernels outside any capture, or finds that they cannot
         build, and the renderer then falls back to PyTorch (no capture) as it does without this option."""
-        self._replayed = False
+        self._replayed = self._updated = False
         system = self.system
         rgb, cameras = batch.get("rgb"), batch.get("cameras")
         if self._off or not system.cfg.cuda_graphs or rgb is None or cameras is None or not rgb.is_cuda:
@@ -108,9 +118,11 @@ class GraphedSplatStep:
             return system.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **kept}
 
         weights = tuple((name, system.loss_weight(name)) for name in ("l1", "ssim"))
-        key = (capacity, system.gaussians.active_sh_degree, weights, width, height)
-        outputs = self.step.run(key, inputs, compute)
-        self._replayed = True
+        optimizer = self._graphed_optimizer(params)
+        state = () if optimizer is None else _state_pointers(optimizer, params)
+        key = (capacity, system.gaussians.active_sh_degree, weights, width, height, state)
+        outputs = self.step.run(key, inputs, compute, update=None if optimizer is None else optimizer.step)
+        self._replayed, self._updated = True, optimizer is not None
         torch.maximum(self._peak, outputs["isect_count"], out=self._peak)
         terms = {k[len("term:"):]: v for k, v in outputs.items() if k.startswith("term:")}
         out = {k: outputs[k] for k in ("rgb", "radii", "means2d")}
@@ -118,11 +130,42 @@ class GraphedSplatStep:
         return terms, out
 
     def assign_gradients(self) -> bool:
-        """After a replayed step: give the parameters its gradients (True); else False (backward runs as usual)."""
+        """After a replayed step: give the parameters its gradients, or none when the replay already used them to
+        update the parameters (True); else False (backward runs as usual)."""
         if not self._replayed or self.step is None:
             return False
-        self.step.assign_gradients()
+        if not self._updated:
+            self.step.assign_gradients()
         return True
+
+    # ----------------------------------------------------------------------------------- optimizer
+    def _graphed_optimizer(self, params: list[Tensor]) -> torch.optim.Optimizer | None:
+        """The optimizer to capture with the step, made capturable (learning rates as device tensors), or None
+        when the trainer acts between backward and its step, or it has not yet stepped every parameter on the
+        parameter's device (fused Adam keeps its step counts there; the unfused one, on the host, cannot be captured)."""
+        system = self.system
+        trainer = system.trainer
+        optimizers = system._all_optimizers()
+        if len(optimizers) != 1 or trainer.lr_scheduler_configs or trainer.gradient_clip_val:
+            return None
+        optimizer = optimizers[0]
+        if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
+            return None
+        if any(group.get("differentiable") for group in optimizer.param_groups):
+            return None
+        grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(id(p) not in grouped or not _steps_on_device(optimizer.state.get(p, {}), p) for p in params):
+            return None
+        for group in optimizer.param_groups:
+            group["capturable"] = True
+            if not torch.is_tensor(group["lr"]):
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=params[0].device)
+        return optimizer
+
+    @property
+    def optimizer_captured(self) -> bool:
+        """Whether the last replay also ran the optimizer's step."""
+        return self._updated
 
     @property
     def captures(self) -> int:
@@ -174,3 +217,15 @@ class GraphedSplatStep:
                     "that render); more slots from now on (system.isect_headroom sets the margin)",
                     self.system.true_global_step, peak, self.capacity)
         return peak
+
+
+def _state_pointers(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> tuple[int, ...]:
+    """Where the optimizer's state and learning rates live: a captured step reads and writes these addresses."""
+    state = [t.data_ptr() for p in params for t in optimizer.state[p].values() if torch.is_tensor(t)]
+    return tuple(state + [group["lr"].data_ptr() for group in optimizer.param_groups])
+
+
+def _steps_on_device(state: dict[str, Any], param: Tensor) -> bool:
+    """Adam has stepped ``param`` and counts its steps on ``param``'s device, as a captured update needs."""
+    step = state.get("step")
+    return "exp_avg" in state and torch.is_tensor(step) and step.device == param.device

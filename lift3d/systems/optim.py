@@ -122,10 +122,29 @@ def all_on_cuda(params: list[Tensor]) -> bool:
 
 
 def apply_lr_schedules(optimizer: torch.optim.Optimizer, step: int) -> None:
-    """Set each group's lr from its schedule (groups built with a scheduled lr)."""
+    """Set each group's lr from its schedule (groups built with a scheduled lr); an lr held in a tensor (a step
+    captured as a CUDA graph reads it there) is filled in place, without waiting for the device."""
     for group in optimizer.param_groups:
         if "lr_schedule" in group:
-            group["lr"] = scheduled_value(group["lr_schedule"], step)
+            value = scheduled_value(group["lr_schedule"], step)
+            if torch.is_tensor(group["lr"]):
+                group["lr"].fill_(value)
+            else:
+                group["lr"] = value
+
+
+def plain_param_groups(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer ``state_dict`` with the options of a captured step undone (tensor learning rates as numbers,
+    ``capturable`` off), so a checkpoint resumes anywhere, the CPU included, as one written without capture."""
+    groups = []
+    for group in state.get("param_groups", []):
+        group = dict(group)
+        if torch.is_tensor(group.get("lr")):
+            group["lr"] = float(group["lr"])
+        if group.get("capturable"):
+            group["capturable"] = False
+        groups.append(group)
+    return {**state, "param_groups": groups}
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig) -> dict[str, Any] | None:
