@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from plain_gsplat import score_views, train_plain  # noqa: E402
-from profiling import HostProfileWindow, ProfileWindow, build_gsplat_kernels  # noqa: E402
+from profiling import HostProfileWindow, ProfileWindow, StepTimes, build_gsplat_kernels  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
@@ -117,6 +117,8 @@ def main() -> None:
     parser.add_argument("--profile-start", type=int, default=2000, metavar="STEP", help="the first profiled step")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
                         help="cProfile N recipe steps from step 3000 (and N steps of the plain loop): host time per function")
+    parser.add_argument("--step-times", action="store_true",
+                        help="time every step, synchronising the device at each (a diagnostic: see profiling.StepTimes)")
     parser.add_argument("--gpus", default="", metavar="IDS", help="train on these GPUs with DDP, e.g. 0,1 (rank 0 scores; --device cpu: as many gloo processes)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
     args = parser.parse_args()
@@ -157,6 +159,9 @@ def main() -> None:
     host_window = HostProfileWindow(3000, args.host_profile) if args.host_profile else None
     if host_window is not None:
         trainer.callbacks.append(host_window)
+    step_times = StepTimes() if args.step_times else None
+    if step_times is not None:
+        trainer.callbacks.append(step_times)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)  # as the runner seeds DDP ranks
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial / "save")
@@ -172,6 +177,8 @@ def main() -> None:
         print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
     if host_window is not None and host_window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "host_profile": host_window.summary}), flush=True)
+    if step_times is not None:
+        print(json.dumps({"bench": "lego_gaussians", "step_times": step_times.summary()}), flush=True)
     if args.reference == "plain":
         held = 0
         if torch.cuda.is_available():  # the plain loop's own peak: above what the recipe still holds
@@ -197,7 +204,8 @@ def graph_record(system: L.LightningModule) -> dict:
     if graphs is None or graphs.step is None:
         return {"cuda_graph": None}
     return {"cuda_graph": {"captures": graphs.captures, "replays": graphs.step.replays, "isect_slots": graphs.capacity,
-                           "resized_after_overflow": graphs.resized_after_overflow}}
+                           "resized_after_overflow": graphs.resized_after_overflow,
+                           "optimizer_captured": getattr(graphs, "optimizer_captured", None)}}
 
 
 def peak_memory(held: int = 0) -> dict:

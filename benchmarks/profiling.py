@@ -193,3 +193,44 @@ class HostProfileWindow(Callback):
         if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
             self.window.__exit__(None, None, None)
             self.summary = self.window.summary(self.n)
+
+
+class StepTimes(Callback):
+    """Every training step's time, the device synchronised at each step's end (a diagnostic run: the host cannot
+    queue ahead). ``summary()`` splits the steps into ordinary ones (median by thousand steps, with the Gaussian
+    count, where the model has one) and the slow ones (more than 3x the median: captures, densification), so the
+    cost of each is known."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: dict[int, int] = {}
+        self._last = 0.0
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if not self._last:
+            _synchronize()
+            self._last = time.perf_counter()
+        if trainer.global_step % 1000 == 0 and hasattr(module, "gaussians"):
+            self.sizes[trainer.global_step] = len(module.gaussians)
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        _synchronize()
+        now = time.perf_counter()
+        self.times.append(now - self._last)
+        self._last = now
+
+    def summary(self) -> dict[str, Any]:
+        times = torch.tensor(self.times[1:], dtype=torch.float64) * 1000  # the first step builds kernels
+        median = float(times.median())
+        slow = times > 3 * median
+        by_thousand = [round(float(times[i:i + 1000].median()), 3) for i in range(0, len(times), 1000)]
+        return {"steps": len(times), "total_s": round(float(times.sum()) / 1000, 2), "median_ms": round(median, 3),
+                "median_ms_by_thousand": by_thousand, "gaussians_by_thousand": list(self.sizes.values()),
+                "slow_steps": int(slow.sum()), "slow_total_s": round(float(times[slow].sum()) / 1000, 2),
+                "slow_median_ms": round(float(times[slow].median()), 1) if bool(slow.any()) else 0.0,
+                "ordinary_total_s": round(float(times[~slow].sum()) / 1000, 2)}
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
