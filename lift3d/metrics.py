@@ -13,32 +13,56 @@ def psnr(prediction: Tensor, target: Tensor) -> Tensor:
     return -10.0 * torch.log10(mse.clamp_min(1e-10))
 
 
+_taps: dict[tuple, Tensor] = {}
+
+
+def _gaussian_taps(size: int, sigma: float, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The [size] normalised 1-D Gaussian, built once per shape, device and dtype (a training loss calls SSIM every
+    step; rebuilding it cost seven small kernel launches each time)."""
+    key = (size, sigma, device, dtype)
+    taps = _taps.get(key)
+    if taps is None:
+        coords = torch.arange(size, device=device, dtype=dtype) - (size - 1) / 2
+        g = torch.exp(-(coords**2) / (2 * sigma**2))
+        taps = _taps[key] = g / g.sum()
+    return taps
+
+
 _windows: dict[tuple, Tensor] = {}
 
 
 def _gaussian_window(size: int, sigma: float, channels: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """The [channels, 1, size, size] normalised Gaussian kernel, built once per shape, device and dtype (a training
-    loss calls SSIM every step; rebuilding it cost seven small kernel launches each time)."""
+    """The [channels, 1, size, size] normalised Gaussian kernel (the outer product of the 1-D one), built once."""
     key = (size, sigma, channels, device, dtype)
     window = _windows.get(key)
     if window is None:
-        coords = torch.arange(size, device=device, dtype=dtype) - (size - 1) / 2
-        g = torch.exp(-(coords**2) / (2 * sigma**2))
-        g = g / g.sum()
+        g = _gaussian_taps(size, sigma, device, dtype)
         window = _windows[key] = (g[:, None] * g[None, :]).expand(channels, 1, size, size).contiguous()
     return window
+
+
+def gaussian_blur(maps: Tensor, window_size: int = 11, sigma: float = 1.5) -> Tensor:
+    """Each channel of ``maps`` [B, C, H, W] blurred by the Gaussian window, zero-padded to the same size: two 1-D
+    Triton passes on CUDA at 32 bits (``metrics_triton``), else one grouped convolution."""
+    taps = _gaussian_taps(window_size, sigma, maps.device, maps.dtype)
+    if maps.is_cuda and maps.dtype == torch.float32 and not torch.compiler.is_compiling():
+        from lift3d import metrics_triton
+
+        if metrics_triton.available(maps.device):
+            return metrics_triton.SeparableBlur.apply(maps, taps)
+    window = _gaussian_window(window_size, sigma, maps.shape[1], maps.device, maps.dtype)
+    return F.conv2d(maps, window, padding=window_size // 2, groups=maps.shape[1])
 
 
 def ssim(prediction: Tensor, target: Tensor, window_size: int = 11, sigma: float = 1.5) -> Tensor:
     """Structural similarity per image [B] (Gaussian window 11, sigma 1.5, as 3DGS and most papers).
 
-    The five local means (x, y, x^2, y^2, xy) are one grouped convolution over the stacked maps."""
+    The five local means (x, y, x^2, y^2, xy) are one blur of the stacked maps."""
     x = prediction.permute(0, 3, 1, 2)
     y = target.permute(0, 3, 1, 2)
     channels = x.shape[1]
     maps = torch.cat([x, y, x * x, y * y, x * y], dim=1)
-    window = _gaussian_window(window_size, sigma, 5 * channels, maps.device, maps.dtype)
-    mu_x, mu_y, mean_xx, mean_yy, mean_xy = F.conv2d(maps, window, padding=window_size // 2, groups=5 * channels).split(channels, 1)
+    mu_x, mu_y, mean_xx, mean_yy, mean_xy = gaussian_blur(maps, window_size, sigma).split(channels, 1)
     sigma_x = mean_xx - mu_x**2
     sigma_y = mean_yy - mu_y**2
     sigma_xy = mean_xy - mu_x * mu_y
