@@ -7,14 +7,13 @@ the taps reversed (zero padding, as ``F.conv2d(..., padding=radius)``). Tested a
 under ``TRITON_INTERPRET=1``; ``available`` compares the two once on the GPU before the fast path is used.
 """
 
-from __future__ import annotations
-
 import logging
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+# no ``from __future__ import annotations`` here: Triton 3.0 reads the ``tl.constexpr`` annotations as objects
 log = logging.getLogger("lift3d")
 
 try:
