@@ -39,7 +39,7 @@ def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    a, b = (torch.load(tmp_path / "dump" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    a, b = (torch.load(tmp_path / "dump" / f"rank{r}.pt", map_location="cpu", weights_only=True) for r in (0, 1))
     assert a["world_size"] == b["world_size"] == 2 and a["events"][:, 4].sum() == 1 and a["events"][:, 1:3].sum() > 0
     assert torch.equal(a["events"], b["events"])
     assert all(torch.equal(p, b["params"][name]) for name, p in a["params"].items())
