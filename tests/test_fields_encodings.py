@@ -1,9 +1,6 @@
 """Hash grid against a naive per-point loop (Instant-NGP's definition), gradients, frequency and SH encodings."""
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -18,7 +15,7 @@ from lift3d.fields.encodings import (
     hash_grid_layout,
     spherical_harmonics,
 )
-from tests.conftest import REPO
+from tests.conftest import run_in_triton_interpreter
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -162,11 +159,7 @@ TRITON_CHECK = textwrap.dedent(
 
 
 def test_triton_kernel_matches_torch_in_interpreter():
-    pytest.importorskip("triton", reason="the Triton kernel is optional (installed with the test extra on Linux)")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", TRITON_CHECK], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
+    run_in_triton_interpreter(TRITON_CHECK, "the Triton kernel")
 
 
 @pytest.mark.gpu
@@ -176,3 +169,25 @@ def test_triton_kernel_matches_torch_on_cuda():
     layout = hash_grid_layout(16, 2, 19, 16, 1.3819128800)
     table = torch.empty(layout.n_rows, 2, device="cuda").uniform_(-1, 1)
     assert self_check(table, layout, strict=True, n_points=65536)
+
+
+@pytest.mark.gpu
+def test_triton_features_are_half_under_autocast_with_the_float32_values_and_gradients():
+    """Under CUDA autocast the lookup writes half features (what the MLP casts them to anyway) and takes half
+    gradients: the same numbers as the float32 lookup followed by the casts."""
+    from lift3d.fields.hash_triton import hash_grid_encode_triton
+
+    layout = hash_grid_layout(16, 2, 19, 16, 1.4472692374)
+    table = torch.empty(layout.n_rows, 2, device="cuda").uniform_(-1, 1).requires_grad_(True)
+    points = torch.rand(50000, 3, device="cuda")
+    upstream = torch.randn(50000, layout.output_dim, device="cuda").half()
+    reference = hash_grid_encode_triton(points, table, layout)
+    assert reference.dtype == torch.float32
+    (grad_reference,) = torch.autograd.grad((reference.half().float() * upstream.float()).sum(), table)
+    with torch.autocast("cuda", dtype=torch.float16):
+        half = hash_grid_encode_triton(points, table, layout)
+    assert half.dtype == torch.float16
+    assert torch.equal(half, reference.half())
+    (grad_half,) = torch.autograd.grad(half, table, grad_outputs=upstream)
+    assert grad_half.dtype == torch.float32
+    torch.testing.assert_close(grad_half, grad_reference, atol=1e-5, rtol=1e-5)
