@@ -7,14 +7,13 @@ the taps reversed (zero padding, as ``F.conv2d(..., padding=radius)``). Tested a
 under ``TRITON_INTERPRET=1``; ``available`` compares the two once on the GPU before the fast path is used.
 """
 
-import logging
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.triton_checks import checked_once
+
 # no ``from __future__ import annotations`` here: Triton 3.0 reads the ``tl.constexpr`` annotations as objects
-log = logging.getLogger("lift3d")
 
 try:
     import triton
@@ -87,21 +86,7 @@ _checked: dict[torch.device, bool] = {}
 def available(device: torch.device) -> bool:
     """Whether the Triton blur runs on ``device`` and equals ``F.conv2d`` there (checked once per device, never
     inside a CUDA graph capture; a failure is logged and the convolution is used)."""
-    if triton is None or device.type != "cuda":
-        return False
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device not in _checked:
-        if torch.cuda.is_current_stream_capturing():
-            return False
-        try:
-            with torch.inference_mode(False), torch.no_grad():
-                _compare(device)
-            _checked[device] = True
-        except Exception as error:  # noqa: BLE001 - any failure means: use the convolution
-            log.warning("Triton blur for SSIM unavailable (%s); using the convolution", error)
-            _checked[device] = False
-    return _checked[device]
+    return triton is not None and checked_once(_checked, device, _compare, "Triton blur for SSIM", "the convolution")
 
 
 def _compare(device: torch.device) -> None:

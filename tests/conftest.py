@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,17 @@ def _find_data() -> Path:
 
 DATA = _find_data()
 TEST_CONFIGS = REPO / "tests" / "configs"
+
+
+def run_in_triton_interpreter(script: str, what: str) -> None:
+    """Run ``script`` (which prints "ok" last) in a fresh Python under ``TRITON_INTERPRET=1``: a Triton kernel's CUDA
+    fast path, tested on the CPU. ``what`` names the kernel for the message when triton is absent."""
+    pytest.importorskip("triton", reason=f"{what} is optional (installed with the test extra on Linux)")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
 
 
 @pytest.fixture(scope="session")

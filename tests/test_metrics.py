@@ -1,18 +1,13 @@
 """SSIM and PSNR against direct computations."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lift3d.metrics import psnr, ssim
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import run_in_triton_interpreter
 
 
 def _ssim_by_five_blurs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -80,12 +75,7 @@ BLUR_CHECK = textwrap.dedent(
 def test_the_triton_blur_and_its_gradient_equal_the_convolution_in_the_interpreter():
     """SSIM's fast path on CUDA, run by Triton's interpreter on the CPU: ragged blocks, a window wider than the
     image, and taps that are not symmetric (the gradient reverses them)."""
-    pytest.importorskip("triton", reason="the Triton blur is optional (installed with the test extra on Linux)")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", BLUR_CHECK], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
+    run_in_triton_interpreter(BLUR_CHECK, "the Triton blur")
 
 
 @pytest.mark.gpu

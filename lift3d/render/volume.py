@@ -68,6 +68,7 @@ class VolumeRendererConfig:
     max_train_samples: int = 0  # with budgets: at most this many full-field samples a chunk of training rays; the rays past it are left out of the loss (Instant-NGP's fixed sample batch: early, foggy steps cost no more than later ones; 0: no limit)
     march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
     fuse_field_pass: str = "auto"  # with march_segment (CPU only): the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: do so; never: density-only segments, then a second pass)
+    fused_march: str = "auto"  # auto: on CUDA, bounded fields' marching candidates (step, box, occupied cell) come from one Triton kernel (march_triton), the same mask as the PyTorch ops; never: the PyTorch ops
 
 
 class _Parts:
@@ -93,6 +94,8 @@ class VolumeRenderer(BaseModule):
         if c.fuse_field_pass not in ("auto", "never"):
             raise ValueError(f"renderer fuse_field_pass must be auto or never (segment marching runs on the CPU only), "
                              f"got '{c.fuse_field_pass}'")
+        if c.fused_march not in ("auto", "never"):
+            raise ValueError(f"renderer fused_march must be auto or never, got '{c.fused_march}'")
         if c.max_train_samples < 0:
             raise ValueError(f"renderer max_train_samples must be >= 0 (0: no limit), got {c.max_train_samples}")
         if c.disparity_from < 0 or c.far_plane <= c.near_plane:
@@ -255,6 +258,8 @@ class VolumeRenderer(BaseModule):
         use_budget = self._use_budget(device, training)
         jitter = (1.0 - torch.rand(n_rays, device=device)) if training and self.cfg.randomized else torch.full((n_rays,), 0.5, device=device)
         n_steps = self._n_steps(t_near, t_far, static=use_budget)
+        if self._fused_march(device):
+            return self._march_fused(rays_o, rays_d, t_near, t_far, jitter, n_steps, training, use_budget)
         k = torch.arange(n_steps, device=device, dtype=rays_o.dtype)
         lo, hi = step_bounds(t_near[:, None], t_far[:, None], jitter[:, None], self.step_size, k[None, :],
                              self.cfg.disparity_from)
@@ -277,9 +282,41 @@ class VolumeRenderer(BaseModule):
         first = compact(mask.reshape(-1), self._budget("first", n_rays) if use_budget else None)
         ray = torch.div(first.index, n_steps, rounding_mode="floor")
         lo, hi = lo.reshape(-1)[first.index], hi.reshape(-1)[first.index]
+        return self._terminate(rays_o, rays_d, mask, first, ray, lo, hi, n_steps, training, use_budget)
+
+    def _fused_march(self, device: torch.device) -> bool:
+        """Whether marching candidates come from the Triton kernel: CUDA, occupancy grid, bounded field."""
+        if self.cfg.fused_march == "never" or device.type != "cuda" or self.unbounded:
+            return False
+        if not self.occupancy.cfg.enabled or self.cfg.disparity_from > 0:
+            return False
+        from lift3d.render import march_triton
+
+        return march_triton.available(device)
+
+    def _march_fused(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, jitter: Tensor, n_steps: int,
+                     training: bool, use_budget: bool) -> dict[str, Any]:
+        """``_march`` with the candidates' mask from one kernel; intervals only for the candidates kept."""
+        from lift3d.render import march_triton
+
+        occupancy = self.occupancy
+        mask = march_triton.occupied_steps(rays_o, rays_d, t_near, t_far, jitter, self.step_size, n_steps,
+                                           occupancy.occupied, occupancy.bbox, occupancy.resolution)
+        n_rays = rays_o.shape[0]
+        first = compact(mask.reshape(-1), self._budget("first", n_rays) if use_budget else None)
+        ray = torch.div(first.index, n_steps, rounding_mode="floor")
+        k = (first.index - ray * n_steps).to(rays_o.dtype)
+        lo, hi = step_bounds(t_near[ray], t_far[ray], jitter[ray], self.step_size, k)
+        return self._terminate(rays_o, rays_d, mask, first, ray, lo, hi, n_steps, training, use_budget)
+
+    def _terminate(self, rays_o: Tensor, rays_d: Tensor, mask: Tensor, first: Any, ray: Tensor, lo: Tensor, hi: Tensor,
+                   n_steps: int, training: bool, use_budget: bool) -> dict[str, Any]:
+        """Compacted candidates -> the samples early termination keeps (density-only pass), as packed arrays."""
+        n_rays = rays_o.shape[0]
         valid = first.valid
         ray_ok = None if first.dropped is None else ~first.dropped.reshape(n_rays, n_steps).any(dim=1)
         counts = {"first": mask.sum()}
+        stopping = self._stopping
         if stopping:
             with torch.no_grad():
                 points = rays_o[ray] + rays_d[ray] * (0.5 * (lo + hi))[:, None]
