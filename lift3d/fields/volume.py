@@ -8,6 +8,7 @@ from the analytic gradient. ``density(points)`` is the chunked query mesh extrac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,22 +126,18 @@ class ImplicitVolume(BaseModule):
         return F.normalize(-gradient, dim=-1)
 
     # ------------------------------------------------------------------------------------ queries
-    def _query_chunk(self, points: Tensor) -> int:
+    def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Tensor]) -> Tensor:
+        """``query`` over ``points`` in pieces of ``query_chunk`` (by device when -1), joined (one piece: as is)."""
         chunk = self.cfg.query_chunk
         if chunk < 0:
             chunk = 4194304 if points.device.type == "cuda" else 262144
-        return max(chunk, 1)
+        parts = [query(p) for p in points.split(max(chunk, 1))]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def density(self, points: Tensor) -> Tensor:
         """Activated density [N] at world ``points`` [N, 3], in chunks (marching, isosurfaces and occupancy)."""
-        chunk = self._query_chunk(points)
-        if points.shape[0] <= chunk:
-            return activation(self.cfg.density_activation, self.raw(points)[0])
-        parts = [activation(self.cfg.density_activation, self.raw(p)[0]) for p in points.split(chunk)]
-        return torch.cat(parts) if parts else points.new_zeros(0)
+        return self._in_chunks(points, lambda p: activation(self.cfg.density_activation, self.raw(p)[0]))
 
     def features(self, points: Tensor) -> Tensor:
         """Features [N, C] at world ``points`` [N, 3], in chunks (a material's ``albedo`` turns them into colour)."""
-        chunk = self._query_chunk(points)
-        parts = [self.raw(p)[1] for p in points.split(chunk)]
-        return torch.cat(parts) if parts else points.new_zeros(0, self.cfg.n_feature_dims)
+        return self._in_chunks(points, lambda p: self.raw(p)[1])

@@ -33,6 +33,7 @@ from lift3d.registry import register
 from lift3d.render.compositing import accumulate, render_weights
 from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
 from lift3d.render.sampling import (
+    Packed,
     compact,
     intervals_from_points,
     n_marching_steps,
@@ -68,7 +69,7 @@ class VolumeRendererConfig:
     max_train_samples: int = 0  # with budgets: at most this many full-field samples a chunk of training rays; the rays past it are left out of the loss (Instant-NGP's fixed sample batch: early, foggy steps cost no more than later ones; 0: no limit)
     march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
     fuse_field_pass: str = "auto"  # with march_segment (CPU only): the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: do so; never: density-only segments, then a second pass)
-    fused_march: str = "auto"  # auto: on CUDA, bounded fields' marching candidates (step, box, occupied cell) come from one Triton kernel (march_triton), the same mask as the PyTorch ops; never: the PyTorch ops
+    fused_march: str = "auto"  # auto: on CUDA, bounded fields' marching candidates (step, box, occupied cell) come from one Triton kernel (march_triton), the PyTorch ops' mask but for the rare midpoint on a cell face; never: the PyTorch ops
 
 
 class _Parts:
@@ -309,15 +310,14 @@ class VolumeRenderer(BaseModule):
         lo, hi = step_bounds(t_near[ray], t_far[ray], jitter[ray], self.step_size, k)
         return self._terminate(rays_o, rays_d, mask, first, ray, lo, hi, n_steps, training, use_budget)
 
-    def _terminate(self, rays_o: Tensor, rays_d: Tensor, mask: Tensor, first: Any, ray: Tensor, lo: Tensor, hi: Tensor,
+    def _terminate(self, rays_o: Tensor, rays_d: Tensor, mask: Tensor, first: Packed, ray: Tensor, lo: Tensor, hi: Tensor,
                    n_steps: int, training: bool, use_budget: bool) -> dict[str, Any]:
         """Compacted candidates -> the samples early termination keeps (density-only pass), as packed arrays."""
         n_rays = rays_o.shape[0]
         valid = first.valid
         ray_ok = None if first.dropped is None else ~first.dropped.reshape(n_rays, n_steps).any(dim=1)
         counts = {"first": mask.sum()}
-        stopping = self._stopping
-        if stopping:
+        if self._stopping:
             with torch.no_grad():
                 points = rays_o[ray] + rays_d[ray] * (0.5 * (lo + hi))[:, None]
                 sigma_delta = self.field.density(points) * (hi - lo)
