@@ -191,3 +191,69 @@ def test_triton_features_are_half_under_autocast_with_the_float32_values_and_gra
     (grad_half,) = torch.autograd.grad(half, table, grad_outputs=upstream)
     assert grad_half.dtype == torch.float32
     torch.testing.assert_close(grad_half, grad_reference, atol=1e-5, rtol=1e-5)
+
+
+REUSE_CHECK = textwrap.dedent(
+    """
+    import torch
+    import lift3d.fields.hash_triton as ht
+    from lift3d.fields.encodings import HashGrid
+    from lift3d.registry import find
+    from tests.test_volume_rendering import _rays, make_renderer
+    torch.manual_seed(0)
+    # the Triton function given its own output back: the same values, the same table gradient, no lookup
+    from lift3d.fields.encodings import hash_grid_layout
+    layout = hash_grid_layout(4, 2, 8, 2, 1.9)
+    table = torch.randn(layout.n_rows, 2, requires_grad=True)
+    points = torch.rand(130, 3)
+    with torch.no_grad():
+        kept = ht.hash_grid_encode_triton(points, table, layout)
+    lookups = []
+    kernel = ht._hash_forward_kernel
+    class Counting:
+        def __getitem__(self, grid):
+            lookups.append(grid)
+            return kernel[grid]
+    ht._hash_forward_kernel = Counting()
+    fresh = ht.hash_grid_encode_triton(points, table, layout)
+    reused = ht.hash_grid_encode_triton(points, table, layout, kept)
+    assert len(lookups) == 1 and torch.equal(reused, fresh)
+    w = torch.randn_like(fresh)
+    g_fresh, = torch.autograd.grad((fresh * w).sum(), table)
+    g_reused, = torch.autograd.grad((reused * w).sum(), table)
+    assert torch.equal(g_reused, g_fresh)
+    try:
+        ht.hash_grid_encode_triton(points, table, layout, kept[:10])
+        raise AssertionError("a wrong shape was accepted")
+    except ValueError as error:
+        assert "features to reuse must be [130, 8]" in str(error)
+    ht._hash_forward_kernel = kernel
+    # a training render whose field takes the Triton path (as on CUDA): the full pass reuses the density pass's
+    # features and gets the same render and gradients as looking them up again
+    HashGrid._use_triton = lambda self, points: not points.requires_grad
+    field = find("implicit-volume")({"radius": 1.0, "density_bias": 1.0,
+                                     "encoding": {"n_levels": 4, "log2_hashmap_size": 10, "base_resolution": 4}})
+    o, d = _rays(12)
+    results = []
+    for reuse in ("auto", "never"):
+        renderer = make_renderer(field, steps_per_diagonal=24, march_segment=0, randomized=False,
+                                 reuse_encoding=reuse, occupancy={"resolution": 8}).train()
+        field.zero_grad()
+        calls = []
+        real = ht.hash_grid_encode_triton
+        ht.hash_grid_encode_triton = lambda p, t, lay, r=None: calls.append(r is not None) or real(p, t, lay, r)
+        out = renderer.render_rays(o, d)
+        ht.hash_grid_encode_triton = real
+        assert calls == ([False, True] if reuse == "auto" else [False, False]), calls
+        out["rgb"].sum().backward()
+        results.append((out["rgb"].detach(), field.encoding.table.grad.clone(), field.mlp.layers[0].weight.grad.clone()))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    assert results[0][1].abs().sum() > 0
+    print("ok")
+    """
+)
+
+
+def test_triton_lookup_reuses_given_features_with_the_same_gradients_in_interpreter():
+    run_in_triton_interpreter(REUSE_CHECK, "the Triton kernel")

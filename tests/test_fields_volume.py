@@ -88,3 +88,46 @@ def test_training_works_after_an_inference_mode_render():
     out = field(points, with_normal=True)
     (out["density"].sum() + out["normal"].sum()).backward()
     assert field.encoding.table.grad.abs().sum() > 0
+
+
+def test_a_reused_encoding_gives_the_fields_values_and_gradients():
+    """``forward(points, encoding=)`` with ``density_and_encoding``'s features: the same density and features (taken
+    as they are without a table gradient to compute; looked up again on the CPU's training path), and with levels
+    masked for coarse-to-fine the features it hands back are the unmasked ones."""
+    torch.manual_seed(0)
+    field = find("implicit-volume")({**TINY, "encoding": {**TINY["encoding"], "start_level": 1}, "query_chunk": 7})
+    points = torch.rand(40, 3) * 2 - 1
+    with torch.no_grad():
+        density, encoding = field.density_and_encoding(points)
+        assert encoding.shape == (40, field.encoding.output_dim) and (encoding[:, 2:] != 0).any()  # unmasked
+        reused = field(points, encoding=encoding)
+        fresh = field(points)
+    torch.testing.assert_close(density, fresh["density"], atol=0, rtol=0)
+    for key in ("density", "features"):
+        torch.testing.assert_close(reused[key], fresh[key], atol=0, rtol=0)
+    grads = []
+    for kwargs in ({}, {"encoding": encoding}):
+        field.zero_grad()
+        out = field(points, **kwargs)
+        (out["density"].sum() + out["features"].sum()).backward()
+        grads.append(field.encoding.table.grad.clone())
+    torch.testing.assert_close(grads[1], grads[0], atol=0, rtol=0)
+
+
+def test_fused_linear_relu_has_linear_then_relus_values_and_gradients():
+    """The fused GEMM + ReLU (CUDA's path) against nn.Linear then ReLU, on the CPU where ``_addmm_activation`` runs
+    too; a unit whose pre-activation is exactly zero passes no gradient, as ReLU's does not."""
+    from lift3d.fields.mlp import _LinearReLU
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(6, 5)
+    x = torch.randn(30, 6, requires_grad=True)
+    reference = F.relu(layer(x))
+    g = torch.randn_like(reference)
+    expected = torch.autograd.grad((reference * g).sum(), (x, layer.weight, layer.bias))
+    fused = _LinearReLU.apply(x, layer.weight, layer.bias)
+    got = torch.autograd.grad((fused * g).sum(), (x, layer.weight, layer.bias))
+    torch.testing.assert_close(fused, reference)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    assert (reference == 0).any() and (reference > 0).any()

@@ -321,3 +321,27 @@ def test_gradients_reach_the_field_through_the_renderer():
     out["rgb"].sum().backward()
     assert field.encoding.table.grad.abs().sum() > 0 and field.mlp.layers[0].weight.grad.abs().sum() > 0
 
+
+
+def test_the_full_pass_reuses_the_density_pass_encoding_and_renders_the_same():
+    """With ``reuse_encoding`` (the default) the density-only pass hands the kept samples' hash-grid features to the
+    full pass: without gradients (evaluation) the field takes them as they are, and the render is the one that
+    looks them up again."""
+    torch.manual_seed(0)
+    field = find("implicit-volume")({"radius": 1.0, "density_bias": 1.0,
+                                     "encoding": {"n_levels": 4, "log2_hashmap_size": 10, "base_resolution": 4}})
+    o, d = _rays(64)
+    renders, calls = [], []
+    original = field.encoding.lookup
+    field.encoding.lookup = lambda points, reuse=None: calls.append(reuse is not None) or original(points, reuse)
+    for reuse in ("auto", "never"):
+        renderer = make_renderer(field, steps_per_diagonal=64, march_segment=0, reuse_encoding=reuse,
+                                 occupancy={"resolution": 8})
+        calls.clear()
+        with torch.no_grad():
+            renders.append(renderer.render_rays(o, d))
+        assert calls == ([False, True] if reuse == "auto" else [False, False])
+    for key in ("rgb", "alpha", "depth"):
+        torch.testing.assert_close(renders[0][key], renders[1][key], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="reuse_encoding must be auto or never"):
+        make_renderer(field, reuse_encoding="always")

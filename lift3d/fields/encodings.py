@@ -196,13 +196,23 @@ class HashGrid(nn.Module):
         """The blocked CPU lookup: same numbers as the plain path, about twice as fast; no point gradients."""
         return self.cfg.backend == "auto" and points.device.type == "cpu" and not points.requires_grad
 
-    def forward(self, points: Tensor) -> Tensor:
-        """Features [N, L * F] of ``points`` [N, 3] in [0, 1]^3 (outside points are clamped)."""
+    def forward(self, points: Tensor, reuse: Tensor | None = None) -> Tensor:
+        """Features [N, L * F] of ``points`` [N, 3] in [0, 1]^3 (outside points are clamped); see ``lookup``."""
+        return self.lookup(points, reuse)[1]
+
+    def lookup(self, points: Tensor, reuse: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The features of ``points`` before and after coarse-to-fine level masking, both [N, L * F].
+
+        ``reuse``: the first of these from an earlier lookup of the same points and table (the renderer's
+        density-only pass), taken as the values instead of gathering them again where that loses nothing: when
+        no table gradient is wanted, or on the Triton path, whose backward needs only the points."""
         points = points.clamp(0.0, 1.0)
-        if self._use_triton(points):
+        if reuse is not None and not (torch.is_grad_enabled() and self.table.requires_grad):
+            encoded = reuse
+        elif self._use_triton(points):
             from lift3d.fields.hash_triton import hash_grid_encode_triton
 
-            encoded = hash_grid_encode_triton(points, self.table, self.layout)
+            encoded = hash_grid_encode_triton(points, self.table, self.layout, reuse)
         elif self._use_cpu_blocks(points):
             from lift3d.fields.hash_cpu import hash_grid_encode_cpu
 
@@ -210,8 +220,8 @@ class HashGrid(nn.Module):
         else:
             encoded = hash_grid_encode(points.to(self.table.dtype), self.table, self.layout)
         if self.active_levels < self.layout.n_levels:
-            encoded = encoded * self.level_mask
-        return encoded
+            return encoded, encoded * self.level_mask
+        return encoded, encoded
 
 
 def frequency_encode(x: Tensor, n_frequencies: int, include_input: bool = True) -> Tensor:

@@ -156,12 +156,15 @@ def _output_dtype(table: Tensor) -> torch.dtype:
 
 class _HashGridFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, points: Tensor, table: Tensor, layout: HashGridLayout) -> Tensor:  # type: ignore[override]
+    def forward(ctx, points: Tensor, table: Tensor, layout: HashGridLayout, reuse: Tensor | None) -> Tensor:  # type: ignore[override]
         points = points.contiguous().float()
         n = points.shape[0]
         res, off, dense = _layout_tensors(layout, points.device)
-        out = torch.empty(n, layout.output_dim, device=points.device, dtype=_output_dtype(table))
-        if n:
+        if reuse is not None:  # this lookup's values from an earlier one: only the backward is left to do
+            out = reuse
+        else:
+            out = torch.empty(n, layout.output_dim, device=points.device, dtype=_output_dtype(table))
+        if n and reuse is None:
             block, warps = LAUNCH["forward"]
             grid = (triton.cdiv(n, block), layout.n_levels)
             _hash_forward_kernel[grid](points, table.contiguous(), out, res, off, dense, n, layout.hashmap_size - 1,
@@ -185,18 +188,22 @@ class _HashGridFunction(torch.autograd.Function):
             _hash_backward_kernel[grid](points, grad_out.contiguous(), grad_table, res, off, dense, n,
                                         layout.hashmap_size - 1, N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features,
                                         BLOCK=block, num_warps=warps)
-        return None, grad_table, None
+        return None, grad_table, None, None
 
 
-def hash_grid_encode_triton(points: Tensor, table: Tensor, layout: HashGridLayout) -> Tensor:
+def hash_grid_encode_triton(points: Tensor, table: Tensor, layout: HashGridLayout, reuse: Tensor | None = None) -> Tensor:
     """Same result as ``hash_grid_encode`` (up to float rounding; in half under CUDA autocast); gradient for the table
-    only."""
+    only. ``reuse``: this function's output for the same points and table from an earlier call, returned as the
+    values (no gather) with the table gradient still computed in the backward, which needs only the points."""
     if triton is None:
         raise RuntimeError("triton is not installed: use the PyTorch hash grid (hash grid backend: torch)")
     if points.requires_grad:
         raise ValueError("the Triton hash grid gives no gradient for the points: use the torch backend for analytic normals")
     _check_features(layout)
-    return _HashGridFunction.apply(points, table, layout)
+    if reuse is not None and (reuse.shape != (points.shape[0], layout.output_dim) or reuse.dtype != _output_dtype(table)):
+        raise ValueError(f"features to reuse must be [{points.shape[0]}, {layout.output_dim}] in {_output_dtype(table)}, "
+                         f"got {list(reuse.shape)} in {reuse.dtype}")
+    return _HashGridFunction.apply(points, table, layout, reuse)
 
 
 def self_check(table: Tensor, layout: HashGridLayout, strict: bool = False, n_points: int = 4096) -> bool:

@@ -48,6 +48,35 @@ def activation(name: str, x: Tensor) -> Tensor:
 ACTIVATIONS = ("none", "relu", "softplus", "exp", "trunc_exp", "sigmoid", "tanh")
 
 
+class _LinearReLU(torch.autograd.Function):
+    """relu(x @ weight.T + bias) as one cuBLASLt GEMM with a bias-and-ReLU epilogue (``torch._addmm_activation``,
+    which has no derivative of its own): the separate ReLU pass over [N, hidden] was ~3% of an MVDream step."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # type: ignore[override]
+        y = torch._addmm_activation(bias, x, weight.t())
+        ctx.save_for_backward(x, weight, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        x, weight, y = ctx.saved_tensors
+        grad = torch.where(y > 0, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t() @ x if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+def linear_relu(x: Tensor, layer: nn.Linear) -> Tensor:
+    """relu(layer(x)): on CUDA one fused GEMM (in the autocast dtype where autocast is on), else two ops."""
+    if x.device.type != "cuda" or layer.bias is None or x.ndim != 2:
+        return F.relu(layer(x), inplace=True)
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    with torch.autocast("cuda", enabled=False):
+        return _LinearReLU.apply(x.to(dtype), layer.weight.to(dtype), layer.bias.to(dtype))
+
+
 class MLP(nn.Module):
     """in -> [hidden -> ReLU] x n_hidden_layers -> out (no output activation)."""
 
@@ -58,8 +87,6 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """[N, input_dim] -> [N, output_dim]."""
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = F.relu(x, inplace=True)
-        return x
+        for layer in self.layers[:-1]:
+            x = linear_relu(x, layer)
+        return self.layers[-1](x)

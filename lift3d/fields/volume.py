@@ -87,19 +87,29 @@ class ImplicitVolume(BaseModule):
             return c.blob_density * torch.exp(-squared / (2 * c.blob_radius**2))
         return c.blob_density * (1 - squared.sqrt() / c.blob_radius)
 
-    def raw(self, points: Tensor) -> tuple[Tensor, Tensor]:
-        """Pre-activation density [N] (bias and blob included) and features [N, C] at world points."""
-        h = self.mlp(self.encoding(self.normalize(points)))
+    def raw(self, points: Tensor, encoding: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Pre-activation density [N] (bias and blob included) and features [N, C] at world points (``encoding``:
+        see ``forward``)."""
+        raw_density, features, _ = self._evaluate(points, encoding)
+        return raw_density, features
+
+    def _evaluate(self, points: Tensor, encoding: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``raw`` and the hash-grid features it came from, before level masking (what ``encoding`` reuses)."""
+        unmasked, encoded = self.encoding.lookup(self.normalize(points), encoding)
+        h = self.mlp(encoded)
         raw_density = h[:, 0] + self.cfg.density_bias
         if self.cfg.density_blob != "none":
             raw_density = raw_density + self._blob(points)
-        return raw_density, h[:, 1:]
+        return raw_density, h[:, 1:], unmasked
 
-    def forward(self, points: Tensor, with_normal: bool = False) -> dict[str, Tensor]:
-        """{"density": [N], "features": [N, C], "normal": [N, 3] if with_normal} at world ``points`` [N, 3]."""
+    def forward(self, points: Tensor, with_normal: bool = False, encoding: Tensor | None = None) -> dict[str, Tensor]:
+        """{"density": [N], "features": [N, C], "normal": [N, 3] if with_normal} at world ``points`` [N, 3].
+
+        ``encoding``: ``density_and_encoding``'s second output at these points, since when the field has not
+        changed; the hash grid reuses it where that gives the same values and gradients (see ``HashGrid.lookup``)."""
         if with_normal and self.cfg.normal_type == "analytic" and not torch.is_inference_mode_enabled():
             return self._forward_analytic(points)
-        raw_density, features = self.raw(points)
+        raw_density, features = self.raw(points, encoding)
         out = {"density": activation(self.cfg.density_activation, raw_density), "features": features}
         if with_normal:
             out["normal"] = self.finite_difference_normal(points)
@@ -126,13 +136,27 @@ class ImplicitVolume(BaseModule):
         return F.normalize(-gradient, dim=-1)
 
     # ------------------------------------------------------------------------------------ queries
-    def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Tensor]) -> Tensor:
-        """``query`` over ``points`` in pieces of ``query_chunk`` (by device when -1), joined (one piece: as is)."""
+    def _query_chunk(self, points: Tensor) -> int:
+        """Points per piece of a query: ``query_chunk``, or by device when -1."""
         chunk = self.cfg.query_chunk
         if chunk < 0:
             chunk = 4194304 if points.device.type == "cuda" else 262144
-        parts = [query(p) for p in points.split(max(chunk, 1))]
+        return max(chunk, 1)
+
+    def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Tensor]) -> Tensor:
+        """``query`` over ``points`` in pieces of ``query_chunk`` (by device when -1), joined (one piece: as is)."""
+        parts = [query(p) for p in points.split(self._query_chunk(points))]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def density_and_encoding(self, points: Tensor) -> tuple[Tensor, Tensor]:
+        """Activated density [N] and the hash-grid features [N, L * F] it came from, in chunks: the renderer's
+        density-only pass keeps the features of the samples it keeps for ``forward(..., encoding=)``, which then
+        skips the lookup (on CUDA about a tenth of an MVDream step)."""
+        parts = [self._evaluate(p) for p in points.split(self._query_chunk(points))]
+        density = [activation(self.cfg.density_activation, raw_density) for raw_density, _, _ in parts]
+        if len(parts) == 1:
+            return density[0], parts[0][2]
+        return torch.cat(density), torch.cat([unmasked for _, _, unmasked in parts])
 
     def density(self, points: Tensor) -> Tensor:
         """Activated density [N] at world ``points`` [N, 3], in chunks (marching, isosurfaces and occupancy)."""

@@ -69,6 +69,7 @@ class VolumeRendererConfig:
     max_train_samples: int = 0  # with budgets: at most this many full-field samples a chunk of training rays; the rays past it are left out of the loss (Instant-NGP's fixed sample batch: early, foggy steps cost no more than later ones; 0: no limit)
     march_segment: int = 32  # on the CPU without budgets: density-only pass this many steps at a time, skipping rays already opaque (0: one pass; CUDA: one pass, as each segment waits for the GPU twice)
     fuse_field_pass: str = "auto"  # with march_segment (CPU only): the segment pass evaluates the whole field and keeps its outputs, no second pass (auto: do so; never: density-only segments, then a second pass)
+    reuse_encoding: str = "auto"  # auto: the density-only pass keeps the field's encoding (hash-grid features) of the samples it keeps, and the full pass reuses it instead of looking it up again (the same values and gradients); never: look up twice
     fused_march: str = "auto"  # auto: on CUDA, bounded fields' marching candidates (step, box, occupied cell) come from one Triton kernel (march_triton), the PyTorch ops' mask but for the rare midpoint on a cell face; never: the PyTorch ops
 
 
@@ -95,6 +96,8 @@ class VolumeRenderer(BaseModule):
         if c.fuse_field_pass not in ("auto", "never"):
             raise ValueError(f"renderer fuse_field_pass must be auto or never (segment marching runs on the CPU only), "
                              f"got '{c.fuse_field_pass}'")
+        if c.reuse_encoding not in ("auto", "never"):
+            raise ValueError(f"renderer reuse_encoding must be auto or never, got '{c.reuse_encoding}'")
         if c.fused_march not in ("auto", "never"):
             raise ValueError(f"renderer fused_march must be auto or never, got '{c.fused_march}'")
         if c.max_train_samples < 0:
@@ -317,10 +320,15 @@ class VolumeRenderer(BaseModule):
         valid = first.valid
         ray_ok = None if first.dropped is None else ~first.dropped.reshape(n_rays, n_steps).any(dim=1)
         counts = {"first": mask.sum()}
+        encoding = None
         if self._stopping:
             with torch.no_grad():
                 points = rays_o[ray] + rays_d[ray] * (0.5 * (lo + hi))[:, None]
-                sigma_delta = self.field.density(points) * (hi - lo)
+                if self._reuses_encoding():
+                    density, encoding = self.field.density_and_encoding(points)
+                else:
+                    density = self.field.density(points)
+                sigma_delta = density * (hi - lo)
                 if valid is not None:
                     sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
                 _, transmittance, alpha = render_weights(sigma_delta, ray)
@@ -333,9 +341,15 @@ class VolumeRenderer(BaseModule):
                 lost = accumulate(second.dropped.float(), ray, n_rays) > 0
                 ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
             ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
+            if encoding is not None:
+                encoding = encoding[second.index]
         if training:
             self._record_counts(counts, n_rays)
-        return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok}
+        return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok, "encoding": encoding}
+
+    def _reuses_encoding(self) -> bool:
+        """Whether the density-only pass keeps the field's encoding for the full pass (fields that offer it)."""
+        return self.cfg.reuse_encoding == "auto" and hasattr(self.field, "density_and_encoding")
 
     def _kept(self, transmittance: Tensor, alpha: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
         """Which samples early termination keeps: transmittance still above ``early_stop_eps``, opacity at least
@@ -438,7 +452,7 @@ class VolumeRenderer(BaseModule):
         t_mid = 0.5 * (lo + hi)
         dirs = rays_d[ray]
         positions = rays_o[ray] + dirs * t_mid[:, None]
-        out = samples.get("field") or self._field(positions, need_normals, training)
+        out = samples.get("field") or self._field(positions, need_normals, training, samples.get("encoding"))
         sigma_delta = out["density"] * (hi - lo)
         if valid is not None:
             sigma_delta = torch.where(valid, sigma_delta, torch.zeros_like(sigma_delta))
@@ -470,15 +484,22 @@ class VolumeRenderer(BaseModule):
             result["ray_valid"] = samples["ray_ok"]
         return result
 
-    def _field(self, positions: Tensor, with_normal: bool, training: bool) -> dict[str, Tensor]:
-        """The field at sample positions; in pieces when not training, to bound memory (normals take 7 lookups)."""
+    def _field(self, positions: Tensor, with_normal: bool, training: bool, encoding: Tensor | None = None) -> dict[str, Tensor]:
+        """The field at sample positions (reusing the density pass's ``encoding`` of them, if kept); in pieces when
+        not training, to bound memory (normals take 7 lookups)."""
         chunk = self.cfg.eval_field_chunk
         if chunk < 0:
             chunk = 262144 if positions.device.type == "cuda" else 16384
         if training or positions.shape[0] <= chunk:
-            return self.field(positions, with_normal=with_normal)
-        pieces = [self.field(p, with_normal=with_normal) for p in positions.split(chunk)]
+            return self._field_at(positions, with_normal, encoding)
+        encodings = [None] * math.ceil(positions.shape[0] / chunk) if encoding is None else encoding.split(chunk)
+        pieces = [self._field_at(p, with_normal, e) for p, e in zip(positions.split(chunk), encodings)]
         return {key: torch.cat([piece[key] for piece in pieces]) for key in pieces[0]}
+
+    def _field_at(self, positions: Tensor, with_normal: bool, encoding: Tensor | None) -> dict[str, Tensor]:
+        if encoding is None:
+            return self.field(positions, with_normal=with_normal)
+        return self.field(positions, with_normal=with_normal, encoding=encoding)
 
     def _chunk_rays(self, n_rays: int, training: bool, device: torch.device) -> int:
         """Rays rendered together: the configured chunk (-1: by device, 0: all ``n_rays`` at once)."""
