@@ -82,6 +82,7 @@ def test_reused_encoding_gives_the_same_training_render_and_gradients_on_cuda():
             out = renderer.render_rays(o, d)
         out["rgb"].float().sum().backward()
         results.append((out["rgb"].detach().float(), field.encoding.table.grad.clone(), field.mlp.layers[0].weight.grad.clone()))
-    torch.testing.assert_close(results[0][0], results[1][0], atol=0, rtol=0)
+    # the same inputs to the MLP; cuBLAS may still round one of 12,288 values 1 ulp apart (seen once on an H100)
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2e-7, rtol=0)
     for a, b in zip(results[0][1:], results[1][1:]):  # atomics add in another order: float rounding only
         torch.testing.assert_close(a, b, atol=1e-5 * float(b.abs().max()), rtol=1e-4)

@@ -27,6 +27,11 @@ except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
 # launch settings (points per program, warps per program) of each kernel, from benchmarks/bench_hash_grid.py's sweep
 # on an H100 (10.5M points along rays: forward 9.4 ms at 128 x 8 against 10.4 at 128 x 4; the backward is slower at 8)
 LAUNCH = {"forward": (128, 8), "backward": (128, 4)}
+# A one-dimensional grid whose consecutive programs are the levels of one block of points, rather than every block of
+# one level and then the next (likely why it is faster: the levels read the same points from the cache, and a coarse
+# level's rows, which many samples share, take atomic adds from fewer programs at once). On an H100,
+# 18.4M samples of rays through a ball: forward 8.8 -> 6.0 ms, backward 22.6 -> 21.6 ms (radius 0.35); 10.3 -> 8.1
+# and 29.8 -> 22.8 ms (radius 0.6).
 
 
 if triton is not None:
@@ -64,8 +69,8 @@ if triton is not None:
     @triton.jit
     def _hash_forward_kernel(points_ptr, table_ptr, out_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
                              N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
-        block = tl.program_id(0)
-        level = tl.program_id(1)
+        level = tl.program_id(0) % N_LEVELS  # the levels of a block of points run side by side (see LAUNCH)
+        block = tl.program_id(0) // N_LEVELS
         rows = block * BLOCK + tl.arange(0, BLOCK)
         valid = rows < n_points
         rows64 = rows.to(tl.int64)
@@ -89,8 +94,8 @@ if triton is not None:
     @triton.jit
     def _hash_backward_kernel(points_ptr, grad_out_ptr, grad_table_ptr, res_ptr, off_ptr, dense_ptr, n_points, hash_mask,
                               N_LEVELS: tl.constexpr, N_FEATURES: tl.constexpr, BLOCK: tl.constexpr):
-        block = tl.program_id(0)
-        level = tl.program_id(1)
+        level = tl.program_id(0) % N_LEVELS
+        block = tl.program_id(0) // N_LEVELS
         lane = tl.arange(0, BLOCK)
         rows = block * BLOCK + lane
         valid = rows < n_points
@@ -166,7 +171,7 @@ class _HashGridFunction(torch.autograd.Function):
             out = torch.empty(n, layout.output_dim, device=points.device, dtype=_output_dtype(table))
         if n and reuse is None:
             block, warps = LAUNCH["forward"]
-            grid = (triton.cdiv(n, block), layout.n_levels)
+            grid = (triton.cdiv(n, block) * layout.n_levels,)
             _hash_forward_kernel[grid](points, table.contiguous(), out, res, off, dense, n, layout.hashmap_size - 1,
                                        N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features, BLOCK=block,
                                        num_warps=warps)
@@ -184,7 +189,7 @@ class _HashGridFunction(torch.autograd.Function):
         grad_table = torch.zeros(ctx.table_shape, device=points.device, dtype=torch.float32)
         if n:
             block, warps = LAUNCH["backward"]
-            grid = (triton.cdiv(n, block), layout.n_levels)
+            grid = (triton.cdiv(n, block) * layout.n_levels,)
             _hash_backward_kernel[grid](points, grad_out.contiguous(), grad_table, res, off, dense, n,
                                         layout.hashmap_size - 1, N_LEVELS=layout.n_levels, N_FEATURES=layout.n_features,
                                         BLOCK=block, num_warps=warps)

@@ -61,7 +61,7 @@ class _LinearReLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, weight, y = ctx.saved_tensors
-        grad = torch.where(y > 0, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+        grad = torch.ops.aten.threshold_backward(grad, y, 0)  # ReLU's own backward kernel
         grad_x = grad @ weight if ctx.needs_input_grad[0] else None
         grad_weight = grad.t() @ x if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
@@ -89,4 +89,16 @@ class MLP(nn.Module):
         """[N, input_dim] -> [N, output_dim]."""
         for layer in self.layers[:-1]:
             x = linear_relu(x, layer)
-        return self.layers[-1](x)
+        return linear_aligned(x, self.layers[-1])
+
+
+def linear_aligned(x: Tensor, layer: nn.Linear) -> Tensor:
+    """layer(x); on CUDA with an output width that is not a multiple of 8 the weight gets zero rows up to one (the
+    output is a view of the first columns): cuBLAS's GEMMs for a width of 4 (a field's density and 3 features) are
+    2-3x slower than for 8 on [N, 64] inputs."""
+    width = layer.out_features
+    if x.device.type != "cuda" or width % 8 == 0:
+        return layer(x)
+    pad = (0, 0, 0, 8 - width % 8)
+    bias = None if layer.bias is None else F.pad(layer.bias, pad[2:])
+    return F.linear(x, F.pad(layer.weight, pad), bias)[..., :width]

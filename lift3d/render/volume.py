@@ -342,7 +342,9 @@ class VolumeRenderer(BaseModule):
                 ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
             ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
             if encoding is not None:
-                encoding = encoding[second.index]
+                from lift3d.render.gather_triton import take_rows
+
+                encoding = take_rows(encoding, second.index)
         if training:
             self._record_counts(counts, n_rays)
         return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok, "encoding": encoding}
