@@ -100,6 +100,11 @@ if triton is not None:
         rows = block * BLOCK + lane
         valid = rows < n_points
         rows64 = rows.to(tl.int64)
+        columns = tl.arange(0, N_FEATURES)
+        grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
+        grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
+        if tl.max(tl.max(tl.abs(grad), axis=1), axis=0) == 0:
+            return  # nothing to add: a sample budget's padding (a fifth of the rows at its 1.25 margin) has zero gradient
         px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
         py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
         pz = tl.load(points_ptr + rows64 * 3 + 2, mask=valid, other=0.0)
@@ -114,9 +119,6 @@ if triton is not None:
         sx = tl.load(points_ptr + (rows64 + 1) * 3 + 0, mask=has_next, other=0.0)
         sy = tl.load(points_ptr + (rows64 + 1) * 3 + 1, mask=has_next, other=0.0)
         sz = tl.load(points_ptr + (rows64 + 1) * 3 + 2, mask=has_next, other=0.0)
-        columns = tl.arange(0, N_FEATURES)
-        grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
-        grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
         for corner in tl.static_range(8):
             row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)

@@ -75,11 +75,21 @@ class Packed:
     dropped: Tensor | None  # [n_candidates] True for selected candidates that did not fit the budget
 
 
-def compact(mask: Tensor, budget: int | None = None) -> Packed:
-    """Positions of the True entries of ``mask`` [n] in order: exactly, or into ``budget`` slots."""
+def compact(mask: Tensor, budget: int | None = None, fused: bool | None = None) -> Packed:
+    """Positions of the True entries of ``mask`` [n] in order: exactly, or into ``budget`` slots (on CUDA by one
+    Triton kernel, ``compact_triton``, unless ``fused`` is False; the same result)."""
+    if fused is None and mask.is_cuda:  # checked on the first call, which comes before any graph capture
+        from lift3d.render import compact_triton
+
+        fused = compact_triton.available(mask.device)
     if budget is None:
         return Packed(torch.nonzero(mask).reshape(-1), None, None)
     n = mask.shape[0]
+    if fused:
+        from lift3d.render.compact_triton import place
+
+        slots, running = place(mask.contiguous(), budget)
+        return Packed(slots.clamp_max(max(n - 1, 0)), slots < n, mask & (running > budget))
     position = torch.cumsum(mask.to(torch.int32), dim=0) - 1
     keep = mask & (position < budget)
     slot = torch.where(keep, position, torch.full_like(position, budget)).long()
