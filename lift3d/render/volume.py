@@ -342,7 +342,7 @@ class VolumeRenderer(BaseModule):
                 ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
             ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
             if encoding is not None:
-                from lift3d.render.gather_triton import take_rows
+                from lift3d.render.pack_triton import take_rows
 
                 encoding = take_rows(encoding, second.index)
         if training:
