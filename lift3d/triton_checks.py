@@ -13,8 +13,9 @@ log = logging.getLogger("lift3d")
 
 def checked_once(results: dict[torch.device, bool], device: torch.device, compare: Callable[[torch.device], None],
                  what: str, fallback: str) -> bool:
-    """Whether ``compare(device)`` passed (raised nothing), run once per CUDA device and remembered in ``results``;
-    never inside a CUDA graph capture (the check waits on the GPU): there it answers False until checked."""
+    """Whether ``compare(device)`` passed (raised nothing), run once per CUDA device and remembered in ``results``,
+    with autocast off; never inside a CUDA graph capture (the check waits on the GPU): there it answers False until
+    checked."""
     if device.type != "cuda":
         return False
     if device.index is None:
@@ -23,7 +24,9 @@ def checked_once(results: dict[torch.device, bool], device: torch.device, compar
         if torch.cuda.is_current_stream_capturing():
             return False
         try:
-            with torch.inference_mode(False), torch.no_grad():
+            # the first use may come from inside autocast (a 16-mixed run's validation SSIM): the PyTorch reference
+            # would then run in half precision and the check fail for the rest of the process
+            with torch.inference_mode(False), torch.no_grad(), torch.autocast("cuda", enabled=False):
                 compare(device)
             results[device] = True
         except Exception as error:  # noqa: BLE001 - any failure means: use the PyTorch ops
