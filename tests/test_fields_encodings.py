@@ -147,6 +147,11 @@ TRITON_CHECK = textwrap.dedent(
     g_fast, = torch.autograd.grad((hash_grid_encode_triton(points, table, layout) * w).sum(), table)
     g_ref, = torch.autograd.grad((hash_grid_encode(points, table, layout) * w).sum(), table)
     torch.testing.assert_close(g_fast, g_ref, atol=1e-4, rtol=1e-4)
+    w[200, 0] = float("nan")  # but a NaN among zeros is not dropped: it reaches the table as it would through PyTorch
+    g_nan, = torch.autograd.grad((hash_grid_encode_triton(points, table, layout) * w).sum(), table)
+    assert g_nan.isnan().any()
+    torch.testing.assert_close(g_nan.isnan(), torch.autograd.grad((hash_grid_encode(points, table, layout) * w).sum(), table)[0].isnan())
+    w[200, 0] = 0.0
     # other launch settings give the same values and gradients
     import lift3d.fields.hash_triton as ht
     ht.LAUNCH = {"forward": (64, 2), "backward": (256, 8)}

@@ -103,7 +103,7 @@ if triton is not None:
         columns = tl.arange(0, N_FEATURES)
         grad_offsets = rows64[:, None] * (N_LEVELS * N_FEATURES) + level * N_FEATURES + columns[None, :]
         grad = tl.load(grad_out_ptr + grad_offsets, mask=valid[:, None], other=0.0).to(tl.float32)
-        if tl.max(tl.max(tl.abs(grad), axis=1), axis=0) == 0:
+        if tl.sum(tl.sum((grad != 0).to(tl.int32), axis=1), axis=0) == 0:  # NaN counts as non-zero: never dropped
             return  # nothing to add: a sample budget's padding (a fifth of the rows at its 1.25 margin) has zero gradient
         px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
         py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
