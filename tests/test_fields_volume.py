@@ -17,7 +17,7 @@ TINY = {"encoding": {"n_levels": 2, "log2_hashmap_size": 8, "base_resolution": 4
 class SphereField(find("implicit-volume")):
     """The real field with an analytic raw density (a smooth ball of radius 0.5) to check normals."""
 
-    def raw(self, points, encoding=None):
+    def raw(self, points):  # the old signature: forward still calls it so
         raw = 10.0 * (0.5 - points.norm(dim=-1))
         return raw, points.new_zeros(points.shape[0], self.cfg.n_feature_dims)
 

@@ -109,7 +109,8 @@ class ImplicitVolume(BaseModule):
         changed; the hash grid reuses it where that gives the same values and gradients (see ``HashGrid.lookup``)."""
         if with_normal and self.cfg.normal_type == "analytic" and not torch.is_inference_mode_enabled():
             return self._forward_analytic(points)
-        raw_density, features = self.raw(points, encoding)
+        # a subclass may override raw(points) alone (the test fields do): it gets the old call without an encoding
+        raw_density, features = self.raw(points) if encoding is None else self.raw(points, encoding)
         out = {"density": activation(self.cfg.density_activation, raw_density), "features": features}
         if with_normal:
             out["normal"] = self.finite_difference_normal(points)
