@@ -32,7 +32,9 @@ stage's first step (5000), so the timestep schedule and the occupancy updates ar
 how the field started (``field_start``, ``start_step``, ``field_start_s``), the occupancy grid's occupied fraction
 (after the pretraining, when the timed window opens and closes) and the renderer's rays and samples per step and
 per ray in the timed steps (``first``: density-only evaluations in occupied cells; ``second``: samples through the
-full field with gradients, after early termination; on CUDA the passes run on fixed budgets of about 1.25x these).
+full field with gradients, after early termination; on CUDA the passes run on fixed budgets, ``budget_per_ray``:
+``budget_margin`` times the most samples per ray of a chunk seen lately) and the fraction of rays that lost samples
+to a full budget (``rays_over_budget``).
 
 Caveats: random weights give random gradients, so the representation does not evolve as in a real run
 (a NeRF's occupancy grid stays near its blob, or drifts from its pretrained object; densification grows
@@ -121,6 +123,7 @@ class StepTimer(Callback):
         self.start_step = start_step  # the run's first step (a run resumed at a late stage)
         self.renderer = renderer  # a volume renderer: its samples and occupancy are read when the window opens and closes
         self.samples: dict[str, float] = {}  # its training samples of the timed steps
+        self.budget_per_ray: dict[str, float] = {}  # budgets of the timed window's end, samples per ray of the densest chunk
         self.occupied: dict[str, float] = {}  # its occupied fraction of the occupancy grid
         self.started = time.perf_counter()
         self.warmup_s = 0.0
@@ -165,6 +168,8 @@ class StepTimer(Callback):
         self.timed_steps = step - self.first_step
         if self.renderer is not None:
             self.samples = self.renderer.sample_counts()
+            margin = self.renderer.cfg.budget_margin
+            self.budget_per_ray = {k: round(v * margin, 2) for k, v in self.renderer._per_ray.items()}
             self.occupied["timed_end"] = round(float(self.renderer.occupancy.occupancy_fraction()), 4)
 
 
@@ -261,6 +266,8 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
             record["field_start_s"] = round(pretrained.seconds, 1)
         record["occupied_fraction"] = {**occupied, **timer.occupied}
         record.update(sample_record(timer.samples, timer.timed_steps))
+        if timer.budget_per_ray:
+            record["budget_per_ray"] = timer.budget_per_ray
     slowest = sorted(timer.host_times, key=lambda st: -st[1])[:3]
     record["slowest_steps_ms"] = [[step, round(seconds * 1000, 1)] for step, seconds in slowest]  # host-side, unsynced
     if args.set:
@@ -286,13 +293,15 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
 
 def sample_record(samples: dict[str, float], steps: int) -> dict[str, Any]:
     """Rays and samples per step and samples per ray of the timed steps ("first": density-only evaluations in
-    occupied cells; "second": samples through the full field with gradients, after early termination)."""
+    occupied cells; "second": samples through the full field with gradients, after early termination), and the
+    fraction of rays that lost samples to a full budget."""
     rays = samples.get("rays", 0.0)
-    passes = {k: v for k, v in samples.items() if k != "rays"}
+    passes = {k: v for k, v in samples.items() if k not in ("rays", "over_budget")}
     if not rays or not steps:
         return {}
     return {"rays_per_step": round(rays / steps), "samples_per_step": {k: round(v / steps) for k, v in passes.items()},
-            "samples_per_ray": {k: round(v / rays, 2) for k, v in passes.items()}}
+            "samples_per_ray": {k: round(v / rays, 2) for k, v in passes.items()},
+            "rays_over_budget": round(samples.get("over_budget", 0.0) / rays, 6)}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -31,6 +31,8 @@ def test_tiny_mvdream_cases_measure_both_stages_and_the_total(bench, capsys):
         assert record["field_start"] == "fresh" and record["start_step"] == 0 and "pretrained" not in record["occupied_fraction"]
         assert 0 < record["occupied_fraction"]["timed_start"] <= 1 and record["rays_per_step"] == record["batch"] * 32 * 32
         assert record["samples_per_ray"]["first"] >= record["samples_per_ray"]["second"] > 0
+        assert record["rays_over_budget"] == 0 and "over_budget" not in record["samples_per_ray"]  # no budgets on a CPU
+        assert record["budget_per_ray"]["first"] >= record["samples_per_ray"]["first"]  # sized for the densest chunk
     total = cases["mvdream-total"]
     assert total["projected_full_run_s"] == pytest.approx(
         cases["mvdream-64"]["projected_full_run_s"] + cases["mvdream-256"]["projected_full_run_s"], abs=0.2)

@@ -259,13 +259,25 @@ def test_max_train_samples_caps_the_full_field_pass_and_leaves_the_rest_out_of_t
     free._per_ray = dict(capped._per_ray)
     assert capped._budget("second", 64) == 512 < free._budget("second", 64)
     assert capped._budget("first", 64) == free._budget("first", 64)  # the density-only pass is not capped
+    capped.reset_sample_counts()
     out, reference = capped.render_rays(o, d), free.render_rays(o, d)
     assert out["weights"].shape[0] == 512
     ok = out["ray_valid"]
     assert ok[0] and 0 < ok.sum() < 64 and reference["ray_valid"].all()  # the rays past the cap are flagged, in order
+    assert capped.sample_counts()["over_budget"] == float((~ok).sum())  # and counted, for benchmarks
+    assert "over_budget" not in capped._per_ray  # a count, not a pass with a budget
     torch.testing.assert_close(out["rgb"][ok], reference["rgb"][ok], atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="max_train_samples"):
         make_renderer(field, max_train_samples=-1)
+
+
+def test_training_chunks_are_large_on_cuda_where_every_chunk_gets_the_densest_chunks_budget():
+    field = AnalyticField(ball(0.6, 3.0), radius=1.0)
+    renderer = make_renderer(field)
+    assert renderer._chunk_rays(10**6, True, torch.device("cuda")) == 262144
+    assert renderer._chunk_rays(10**6, True, torch.device("cpu")) == 32768
+    assert renderer._chunk_rays(10**6, False, torch.device("cuda")) == 65536
+    assert make_renderer(field, train_chunk_rays=0)._chunk_rays(10**6, True, torch.device("cuda")) == 10**6
 
 
 def test_graph_key_names_the_budgets_and_captured_counts_wait_for_their_replay():

@@ -61,7 +61,7 @@ class VolumeRendererConfig:
     far_plane: float = 1000.0  # unbounded (contracted) fields: no sample farther than this, scene units
     disparity_from: float = 0.0  # unbounded fields: fixed steps up to this distance, then evenly spaced in 1/distance (Mip-NeRF 360)
     randomized: bool = True  # jitter samples while training (stratified sampling)
-    train_chunk_rays: int = 32768  # rays per chunk while training (bounds the marching candidates' memory; 0: one chunk)
+    train_chunk_rays: int = -1  # rays per chunk while training (bounds the marching candidates' memory; -1: 262144 on CUDA, 32768 on CPU; 0: one chunk). Every chunk's sample budget is sized for the densest chunk seen, so on CUDA a render takes few, large chunks: 4 views of 256x256 in 8 chunks ran on budgets twice their samples
     eval_chunk_rays: int = -1  # rays per chunk when not training (-1: 65536 on CUDA, 16384 on CPU)
     eval_field_chunk: int = -1  # samples per field call when not training (-1: 262144 on CUDA, 16384 on CPU)
     sample_budget: str = "auto"  # auto (fixed budgets while training on CUDA: no host sync), always, never (exact)
@@ -155,6 +155,8 @@ class VolumeRenderer(BaseModule):
         return self.cfg.early_stop_eps > 0 or self.cfg.alpha_threshold > 0
 
     def _observe(self, name: str, per_ray: float) -> None:
+        if name not in ("first", "second"):  # the passes that have budgets
+            return
         old = self._per_ray.get(name)
         if old is None or per_ray > old or per_ray * self.cfg.budget_margin < old:
             self._per_ray[name] = per_ray
@@ -222,8 +224,9 @@ class VolumeRenderer(BaseModule):
 
     def sample_counts(self) -> dict[str, float]:
         """Training rays and samples of each marching pass since ``reset_sample_counts`` ("first": density-only
-        evaluations in occupied cells, "second": full-field samples kept by early termination), for benchmarks
-        that explain the renderer's cost; reading them waits for the device."""
+        evaluations in occupied cells, "second": full-field samples kept by early termination, "over_budget": rays
+        that lost samples to a full budget), for benchmarks that explain the renderer's cost; reading them waits
+        for the device."""
         counts = {"rays": float(self._sample_rays)}
         if self._sample_sums is not None:
             counts.update(zip(self._sample_sums[0], self._sample_sums[1].tolist()))
@@ -278,7 +281,8 @@ class VolumeRenderer(BaseModule):
             with torch.set_grad_enabled(fuse and torch.is_grad_enabled()):
                 flat = self._keep_in_segments(rays_o, rays_d, lo, hi, mask, fields, training)
             if training:
-                self._record_counts({"first": mask.sum(), "second": torch.full((), float(flat.numel()), device=device)}, n_rays)
+                self._record_counts({"first": mask.sum(), "second": torch.full((), float(flat.numel()), device=device),
+                                     "over_budget": torch.zeros((), device=device)}, n_rays)
             ray = torch.div(flat, n_steps, rounding_mode="floor")
             field_out = fields[0] if fields else None  # one dict, in the order of ``flat``
             return {"ray": ray, "lo": lo.reshape(-1)[flat], "hi": hi.reshape(-1)[flat], "valid": None, "ray_ok": None,
@@ -346,6 +350,7 @@ class VolumeRenderer(BaseModule):
 
                 encoding = take_rows(encoding, second.index)
         if training:
+            counts["over_budget"] = (~ray_ok).sum() if ray_ok is not None else torch.zeros((), device=rays_o.device)
             self._record_counts(counts, n_rays)
         return {"ray": ray, "lo": lo, "hi": hi, "valid": valid, "ray_ok": ray_ok, "encoding": encoding}
 
@@ -506,7 +511,9 @@ class VolumeRenderer(BaseModule):
     def _chunk_rays(self, n_rays: int, training: bool, device: torch.device) -> int:
         """Rays rendered together: the configured chunk (-1: by device, 0: all ``n_rays`` at once)."""
         chunk = self.cfg.train_chunk_rays if training else self.cfg.eval_chunk_rays
-        if chunk < 0:
+        if chunk < 0 and training:
+            chunk = 262144 if device.type == "cuda" else 32768
+        elif chunk < 0:
             chunk = 65536 if device.type == "cuda" else 16384
         return max(n_rays, 1) if chunk == 0 else chunk
 
