@@ -61,6 +61,12 @@ def test_chunked_queries_match_one_call():
     torch.testing.assert_close(field.features(points), whole["features"])
     assert field.features(points).shape == (50, 5)
     torch.testing.assert_close(field.bbox, torch.tensor([[-1.0] * 3, [1.0] * 3]))
+    grads = []
+    for query in (field.density, lambda p: field(p)["density"]):  # pieces written into one output keep their graph
+        field.zero_grad()
+        query(points).square().sum().backward()
+        grads.append(field.encoding.table.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
 
 
 def test_trunc_exp_gradient_is_bounded():

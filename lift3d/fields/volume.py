@@ -144,20 +144,33 @@ class ImplicitVolume(BaseModule):
             chunk = 4194304 if points.device.type == "cuda" else 262144
         return max(chunk, 1)
 
-    def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Tensor]) -> Tensor:
-        """``query`` over ``points`` in pieces of ``query_chunk`` (by device when -1), joined (one piece: as is)."""
-        parts = [query(p) for p in points.split(self._query_chunk(points))]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Any]) -> Any:
+        """``query`` (a tensor or a tuple of tensors, rows per point) over ``points`` in pieces of ``query_chunk`` (by
+        device when -1), each piece written into outputs allocated after the first (one piece: as is), so the
+        pieces are never held alongside their join: a 256x256 MVDream render keeps 37M samples' features."""
+        chunk = self._query_chunk(points)
+        if points.shape[0] <= chunk:
+            return query(points)
+        joined: list[Tensor] = []
+        for start in range(0, points.shape[0], chunk):
+            result = query(points[start:start + chunk])
+            parts = result if isinstance(result, tuple) else (result,)
+            if not joined:
+                joined = [part.new_empty((points.shape[0],) + part.shape[1:]) for part in parts]
+            for out, part in zip(joined, parts):
+                out[start:start + chunk] = part
+        return tuple(joined) if isinstance(result, tuple) else joined[0]
 
     def density_and_encoding(self, points: Tensor) -> tuple[Tensor, Tensor]:
         """Activated density [N] and the hash-grid features [N, L * F] it came from, in chunks: the renderer's
         density-only pass keeps the features of the samples it keeps for ``forward(..., encoding=)``, which then
         skips the lookup (10.5 ms of a 196 ms MVDream 256 step on an H100)."""
-        parts = [self._evaluate(p) for p in points.split(self._query_chunk(points))]
-        density = [activation(self.cfg.density_activation, raw_density) for raw_density, _, _ in parts]
-        if len(parts) == 1:
-            return density[0], parts[0][2]
-        return torch.cat(density), torch.cat([unmasked for _, _, unmasked in parts])
+
+        def query(piece: Tensor) -> tuple[Tensor, Tensor]:
+            raw_density, _, unmasked = self._evaluate(piece)
+            return activation(self.cfg.density_activation, raw_density), unmasked
+
+        return self._in_chunks(points, query)
 
     def density(self, points: Tensor) -> Tensor:
         """Activated density [N] at world ``points`` [N, 3], in chunks (marching, isosurfaces and occupancy)."""

@@ -97,9 +97,11 @@ def take_rows_triton(source: Tensor, index: Tensor) -> Tensor:
 
 
 def _fits(source: Tensor, index: Tensor) -> bool:
-    columns = source.shape[1] if source.ndim == 2 else 0
-    return (triton is not None and source.is_cuda and source.ndim == 2 and source.is_contiguous() and index.ndim == 1
-            and columns > 0 and columns & (columns - 1) == 0 and not source.requires_grad)
+    """Whether the row gather kernel takes these: contiguous CUDA rows of a power-of-two width, no gradient."""
+    if triton is None or not source.is_cuda or source.ndim != 2 or index.ndim != 1:
+        return False
+    columns = source.shape[1]
+    return source.is_contiguous() and columns > 0 and columns & (columns - 1) == 0 and not source.requires_grad
 
 
 def take_rows(source: Tensor, index: Tensor) -> Tensor:
