@@ -168,8 +168,7 @@ class StepTimer(Callback):
         self.timed_steps = step - self.first_step
         if self.renderer is not None:
             self.samples = self.renderer.sample_counts()
-            margin = self.renderer.cfg.budget_margin
-            self.budget_per_ray = {k: round(v * margin, 2) for k, v in self.renderer._per_ray.items()}
+            self.budget_per_ray = {k: round(v, 2) for k, v in self.renderer.budget_per_ray().items()}
             self.occupied["timed_end"] = round(float(self.renderer.occupancy.occupancy_fraction()), 4)
 
 

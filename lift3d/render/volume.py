@@ -140,10 +140,16 @@ class VolumeRenderer(BaseModule):
         mode = self.cfg.sample_budget
         return training and (mode == "always" or (mode == "auto" and device.type == "cuda"))
 
+    def budget_per_ray(self) -> dict[str, float]:
+        """Samples a ray that each pass's budget allows: ``budget_margin`` times the most a ray of any chunk needed
+        lately (a chunk's budget is this times its rays, rounded up to 4096, capped by ``max_train_samples``)."""
+        return {name: per_ray * self.cfg.budget_margin for name, per_ray in self._per_ray.items()}
+
     def _budget(self, name: str, n_rays: int) -> int | None:
-        if name not in self._per_ray:
+        per_ray = self.budget_per_ray().get(name)
+        if per_ray is None:
             return None
-        budget = max(4096, math.ceil(self._per_ray[name] * self.cfg.budget_margin * n_rays / 4096) * 4096)
+        budget = max(4096, math.ceil(per_ray * n_rays / 4096) * 4096)
         full_field_pass = "second" if self._stopping else "first"
         if name == full_field_pass and self.cfg.max_train_samples > 0:
             budget = min(budget, self.cfg.max_train_samples)
