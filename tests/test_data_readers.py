@@ -199,16 +199,25 @@ def test_missing_frames_are_skipped_with_one_warning(tmp_path, caplog):
         PosedImagesDataModule({"root": str(root)})
 
 
-def test_images_of_differing_sizes_are_refused_by_name(tmp_path):
+def test_images_of_differing_sizes_each_keep_their_own_size(tmp_path):
+    """A frame whose photo is larger than the rest loads at its own size (read from its header when the file gives
+    no one size): the photos are padded to the largest, and the padding is marked as never compared."""
     layouts, _ = scene_in_every_layout(tmp_path)
     root = layouts["nerfstudio"]
     meta = json.loads((root / "transforms.json").read_text())
     for key in ("w", "h"):
         meta.pop(key)
     (root / "transforms.json").write_text(json.dumps(meta))
-    Image.fromarray(np.zeros((H * 2, W * 2, 3), np.uint8)).save(root / "images" / "frame_04.png")
-    with pytest.raises(SceneFormatError, match="frame_04.png is 48x32"):
-        PosedImagesDataModule({"root": str(root), "undistort": False})
+    Image.fromarray(np.full((H * 2, W * 2, 3), 7, np.uint8)).save(root / "images" / "frame_04.png")
+    module = PosedImagesDataModule({"root": str(root), "undistort": False})
+    train = module.train
+    big = [i for i, path in enumerate(train.paths) if path.endswith("frame_04.png")][0]
+    assert train.rgba.shape[1:3] == (H * 2, W * 2) and train.mixed_sizes
+    assert train.size(big) == (W * 2, H * 2) and {train.size(i) for i in range(len(train)) if i != big} == {(W, H)}
+    assert train.keep is not None and bool(train.keep[big].all())
+    other = (big + 1) % len(train)
+    assert int(train.keep[other].sum()) == W * H and not train.keep[other, H:].any() and not train.keep[other, :, W:].any()
+    assert torch.allclose(train.cameras.intrinsics[other], train.cameras.intrinsics[big])  # intrinsics as the file says
 
 
 def test_blender_scenes_keep_their_frame_and_splits(data_dir):

@@ -68,7 +68,7 @@ class Frame:
     image: Path
     c2w: np.ndarray  # [4, 4] camera-to-world, OpenGL camera axes, reader's world frame
     lens: Lens
-    mask: Path | None = None  # optional object mask (white = object); becomes the image's alpha
+    mask: Path | None = None  # optional mask (white = object or keep): the image's alpha, or its kept pixels (Capture.mask_mode)
     name: str = ""  # the name the format knows the frame by (for split files and messages)
 
 
@@ -85,6 +85,7 @@ class Capture:
     missing: list[str] = field(default_factory=list)  # frames listed whose image file is absent (skipped)
     unbounded: bool | None = None  # the format says the scene extends past its object (instant-ngp aabb_scale > 1)
     notes: list[str] = field(default_factory=list)  # what the reader decided, said once in the log
+    mask_mode: str = "alpha"  # what the format's masks mean: alpha (an object cut-out) or ignore (pixels left out of the loss)
 
     def __len__(self) -> int:
         return len(self.frames)

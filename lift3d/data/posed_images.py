@@ -4,6 +4,11 @@ served as whole images or ray batches for training and as the held-out views for
 The readers live beside this module (``lift3d.data.scene`` picks one); this module owns what training
 sees: one split of train/val frames, undistorted to pinhole, in a normalised frame (+z up, centred
 where the cameras look) unless the layout is an object scene already in that frame (Blender).
+
+Photos of several sizes train padded to one size (``lift3d.data.scene``): image batches carry ``loss_mask``
+[B, H, W, 1] (1 = compare the pixel), which is also how ignore-masks (``mask_mode``) reach the loss; ray batches
+draw only kept pixels. Validation and test views are served each at its own size, batched only with views of
+the same size.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lift3d.cameras import Cameras, c2w_to_spherical, look_at, spherical_to_position
-from lift3d.data.base import BaseDataModule, step_loader, view_loader
+from lift3d.config import ConfigError
+from lift3d.data.base import BaseDataModule, ViewList, collate_views, step_loader, view_loader
 from lift3d.data.capture import Capture, SceneFormatError
 from lift3d.data.edited_targets import EditedTargets
 from lift3d.data.normalize import normalizing_transform, transform_points, transform_poses
-from lift3d.data.scene import FrameLoader, PosedScene, check_present, read_capture, split_frames
+from lift3d.data.scene import MASK_MODES, FrameLoader, PosedScene, check_present, read_capture, split_frames
 from lift3d.data.transforms_json import IMAGE_SUFFIXES, read_blender
 from lift3d.registry import register
 from lift3d.rng import step_generator
@@ -89,19 +95,41 @@ class PosedImagesConfig:
     downscale: int = 1  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
     max_image_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
     undistort: bool = True  # undistort lenses with distortion to pinhole once at load (false: train on them as pinhole)
+    mask_mode: str = "auto"  # masks (mask files or the photos' alpha): alpha (object cut-outs), ignore (masked pixels left out of loss and metrics), auto (the format says: nerfstudio mask_path means ignore)
     normalize: str = "auto"  # cameras (centre, +z up, scale from the cameras), none, or auto (none for Blender scenes)
     camera_distance: float = 4.0  # normalize: the cameras' mean distance from the scene centre afterwards
     triangulate: bool = False  # a real capture whose layout brings no sparse points: triangulate some at its poses (pycolmap)
     background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB composited behind transparent pixels
     random_background: bool = False  # train on a random background colour per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
-    batch_size: int = 1  # images per step in image mode
+    batch_size: int = 1  # images per step in image mode (photos of several sizes are padded to one, see loss_mask)
     images_on_device: str = "auto"  # keep the photos on the GPU and build each batch (images or rays) there (auto: on CUDA; never: copy every step)
     rays_per_batch: int = 4096  # rays per step in rays mode
     max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
     max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
     n_orbit_views: int = 120  # views in the test orbit video
     eval_batch_size: int = 1  # views per evaluation batch
+
+
+def check_values(cfg: PosedImagesConfig) -> None:
+    """Refuse values outside their range with the key named (a zero downscale or batch would fail deep inside)."""
+    at_least_one = ("downscale", "batch_size", "rays_per_batch", "eval_batch_size", "n_orbit_views")
+    for key in at_least_one:
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"data.{key} must be a whole number of at least 1, got {value!r}")
+    for key in ("holdout_every", "max_image_side"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"data.{key} must be a whole number of at least 0 (0: off), got {value!r}")
+    for key in ("max_train_frames", "max_val_views"):
+        value = getattr(cfg, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value == 0 or value < -1:
+            raise ConfigError(f"data.{key} must be -1 (all) or a whole number of at least 1, got {value!r}")
+    if not cfg.camera_distance > 0:
+        raise ConfigError(f"data.camera_distance must be above 0, got {cfg.camera_distance!r}")
+    if cfg.mask_mode not in MASK_MODES:
+        raise ConfigError(f"data.mask_mode must be one of {', '.join(MASK_MODES)}, got {cfg.mask_mode!r}")
 
 
 def _evenly(indices: list[int], limit: int) -> list[int]:
@@ -151,6 +179,7 @@ class ResidentImages:
     def __init__(self, scene: PosedScene, device: torch.device, pick: Any, seed: int,
                  composite: Any = None, background: Tensor | None = None) -> None:
         self.rgba = scene.rgba.to(device)
+        self.keep = None if scene.keep is None else scene.keep.to(device)
         self.c2w = scene.cameras.c2w.to(device)
         self.intrinsics = scene.cameras.intrinsics.to(device)
         self.viewmats = scene.cameras.w2c_opencv().to(device)
@@ -193,6 +222,7 @@ class PosedImagesDataModule(BaseDataModule):
             raise SceneFormatError(f"data.images_on_device must be auto, always or never, got '{self.cfg.images_on_device}'")
         if self.cfg.normalize not in ("auto", "cameras", "none"):
             raise SceneFormatError(f"data.normalize must be auto, cameras or none, got '{self.cfg.normalize}'")
+        check_values(self.cfg)
         root = Path(self.cfg.root).expanduser()
         capture, downscale = read_capture(root, self.cfg.format, self.cfg.downscale)
         check_present(capture)
@@ -207,7 +237,8 @@ class PosedImagesDataModule(BaseDataModule):
             c2w = transform_poses(self.normalization, c2w)
         self.c2w = c2w
         self.splits = split_frames(capture, self.cfg.holdout_every)
-        self._loader = FrameLoader(capture, downscale, self.cfg.undistort)
+        self.mask_mode = capture.mask_mode if self.cfg.mask_mode == "auto" else self.cfg.mask_mode
+        self._loader = FrameLoader(capture, downscale, self.cfg.undistort, self.mask_mode)
         self.train = self._loader.load(_evenly(self._split(self.cfg.train_split), self.cfg.max_train_frames), c2w)
         if self.cfg.triangulate and capture.points is None and capture.format != "blender" and not self._has_masks():
             from lift3d.data.sfm import triangulate_points
@@ -218,6 +249,8 @@ class PosedImagesDataModule(BaseDataModule):
         self.points, self.point_colors = self._scene_points(capture)
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
+        # flat indices of the training pixels a ray batch may draw (None: every pixel): not padding, not ignored
+        self._kept_pixels = None if self.train.keep is None else self.train.keep.reshape(-1).nonzero().squeeze(1)
         self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
         self._resident: ResidentImages | ResidentRays | None = None  # the photos on the training device (images_on_device)
         self._log_summary(downscale)
@@ -248,8 +281,14 @@ class PosedImagesDataModule(BaseDataModule):
         capture, cams = self.capture, self.train.cameras
         split = ", ".join(f"{name} {len(indices)}" for name, indices in self.splits.items())
         how = "" if capture.splits else f" (every {self.cfg.holdout_every}th frame held out)"
-        log.info("%s: %s; frames: %s%s; images %dx%d%s", capture.root.name, "; ".join(capture.notes), split, how,
-                 cams.width, cams.height, f" (downscaled x{downscale})" if downscale > 1 else "")
+        if self.train.mixed_sizes:
+            sizes = sorted({self.train.size(i) for i in range(len(self.train))})
+            shown = ", ".join(f"{w}x{h}" for w, h in sizes[:4]) + (" ..." if len(sizes) > 4 else "")
+            images = f"images of {len(sizes)} sizes ({shown}), padded to {cams.width}x{cams.height} for training"
+        else:
+            images = f"images {cams.width}x{cams.height}"
+        log.info("%s: %s; frames: %s%s; %s%s", capture.root.name, "; ".join(capture.notes), split, how,
+                 images, f" (downscaled x{downscale})" if downscale > 1 else "")
         if self.normalization_record:
             r = self.normalization_record
             log.info("normalised the scene: centre %s (%s), scale %.4g, up %s -> +z", np.round(r["centre"], 3).tolist(),
@@ -263,7 +302,9 @@ class PosedImagesDataModule(BaseDataModule):
         record = {"root": str(self.capture.root), "format": self.capture.format, "splits": names,
                   "missing": self.capture.missing, "normalization": self.normalization.tolist(),
                   "normalization_record": self.normalization_record, "lens_notes": sorted(self._loader.reported),
-                  "image_size": [self.train.cameras.width, self.train.cameras.height]}
+                  "image_size": [self.train.cameras.width, self.train.cameras.height], "mask_mode": self.mask_mode}
+        if self.train.mixed_sizes:
+            record["image_sizes"] = {path: list(self.train.size(i)) for i, path in enumerate(self.train.paths)}
         path = Path(trial_dir) / "configs" / "scene.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1))
@@ -320,13 +361,19 @@ class PosedImagesDataModule(BaseDataModule):
         index, background = self._pick(step, generator)
         batch = {"cameras": self.train.cameras[index], "rgba": self.train.rgba[index],
                  "background": background, "index": index, "step": step}
+        if self.train.keep is not None:
+            batch["keep"] = self.train.keep[index]
         if self.targets is not None:
             batch["target_rgb"] = self.targets.rgb[index]
         return batch
 
     def finish_image_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``_pick_images``'s batch with ``rgb`` [B, H, W, 3] and ``alpha`` [B, H, W, 1] in 0..1 in place of the
-        stored bytes, on whatever device the batch is on (other batches pass through)."""
+        stored bytes (and ``loss_mask`` [B, H, W, 1] in place of the kept pixels), on whatever device the batch is on
+        (other batches pass through)."""
+        if "keep" in batch:
+            batch = dict(batch)
+            batch["loss_mask"] = batch.pop("keep")[..., None].float()
         if "rgba" not in batch:
             return batch
         batch = dict(batch)
@@ -369,9 +416,11 @@ class PosedImagesDataModule(BaseDataModule):
                  "background": background, "index": index, "step": step}
         if self.targets is not None:  # an editing run rewrites these on the host: copied per step
             batch["target_rgb"] = self.targets.rgb[index.cpu()].to(r.rgba.device)
+        if r.keep is not None:
+            batch["keep"] = r.keep.index_select(0, index)
         if r.composited is not None and self.targets is None:
             rgb, alpha = r.composited
-            return {**batch, "rgb": rgb.index_select(0, index), "alpha": alpha.index_select(0, index)}
+            return self.finish_image_batch({**batch, "rgb": rgb.index_select(0, index), "alpha": alpha.index_select(0, index)})
         return {**batch, "rgba": r.rgba.index_select(0, index)}
 
     def _all_rays(self) -> tuple[Tensor, Tensor]:
@@ -381,10 +430,12 @@ class PosedImagesDataModule(BaseDataModule):
         return self._rays
 
     def _pick_rays(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """The training pixels of ``step`` (flat indices into every photo's pixels) and their background colour
-        [1, 3]: what every ray batch is built from."""
-        pick = torch.randint(0, self.train.rgba[..., 0].numel(), (self.cfg.rays_per_batch,), generator=generator)
-        return pick, self._background_for(1, generator)
+        """The training pixels of ``step`` (flat indices into every photo's pixels, drawn among the kept ones: never
+        padding or ignored pixels) and their background colour [1, 3]: what every ray batch is built from."""
+        kept = self._kept_pixels
+        pick = torch.randint(0, self.train.rgba[..., 0].numel() if kept is None else len(kept), (self.cfg.rays_per_batch,),
+                             generator=generator)
+        return (pick if kept is None else kept[pick]), self._background_for(1, generator)
 
     def _sample_rays(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         origins, directions = self._all_rays()
@@ -426,12 +477,32 @@ class PosedImagesDataModule(BaseDataModule):
 
     # ----- evaluation
     def _views(self, scene: PosedScene) -> list[dict[str, Any]]:
+        """One evaluation view per photo, at its own size; ``loss_mask`` [1, h, w, 1] where pixels are ignored."""
         background = self.background
-        rgb, alpha = self._composite(scene.rgba, background)
-        return [
-            {"cameras": scene.cameras[i], "rgb": rgb[i : i + 1], "alpha": alpha[i : i + 1], "background": background[None], "index": torch.tensor([i])}
-            for i in range(len(scene))
-        ]
+        views = []
+        for i in range(len(scene)):
+            rgba, cameras, keep = scene.view(i)
+            rgb, alpha = self._composite(rgba, background)
+            view = {"cameras": cameras, "rgb": rgb, "alpha": alpha, "background": background[None], "index": torch.tensor([i])}
+            if keep is not None:
+                view["loss_mask"] = keep[..., None].float()
+            views.append(view)
+        return views
+
+    def _view_loader(self, views: list[dict[str, Any]]) -> DataLoader:
+        """Evaluation batches of ``eval_batch_size`` views, each batch of one image size (and the same keys)."""
+        if self.cfg.eval_batch_size <= 1 or len({(v["cameras"].width, v["cameras"].height, "loss_mask" in v) for v in views}) <= 1:
+            return view_loader(views, self.cfg.eval_batch_size)
+        batches: list[list[int]] = []
+        for i, v in enumerate(views):
+            last = views[batches[-1][0]] if batches else None
+            same = last is not None and (last["cameras"].width, last["cameras"].height, "loss_mask" in last) == (
+                v["cameras"].width, v["cameras"].height, "loss_mask" in v)
+            if same and len(batches[-1]) < self.cfg.eval_batch_size:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return DataLoader(ViewList(views), batch_sampler=batches, num_workers=0, collate_fn=collate_views)
 
     def orbit_cameras(self, n_views: int) -> Cameras:
         """A turntable at the train cameras' mean elevation and distance, with their intrinsics."""
@@ -441,15 +512,15 @@ class PosedImagesDataModule(BaseDataModule):
         position = spherical_to_position(torch.full_like(azimuth, el), azimuth, torch.full_like(azimuth, float(distance.mean())))
         c2w = look_at(position, torch.zeros_like(position), torch.tensor([0.0, 0.0, 1.0]).expand_as(position))
         intrinsics = self.train.cameras.intrinsics[:1].expand(n_views, 3, 3).clone()
-        return Cameras(c2w, intrinsics, self.train.cameras.width, self.train.cameras.height)
+        return Cameras(c2w, intrinsics, *self.train.size(0))
 
     def val_dataloader(self) -> DataLoader:
-        return view_loader(self._views(self.val_scene()), self.cfg.eval_batch_size)
+        return self._view_loader(self._views(self.val_scene()))
 
     def test_dataloader(self) -> DataLoader:
         if self.cfg.test_split != "orbit":
             scene = self._loader.load(self._split(self.cfg.test_split), self.c2w)
-            return view_loader(self._views(scene), self.cfg.eval_batch_size)
+            return self._view_loader(self._views(scene))
         cameras = self.orbit_cameras(self.cfg.n_orbit_views)
         background = self.background[None]
         views = [{"cameras": cameras[i], "background": background, "index": torch.tensor([i])} for i in range(len(cameras))]

@@ -1,8 +1,14 @@
 """A scene folder in any supported layout -> posed, undistorted, normalised images split into train and val.
 
 ``detect_format`` names the layout from the folder's contents; ``read_capture`` runs that format's reader;
-``load_frames`` reads the pixels (EXIF-upright, undistorted to pinhole once, downscaled) into a
+``FrameLoader`` reads the pixels (EXIF-upright, undistorted to pinhole once, downscaled) into a
 ``PosedScene``; ``split_frames`` holds out every n-th frame when the format has no splits of its own.
+
+Every photo keeps its own size and intrinsics. Photos of one size stack as they are; photos of several sizes
+(several cameras, portrait and landscape, COLMAP's undistorted folders where every image has its own crop) are
+padded at the right and bottom to the largest width and height, with each camera's intrinsics unchanged (the
+principal point is measured from the top-left corner), and ``keep`` marks the padding as pixels no loss or metric
+reads. Ignore-masks (``mask_mode="ignore"``) are also ``keep``: the pixels they mask are never compared.
 """
 
 from __future__ import annotations
@@ -22,19 +28,42 @@ from lift3d.data.undistort import Undistortion, plan_undistortion
 
 log = logging.getLogger("lift3d.data")
 FORMATS = ("auto", "blender", "nerfstudio", "instant-ngp", "colmap")
+MASK_MODES = ("auto", "alpha", "ignore")
 VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm")
 
 
 @dataclass
 class PosedScene:
-    """One split of a scene: images and the cameras that took them."""
+    """One split of a scene: images and the cameras that took them (see the module's docstring for mixed sizes)."""
 
-    rgba: Tensor  # [N, H, W, 4] uint8 (alpha 255 for RGB photos)
-    cameras: Cameras  # N cameras, OpenGL c2w
+    rgba: Tensor  # [N, H, W, 4] uint8 (alpha 255 for RGB photos); smaller photos padded at the right and bottom (opaque black)
+    cameras: Cameras  # N cameras, OpenGL c2w, of the common (padded) size; each camera's intrinsics are its own photo's
     paths: list[str]
+    sizes: Tensor | None = None  # [N, 2] int64 (width, height) of each photo inside the padding; None: every photo fills W x H
+    keep: Tensor | None = None  # [N, H, W] bool: pixels the loss and metrics read (False: padding, ignored); None: every pixel
 
     def __len__(self) -> int:
         return self.rgba.shape[0]
+
+    def size(self, i: int) -> tuple[int, int]:
+        """(width, height) of photo ``i`` as it was taken (without padding)."""
+        if self.sizes is None:
+            return self.cameras.width, self.cameras.height
+        width, height = self.sizes[i].tolist()
+        return int(width), int(height)
+
+    @property
+    def mixed_sizes(self) -> bool:
+        return self.sizes is not None
+
+    def view(self, i: int) -> tuple[Tensor, Cameras, Tensor | None]:
+        """Photo ``i`` at its own size: rgba [1, h, w, 4], its camera, and its kept pixels [1, h, w] (None: all)."""
+        width, height = self.size(i)
+        camera = self.cameras[i]
+        keep = None if self.keep is None else self.keep[i : i + 1, :height, :width]
+        if keep is not None and bool(keep.all()):
+            keep = None
+        return self.rgba[i : i + 1, :height, :width], Cameras(camera.c2w, camera.intrinsics, width, height), keep
 
 
 def detect_format(root: Path) -> str:
@@ -105,8 +134,10 @@ def split_frames(capture: Capture, holdout_every: int) -> dict[str, list[int]]:
 class FrameLoader:
     """Reads frames into ``PosedScene``s with one undistortion plan per distinct lens (made once)."""
 
-    def __init__(self, capture: Capture, downscale: int = 1, undistort: bool = True) -> None:
-        self.capture, self.downscale, self.undistort = capture, downscale, undistort
+    def __init__(self, capture: Capture, downscale: int = 1, undistort: bool = True, mask_mode: str = "alpha") -> None:
+        if mask_mode not in ("alpha", "ignore"):
+            raise SceneFormatError(f"mask_mode must be alpha or ignore, got {mask_mode!r}")
+        self.capture, self.downscale, self.undistort, self.mask_mode = capture, downscale, undistort, mask_mode
         self._plans: dict[Lens, Undistortion] = {}
         self.reported: set[str] = set()
 
@@ -125,8 +156,7 @@ class FrameLoader:
 
     def load(self, indices: list[int], c2w: np.ndarray) -> PosedScene:
         """Frames ``indices`` with poses ``c2w`` [len(capture), 4, 4] (already normalised)."""
-        images, intrinsics, paths = [], [], []
-        size: tuple[int, int] | None = None
+        images, intrinsics, paths, keeps = [], [], [], []
         for i in indices:
             frame = self.capture.frames[i]
             rgba = load_rgba(frame.image, self.downscale)
@@ -143,17 +173,41 @@ class FrameLoader:
                 rgba, lens = plan.apply(rgba), plan.lens
             elif lens.distorted:
                 self._say(f"ignoring the lens distortion of {lens.describe()} (data.undistort=false)")
-            if size is None:
-                size = (lens.width, lens.height)
-            elif size != (lens.width, lens.height):
-                raise SceneFormatError(f"{frame.image} is {lens.width}x{lens.height} after loading, the frames before it "
-                                       f"{size[0]}x{size[1]}: lift3d trains on images of one size (resize them, or use "
-                                       "data.downscale)")
+            keep = None
+            if self.mask_mode == "ignore":  # the mask (or the photo's alpha) says which pixels to leave out, not a cut-out
+                keep = rgba[..., 3] >= 128
+                rgba[..., 3] = 255
+                self._say("masks mean ignore: masked pixels are left out of the loss and the metrics (data.mask_mode)")
             images.append(rgba)
+            keeps.append(keep)
             intrinsics.append(intrinsics_matrix(torch.tensor(lens.fx), torch.tensor(lens.fy), torch.tensor(lens.cx), torch.tensor(lens.cy)))
             paths.append(str(frame.image))
         if not images:
             raise SceneFormatError(f"no frames to load from {self.capture.root}")
         poses = torch.tensor(c2w[indices], dtype=torch.float32)
-        cameras = Cameras(poses, torch.stack(intrinsics).float(), size[0], size[1])
-        return PosedScene(torch.from_numpy(np.stack(images)), cameras, paths)
+        return stack_photos(images, keeps, poses, torch.stack(intrinsics).float(), paths)
+
+
+def stack_photos(images: list[np.ndarray], keeps: list[np.ndarray | None], c2w: Tensor, intrinsics: Tensor,
+                 paths: list[str]) -> PosedScene:
+    """A ``PosedScene`` of photos ``[h, w, 4] uint8`` (any sizes) with their kept pixels (None: all): stacked as they
+    are when they share one size, else padded at the right and bottom to the largest width and height."""
+    sizes = [(im.shape[1], im.shape[0]) for im in images]
+    width, height = max(w for w, _ in sizes), max(h for _, h in sizes)
+    mixed = len(set(sizes)) > 1
+    if mixed:
+        rgba = np.zeros((len(images), height, width, 4), np.uint8)
+        rgba[..., 3] = 255  # opaque padding: it is never compared, and it must not read as an object's cut-out
+        for k, im in enumerate(images):
+            rgba[k, : im.shape[0], : im.shape[1]] = im
+    else:
+        rgba = np.stack(images)
+    keep = None
+    if mixed or any(k is not None and not k.all() for k in keeps):
+        keep_all = np.zeros((len(images), height, width), bool)
+        for k, (im, kept) in enumerate(zip(images, keeps)):
+            keep_all[k, : im.shape[0], : im.shape[1]] = True if kept is None else kept
+        keep = torch.from_numpy(keep_all)
+    cameras = Cameras(c2w, intrinsics, width, height)
+    size_tensor = torch.tensor(sizes, dtype=torch.int64) if mixed else None
+    return PosedScene(torch.from_numpy(rgba), cameras, paths, size_tensor, keep)

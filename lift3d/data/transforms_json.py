@@ -112,7 +112,8 @@ def frames_from_meta(meta: dict[str, Any], root: Path, source: Path, max_frames:
         if path is None:
             missing.append(str(entry["file_path"]))
             continue
-        if size is None or any(key in entry for key in ("w", "h", "fl_x", "camera_angle_x")):
+        # every photo its own size: read from its header unless the file gives one size for all
+        if size is None or "w" not in meta or "h" not in meta or any(key in entry for key in ("w", "h", "fl_x", "camera_angle_x")):
             size = image_size(path)
         mask = find_image(root, entry["mask_path"]) if entry.get("mask_path") else None
         if entry.get("mask_path") and mask is None:
@@ -166,4 +167,8 @@ def read_transforms_json(root: Path, max_frames: int = -1) -> Capture:
     if "applied_transform" in meta:
         notes.append("applied_transform recorded (poses are already in that frame)")
     unbounded = aabb_scale > 1 if "aabb_scale" in meta else None
-    return Capture(root, dialect, frames, splits, points, colors, missing, unbounded, notes)
+    # mask_path is nerfstudio's: its masks mark pixels to leave out of the loss (0 = ignore), not an object's cut-out
+    mask_mode = "ignore" if any(f.mask is not None for f in frames) else "alpha"
+    if mask_mode == "ignore":
+        notes.append("mask_path: black mask pixels are ignored, as nerfstudio reads them (data.mask_mode=alpha: cut-outs)")
+    return Capture(root, dialect, frames, splits, points, colors, missing, unbounded, notes, mask_mode)
