@@ -36,27 +36,48 @@ class BaseDataModule(L.LightningDataModule, Configurable):
         return int(trainer.max_steps) if trainer is not None and trainer.max_steps > 0 else 10**9
 
 
+EPOCH_STEPS: int | None = None  # steps per Lightning epoch (None: the whole run is one epoch); tests make epochs short
+
+
 class StepSampler(IterableDataset):
     """Yields ``sample(step, generator)`` for steps start..end-1; each batch depends only on its step.
 
-    That makes sampling resumable (a resumed run sees the same batches) without saving sampler state.
-    """
+    That makes sampling resumable (a resumed run sees the same batches) without saving sampler state. The
+    steps form one stream across Lightning epochs: each new iterator continues where the last one stopped,
+    so an epoch rollover never replays a step. ``len`` is the epoch length counted from step 0, which is
+    what Lightning assumes when it restores a run mid-epoch (it counts the epoch's batches already done)."""
 
-    def __init__(self, sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int) -> None:
+    def __init__(self, sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int,
+                 epoch_steps: int | None = None) -> None:
         self.sample, self.seed, self.start, self.end = sample, seed, start, end
+        self.epoch_steps = epoch_steps if epoch_steps and epoch_steps > 0 else end
+        self._next = start
 
     def __len__(self) -> int:
-        return max(self.end - self.start, 0)
+        return max(min(self.epoch_steps, self.end), 0)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for step in range(self.start, self.end):
+        while self._next < self.end:
+            step = self._next
+            self._next += 1  # counted when handed out: a batch Lightning never asks for is never skipped
             yield self.sample(step, step_generator(self.seed, step))
 
 
-def step_loader(sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int) -> DataLoader:
+def step_loader(sample: Callable[[int, torch.Generator], dict[str, Any]], seed: int, start: int, end: int,
+                epoch_steps: int | None = None) -> DataLoader:
     """A loader over ``StepSampler`` that passes each (already batched) sample through unchanged; with CUDA
-    its batches are pinned, so moving them to the GPU does not wait for the previous step to finish."""
-    return DataLoader(StepSampler(sample, seed, start, end), batch_size=None, num_workers=0, pin_memory=torch.cuda.is_available())
+    its batches are pinned, so moving them to the GPU does not wait for the previous step to finish. It draws
+    its iterator seeds from its own generator: starting an epoch never moves the run's global RNG, so a run
+    resumed from a checkpoint at an epoch's end continues the same random stream."""
+    sampler = StepSampler(sample, seed, start, end, epoch_steps if epoch_steps is not None else EPOCH_STEPS)
+    return DataLoader(sampler, batch_size=None, num_workers=0, pin_memory=torch.cuda.is_available(),
+                      generator=_own_generator(seed))
+
+
+def _own_generator(seed: int) -> torch.Generator:
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
 
 
 def collate_views(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,4 +108,6 @@ class ViewList(Dataset):
 
 
 def view_loader(views: list[dict[str, Any]], batch_size: int = 1) -> DataLoader:
-    return DataLoader(ViewList(views), batch_size=batch_size, shuffle=False, num_workers=0, collate_fn=collate_views)
+    # its own generator: evaluation between training steps leaves the run's global RNG where it was
+    return DataLoader(ViewList(views), batch_size=batch_size, shuffle=False, num_workers=0, collate_fn=collate_views,
+                      generator=_own_generator(0))
