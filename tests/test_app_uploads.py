@@ -135,3 +135,116 @@ def test_photos_videos_and_other_layouts_are_accepted(tmp_path):
                        colmap / "sparse" / "0")
     posed = prepare_scene([_zip_folder(colmap, tmp_path / "colmap.zip")], tmp_path / "posed")
     assert posed.poses_from is None and posed.frames == {"train": 2, "val": 1} and (posed.width, posed.height) == (40, 30)
+
+
+# --------------------------------------------------------------------------------------------- the trust boundary
+def _server_photo(tmp_path, data_dir):
+    """A photo elsewhere on the server, which an uploaded scene must not reach."""
+    secret = tmp_path / "server" / "secret.png"
+    secret.parent.mkdir(parents=True)
+    shutil.copyfile(data_dir / "lego_tiny" / "train" / "r_0.png", secret)
+    return secret
+
+
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "mask"])
+def test_a_transforms_scene_naming_files_outside_the_upload_is_refused(tmp_path, data_dir, how):
+    secret = _server_photo(tmp_path, data_dir)
+    scene = tmp_path / "scene"
+    shutil.copytree(data_dir / "lego_tiny", scene)
+    meta = json.loads((scene / "transforms_train.json").read_text())
+    named = {"absolute": str(secret.with_suffix("")), "dotdot": "../../../../../../../../" + str(secret)[1:],
+             "mask": "./train/r_0"}[how]
+    meta["frames"][0]["file_path"] = named
+    if how == "mask":
+        meta["frames"][0]["mask_path"] = named = str(secret)
+    (scene / "transforms_train.json").write_text(json.dumps(meta))
+    dest = tmp_path / "uploads" / "one"
+    with pytest.raises(UploadError, match="names files outside itself") as error:
+        prepare_scene([_zip_folder(scene, tmp_path / "scene.zip")], dest)
+    assert f"'{named}'" in str(error.value)  # the offending path, as the file wrote it
+    assert not dest.exists()  # and nothing of the rejected upload stays
+    # the same scene as a browser folder upload (files without sub-folders) is refused too
+    with pytest.raises(UploadError, match="outside"):
+        prepare_scene([scene / "transforms_train.json", scene / "train" / "r_0.png"], tmp_path / "uploads" / "two")
+    assert not (tmp_path / "uploads" / "two").exists()
+
+
+def test_transforms_json_and_colmap_names_outside_the_upload_are_refused(tmp_path, data_dir):
+    import numpy as np
+
+    from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, write_model_binary
+
+    secret = _server_photo(tmp_path, data_dir)
+    ngp = tmp_path / "ngp"
+    (ngp / "images").mkdir(parents=True)
+    shutil.copyfile(secret, ngp / "images" / "a.png")
+    frame = {"transform_matrix": np.eye(4).tolist()}
+    (ngp / "transforms.json").write_text(json.dumps({"fl_x": 50, "fl_y": 50, "w": 50, "h": 50, "frames": [
+        {**frame, "file_path": "images/a.png"}, {**frame, "file_path": "images/../../../server/secret.png"}]}))
+    with pytest.raises(UploadError, match=r"outside itself: 'images/\.\./\.\./\.\./server/secret\.png'"):
+        prepare_scene([_zip_folder(ngp, tmp_path / "ngp.zip")], tmp_path / "u1")
+    meta = json.loads((ngp / "transforms.json").read_text())
+    meta["frames"][1]["file_path"], meta["ply_file_path"] = "images/a.png", "/etc/passwd"
+    (ngp / "transforms.json").write_text(json.dumps(meta))
+    with pytest.raises(UploadError, match="'/etc/passwd'"):
+        prepare_scene([_zip_folder(ngp, tmp_path / "ngp2.zip")], tmp_path / "u2")
+
+    colmap = tmp_path / "colmap"
+    (colmap / "images").mkdir(parents=True)
+    for i in range(3):
+        shutil.copyfile(secret, colmap / "images" / f"p{i}.png")
+    names = ["p0.png", "p1.png", str(secret)]
+    images = {i + 1: ColmapImage(i + 1, np.array([1.0, 0, 0, 0]), np.array([float(i), 0, 0]), 1, names[i]) for i in range(3)}
+    write_model_binary(ColmapModel({1: ColmapCamera(1, "PINHOLE", 50, 50, np.array([40.0, 40, 25, 25]))}, images, {}),
+                       colmap / "sparse" / "0")
+    with pytest.raises(UploadError, match=f"'{secret}'"):
+        prepare_scene([_zip_folder(colmap, tmp_path / "colmap.zip")], tmp_path / "u3")
+    assert not any((tmp_path / name).exists() for name in ("u1", "u2", "u3"))
+
+
+@pytest.fixture(scope="module")
+def zip_bomb(tmp_path_factory):
+    """A ~1 MiB zip of one member that inflates to 1.1 GiB of zeros (deflated: small on disk, huge unpacked)."""
+    path = tmp_path_factory.mktemp("bomb") / "photos.zip"
+    zeros = bytes(16 * 2**20)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        zf.writestr("transforms_train.json", "{}")
+        with zf.open("train/r_0.png", "w", force_zip64=True) as member:
+            for _ in range(70):  # 70 x 16 MiB = 1.09 GiB
+                member.write(zeros)
+    return path
+
+
+def test_a_zip_bomb_is_refused_before_writing_and_leaves_nothing(tmp_path, zip_bomb):
+    assert zip_bomb.stat().st_size < 8 * 2**20
+    with zipfile.ZipFile(zip_bomb) as zf:
+        assert sum(m.file_size for m in zf.infolist()) > 2**30
+    dest = tmp_path / "app-uploads" / "abc"
+    with pytest.raises(UploadError, match=r"more than 100 times its packed size"):
+        prepare_scene([zip_bomb], dest)
+    assert not dest.exists() and not (tmp_path / "app-uploads").exists()
+    with pytest.raises(UploadError, match=r"unpacks to 1\.\d\d GiB, more than this app accepts \(1\.0 MiB; lift3d app --max-upload-gb"):
+        safe_extract_zip(zip_bomb, dest, max_bytes=2**20)
+    assert not dest.exists()
+
+
+def test_the_cap_is_configurable_and_a_failure_late_in_unpacking_cleans_up(tmp_path, data_dir):
+    archive = _zip_folder(data_dir / "lego_tiny", tmp_path / "lego.zip")
+    unpacked = sum(p.stat().st_size for p in (data_dir / "lego_tiny").rglob("*") if p.is_file())
+    with pytest.raises(UploadError, match="more than this app accepts"):
+        prepare_scene([archive], tmp_path / "small", max_bytes=unpacked - 1)
+    assert not (tmp_path / "small").exists()
+    assert prepare_scene([archive], tmp_path / "fits", max_bytes=unpacked).frames == {"train": 1, "val": 1}
+    loose = [data_dir / "lego_tiny" / "train" / "r_0.png", data_dir / "lego_tiny" / "val" / "r_0.png"]
+    with pytest.raises(UploadError, match="more than this app accepts"):
+        prepare_scene(loose, tmp_path / "loose", max_bytes=100)
+    # a scene that unpacks fine but fails its check (a frame without its image) leaves nothing either
+    broken = tmp_path / "broken"
+    shutil.copytree(data_dir / "lego_tiny", broken)
+    (broken / "val" / "r_0.png").unlink()
+    dest = tmp_path / "uploads" / "x"
+    dest.mkdir(parents=True)
+    (dest / "kept.txt").write_text("was here before")
+    with pytest.raises(UploadError, match="have no image file"):
+        prepare_scene([_zip_folder(broken, tmp_path / "broken.zip")], dest)
+    assert [p.name for p in dest.iterdir()] == ["kept.txt"]

@@ -5,23 +5,30 @@ instant-ngp ``transforms.json``, a COLMAP ``sparse/`` model beside ``images/``) 
 without poses and videos get their cameras from structure from motion (``lift3d poses``) as the run's
 first stage. Browsers upload a folder's files without their sub-folders, so a Blender folder upload is
 rebuilt by matching each frame's file name, and loose photos are gathered into ``images/``.
+
+Uploads come from whoever can reach the page, so nothing in one reaches outside it: archives are checked for
+their unpacked size (a cap, a compression-ratio limit and the free disk) before a byte is written, every
+frame path a scene names must lie inside the upload, and a rejected upload leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import stat
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from lift3d.data.posed_images import IMAGE_SUFFIXES, SceneFormatError
 from lift3d.data.scene import VIDEO_SUFFIXES
 
-MAX_ZIP_BYTES = 8 * 2**30  # refuse archives that unpack to more than this
+MAX_UPLOAD_BYTES = 2 * 2**30  # default cap on one upload, unpacked (`lift3d app --max-upload-gb`)
 MAX_ZIP_MEMBERS = 100_000  # refuse archives with more entries than this
+MAX_ZIP_RATIO = 100  # refuse archives (or members) that inflate more than this many times: photos barely compress
+RATIO_FLOOR_BYTES = 32 * 2**20  # ... once they unpack to more than this (small text files may compress more)
 _SKIPPED = ("__MACOSX",)  # archive folders that are never scene data
 
 
@@ -57,8 +64,36 @@ def _member_parts(name: str, archive: Path) -> tuple[str, ...]:
     return parts
 
 
-def safe_extract_zip(archive: str | Path, dest: str | Path) -> None:
-    """Unpack ``archive`` into ``dest``, refusing path traversal, links and archive bombs."""
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_zip_size(archive: Path, members: Sequence[zipfile.ZipInfo], dest: Path, max_bytes: int) -> int:
+    """The archive's unpacked total from its directory, refused (UploadError) when over ``max_bytes``, when it
+    inflates more than MAX_ZIP_RATIO times (a zip bomb, not photos), or when the disk under ``dest`` lacks room."""
+    total = sum(m.file_size for m in members)
+    if total > max_bytes:
+        raise UploadError(f"{archive.name} unpacks to {_gib(total)}, more than this app accepts ({_gib(max_bytes)}; "
+                          "lift3d app --max-upload-gb sets it): upload fewer or smaller photos")
+    packed = max(archive.stat().st_size, 1)
+    bombs = [m for m in members if m.file_size > RATIO_FLOOR_BYTES and m.file_size > MAX_ZIP_RATIO * max(m.compress_size, 1)]
+    if bombs or (total > RATIO_FLOOR_BYTES and total > MAX_ZIP_RATIO * packed):
+        what = f"'{bombs[0].filename}' inflates to {_gib(bombs[0].file_size)}" if bombs else f"it inflates to {_gib(total)}"
+        raise UploadError(f"{archive.name} is {_gib(packed)} but {what}, more than {MAX_ZIP_RATIO} times its packed size: "
+                          "photos barely compress, so this is not a scene; zip the scene folder itself")
+    folder = dest
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if total > free:
+        raise UploadError(f"{archive.name} unpacks to {_gib(total)} but the server has {_gib(free)} free; "
+                          "upload a smaller scene or ask the operator to free disk space")
+    return total
+
+
+def safe_extract_zip(archive: str | Path, dest: str | Path, max_bytes: int = MAX_UPLOAD_BYTES) -> None:
+    """Unpack ``archive`` into ``dest``, refusing path traversal, links and archive bombs before anything is written
+    (the unpacked total is checked from the archive's directory; zipfile never inflates a member past its listed size)."""
     archive, dest = Path(archive), Path(dest)
     try:
         zf = zipfile.ZipFile(archive)
@@ -68,8 +103,6 @@ def safe_extract_zip(archive: str | Path, dest: str | Path) -> None:
         members = zf.infolist()
         if len(members) > MAX_ZIP_MEMBERS:
             raise UploadError(f"{archive.name} has {len(members)} entries (at most {MAX_ZIP_MEMBERS})")
-        if sum(m.file_size for m in members) > MAX_ZIP_BYTES:
-            raise UploadError(f"{archive.name} unpacks to more than {MAX_ZIP_BYTES / 2**30:.0f} GiB")
         plan = []
         for member in members:
             parts = _member_parts(member.filename, archive)
@@ -77,18 +110,39 @@ def safe_extract_zip(archive: str | Path, dest: str | Path) -> None:
                 raise UploadError(f"{archive.name} holds a symbolic link '{member.filename}'; links are not unpacked")
             if parts and parts[0] not in _SKIPPED:
                 plan.append((member, parts))
-        dest.mkdir(parents=True, exist_ok=True)
-        root = dest.resolve()
-        for member, parts in plan:
-            target = dest.joinpath(*parts)
-            if not target.resolve().is_relative_to(root):  # belt and braces: nothing lands outside dest
-                raise UploadError(f"{archive.name}: '{member.filename}' would unpack outside the upload folder")
-            if member.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(member) as source, open(target, "wb") as out:
-                shutil.copyfileobj(source, out, 1 << 20)
+        budget = check_zip_size(archive, [m for m, _ in plan], dest, max_bytes)
+        with _removed_on_failure(dest):
+            dest.mkdir(parents=True, exist_ok=True)
+            root = dest.resolve()
+            for member, parts in plan:
+                target = dest.joinpath(*parts)
+                if not target.resolve().is_relative_to(root):  # belt and braces: nothing lands outside dest
+                    raise UploadError(f"{archive.name}: '{member.filename}' would unpack outside the upload folder")
+                if member.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(member) as source, open(target, "wb") as out:
+                    while chunk := source.read(1 << 20):
+                        budget -= len(chunk)
+                        if budget < 0:  # more bytes than the directory declared: stop at once
+                            raise UploadError(f"{archive.name} unpacks to more than its directory says; zip the scene folder again")
+                        out.write(chunk)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(dest: Path) -> Iterator[None]:
+    """On any error inside, remove what was written under ``dest`` (all of it when it did not exist before)."""
+    before = set(dest.iterdir()) if dest.is_dir() else None
+    try:
+        yield
+    except BaseException:
+        if before is None:
+            shutil.rmtree(dest, ignore_errors=True)
+        elif dest.is_dir():
+            for path in set(dest.iterdir()) - before:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        raise
 
 
 def find_scene_root(folder: Path) -> Path:
@@ -174,8 +228,53 @@ def assemble_flat_files(files: Sequence[Path], dest: Path) -> Path:
     return find_scene_root(dest)
 
 
-def check_scene(root: Path) -> Scene:
-    """Read the scene's cameras (or list its photos); SceneFormatError says what is malformed."""
+_FRAME_KEYS = ("file_path", "mask_path", "depth_file_path")  # per-frame paths of transforms files
+_SCENE_KEYS = ("ply_file_path",)  # scene-wide paths of transforms files
+
+
+def referenced_paths(root: Path) -> list[tuple[str, Path]]:
+    """Every file the scene in ``root`` names, as (the path as written, where it points), read from the raw layout
+    files (transforms JSON or the COLMAP model's image names) so that nothing it names is opened first."""
+    from lift3d.data.colmap import images_folder
+    from lift3d.data.colmap_model import find_model, read_model
+    from lift3d.data.scene import detect_format
+    from lift3d.data.transforms_json import load_json
+
+    layout = detect_format(root)
+    found: list[tuple[str, Path]] = []
+    if layout == "colmap":
+        model = read_model(find_model(root))
+        folders = {images_folder(root, d)[0] for d in (1, 2, 4, 8)}
+        found += [(image.name, folder / image.name) for image in model.images.values() for folder in folders]
+        return found
+    names = sorted(p.name for p in root.glob("transforms_*.json")) if layout == "blender" else ["transforms.json"]
+    for name in names:
+        meta = load_json(root / name)
+        entries = [meta] + [f for f in meta.get("frames") or [] if isinstance(f, dict)]
+        for entry in entries:
+            for key in _SCENE_KEYS if entry is meta else _FRAME_KEYS:
+                if entry.get(key) not in (None, ""):
+                    found.append((str(entry[key]), root / str(entry[key])))
+    return found
+
+
+def _outside(path: Path, boundary: Path) -> bool:
+    return not path.resolve().is_relative_to(boundary.resolve())
+
+
+def check_inside(root: Path, boundary: Path) -> None:
+    """Refuse a scene that names files outside ``boundary`` (the upload folder): absolute paths, ``../`` or
+    links out. A job would otherwise train on, and show, whatever files of the server it names."""
+    bad = [written for written, path in referenced_paths(root) if _outside(path, boundary)]
+    if bad:
+        shown = ", ".join(f"'{b}'" for b in dict.fromkeys(bad[:3])) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise UploadError(f"the upload names files outside itself: {shown}; frame paths must be relative to the scene "
+                          "folder and stay inside the upload (no absolute paths, no '..')")
+
+
+def check_scene(root: Path, boundary: Path | None = None) -> Scene:
+    """Read the scene's cameras (or list its photos); SceneFormatError says what is malformed. Every file the
+    scene names must lie inside ``boundary`` (the upload folder; default ``root``), checked before it is read."""
     from PIL import Image
 
     from lift3d.data.scene import read_capture, split_frames
@@ -190,7 +289,13 @@ def check_scene(root: Path) -> Scene:
         with Image.open(photos[0]) as first:
             width, height = first.size
         return Scene(root, {"photos": len(photos)}, width, height, poses_from=root)
+    boundary = boundary or root
+    check_inside(root, boundary)
     capture, _ = read_capture(root)
+    outside = [frame.name or str(p) for frame in capture.frames for p in (frame.image, frame.mask)
+               if p is not None and _outside(p, boundary)]
+    if outside:  # the reader's own view of its frames, checked as well (a layout the raw check does not know)
+        raise UploadError(f"the upload names files outside itself: '{outside[0]}'; frame paths must stay inside the upload")
     if capture.missing:  # an upload should be complete: say which files did not come
         shown = ", ".join(capture.missing[:5]) + (" ..." if len(capture.missing) > 5 else "")
         raise UploadError(f"{len(capture.missing)} of {len(capture.missing) + len(capture.frames)} frames listed in the "
@@ -216,42 +321,56 @@ def check_video(path: Path) -> Scene:
     return Scene(frames_folder(path), {}, width, height, poses_from=path)
 
 
-def prepare_image(uploads: Sequence[str | Path], dest: str | Path) -> Path:
-    """The one photo of an image-to-3D upload, checked (readable) and copied under ``dest``."""
+def prepare_image(uploads: Sequence[str | Path], dest: str | Path, max_bytes: int = MAX_UPLOAD_BYTES) -> Path:
+    """The one photo of an image-to-3D upload, checked (readable, at most ``max_bytes``) and copied under ``dest``."""
     from lift3d.data.images import load_rgba
 
     files = [Path(u) for u in uploads or []]
     if len(files) != 1 or files[0].suffix not in IMAGE_SUFFIXES:
         raise UploadError("upload one photo of the object (.png or .jpg; a PNG with a transparent background works best)")
+    _check_sizes(files, max_bytes)
     try:
         load_rgba(files[0])
     except SceneFormatError as error:
         raise UploadError(str(error)) from None
-    Path(dest).mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copyfile(files[0], Path(dest) / files[0].name))
+    dest = Path(dest)
+    with _removed_on_failure(dest):
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copyfile(files[0], dest / files[0].name))
 
 
-def prepare_scene(uploads: Sequence[str | Path], dest: str | Path) -> Scene:
-    """A checked scene under ``dest`` from uploaded files: one .zip, one video, or a folder's files."""
+def _check_sizes(files: Sequence[Path], max_bytes: int) -> None:
+    total = sum(f.stat().st_size for f in files if f.is_file())
+    if total > max_bytes:
+        raise UploadError(f"the upload is {_gib(total)}, more than this app accepts ({_gib(max_bytes)}; lift3d app "
+                          "--max-upload-gb sets it): upload fewer or smaller photos")
+
+
+def prepare_scene(uploads: Sequence[str | Path], dest: str | Path, max_bytes: int = MAX_UPLOAD_BYTES) -> Scene:
+    """A checked scene under ``dest`` from uploaded files: one .zip, one video, or a folder's files; at most
+    ``max_bytes`` unpacked. A rejected upload leaves nothing under ``dest``."""
     files = [Path(u) for u in uploads or []]
     if not files:
         raise UploadError("upload photos: a .zip of them (or of a posed scene folder), the photos themselves, or a video")
     dest = Path(dest)
     zips = [f for f in files if f.suffix.lower() == ".zip"]
     videos = [f for f in files if f.suffix.lower() in VIDEO_SUFFIXES]
-    if zips or videos:
-        if len(files) > 1:
-            raise UploadError("upload either one .zip, one video, or a folder's files, not several of them")
+    if (zips or videos) and len(files) > 1:
+        raise UploadError("upload either one .zip, one video, or a folder's files, not several of them")
+    if not zips:
+        _check_sizes(files, max_bytes)
+    with _removed_on_failure(dest):
         if videos:
             dest.mkdir(parents=True, exist_ok=True)
             target = dest / videos[0].name
             shutil.copyfile(videos[0], target)
             return check_video(target)
-        safe_extract_zip(zips[0], dest)
-        root = find_scene_root(dest)
-    else:
-        root = assemble_flat_files(files, dest)
-    try:
-        return check_scene(root)
-    except SceneFormatError as error:
-        raise UploadError(str(error).replace(str(root), "the upload")) from None
+        if zips:
+            safe_extract_zip(zips[0], dest, max_bytes)
+            root = find_scene_root(dest)
+        else:
+            root = assemble_flat_files(files, dest)
+        try:
+            return check_scene(root, dest)
+        except SceneFormatError as error:
+            raise UploadError(str(error).replace(str(root), "the upload")) from None
