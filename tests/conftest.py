@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -42,6 +43,30 @@ def data_dir() -> Path:
     if not (DATA / "lego_tiny" / "transforms_train.json").is_file():
         raise FileNotFoundError(f"test data not found at {DATA}: set LIFT3D_TEST_DATA to the shared data folder")
     return DATA
+
+
+@pytest.fixture(scope="session")
+def _session_outputs(tmp_path_factory) -> Path:
+    """Where runs of this session that name no absolute ``output_root`` write, instead of the checkout."""
+    return tmp_path_factory.mktemp("outputs-root")
+
+
+@pytest.fixture(autouse=True)
+def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
+    """A run with the default (relative) ``output_root`` started while the working directory is in the checkout writes
+    its trial under a temp folder, not ``outputs/`` in the user's clone (a test that chdirs to its tmp_path first keeps
+    ``tmp_path/outputs``). Every trial folder comes from ``runner.make_trial_dir``, so that is the one place to redirect."""
+    import lift3d.runner as runner
+
+    make_trial_dir = runner.make_trial_dir
+
+    def outside_the_checkout(cfg):
+        root = Path(cfg.output_root)
+        if not root.is_absolute() and Path.cwd().resolve().is_relative_to(REPO):
+            cfg = dataclasses.replace(cfg, output_root=str(_session_outputs / root))
+        return make_trial_dir(cfg)
+
+    monkeypatch.setattr(runner, "make_trial_dir", outside_the_checkout)
 
 
 @pytest.fixture(autouse=True)
