@@ -60,11 +60,11 @@ def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
 
     make_trial_dir = runner.make_trial_dir
 
-    def outside_the_checkout(cfg):
+    def outside_the_checkout(cfg, *args, **kwargs):
         root = Path(cfg.output_root)
         if not root.is_absolute() and Path.cwd().resolve().is_relative_to(REPO):
             cfg = dataclasses.replace(cfg, output_root=str(_session_outputs / root))
-        return make_trial_dir(cfg)
+        return make_trial_dir(cfg, *args, **kwargs)
 
     monkeypatch.setattr(runner, "make_trial_dir", outside_the_checkout)
 
