@@ -119,9 +119,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"lift3d: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("lift3d: interrupted; the last checkpoint written is intact", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:
+        # a training run stopped by SIGINT / SIGTERM says where its checkpoint is (lift3d.interrupts.Interrupted);
+        # DDP ranks other than 0 say nothing
+        code = int(getattr(error, "exit_code", 130))
+        line = str(error) if hasattr(error, "exit_code") else "interrupted"
+        if line:
+            print(f"lift3d: {line}", file=sys.stderr)
+        return code
     except Exception as error:  # noqa: BLE001  (a bug, not bad input: one line, the traceback with --debug)
         if args.debug:
             traceback.print_exc()

@@ -185,6 +185,7 @@ class CheckpointConfig:
     every_n_train_steps: int = 1000  # periodic checkpoint interval in steps (0: only last.ckpt)
     save_last: bool = True  # keep ckpts/last.ckpt up to date at every checkpoint
     keep_periodic: int = -1  # how many periodic checkpoints to keep (-1: all)
+    every_n_minutes: float = 0.0  # also refresh last.ckpt after this many minutes of training (0: off); needs save_last
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """``progress.json`` in the trial folder: step, loss, rate, ETA, latest image and status of a run.
 
 Front-ends (the web app, scripts) follow a run by reading this file; it is rewritten atomically at most
-about once a second, so reading it never costs the training loop more than that.
+about once a second, so reading it never costs the training loop more than that. When the run ends,
+``status`` is finished, interrupted or failed; ``checkpoint`` (and, when interrupted, ``checkpoint_step`` and
+``signal``) say what was kept: null when no checkpoint was written.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from lift3d.interrupts import SIGNAL_NAMES, StopRequested
 from lift3d.saving import atomic_write_bytes
 
 PROGRESS_FILE = "progress.json"
@@ -88,7 +91,12 @@ class ProgressFileCallback(Callback):
             self.write(status="trained", step=trainer.global_step, eta_seconds=0.0)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if trainer.is_global_zero:
-            status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
-            # the step reached: training writes it at most once a second, a checkpoint may be newer
-            self.write(status=status, step=trainer.global_step, error=f"{type(exception).__name__}: {exception}")
+        if not trainer.is_global_zero:
+            return
+        if isinstance(exception, StopRequested):  # SIGINT / SIGTERM: stopped at a step boundary with a checkpoint
+            self.write(status="interrupted", step=exception.step, checkpoint=str(exception.checkpoint),
+                       checkpoint_step=exception.step, signal=SIGNAL_NAMES.get(exception.signum), error=None)
+            return
+        status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
+        # the step reached: training writes it at most once a second, a checkpoint may be newer
+        self.write(status=status, step=trainer.global_step, error=f"{type(exception).__name__}: {exception}")

@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressB
 from lift3d import aftercare
 from lift3d.checkpoints import AtomicCheckpointIO, check_recipe, load_checkpoint
 from lift3d.config import ConfigError, ExperimentConfig, to_yaml
+from lift3d.interrupts import Interrupted, StopAndSaveCallback, StopRequested, StopSignals, checkpoint_step, newest_checkpoint
 from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
@@ -55,12 +56,28 @@ class AnnounceCallback(Callback):
             print(f"lift3d: writing to {self.trial_dir}", flush=True)
 
 
-def make_trial_dir(cfg: ExperimentConfig) -> Path:
-    """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off)."""
+def trial_dir_name(cfg: ExperimentConfig) -> Path:
+    """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off), not created."""
     tag = (cfg.tag or "run").replace("/", "_").replace(" ", "_")[:80]
     if cfg.use_timestamp:
         tag = f"{tag}@{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(cfg.output_root) / cfg.name / tag
+
+
+def make_trial_dir(cfg: ExperimentConfig) -> Path:
+    """Create and return the folder of ``trial_dir_name``, exclusively: when another run has it (started in the same
+    second, or the same tag without timestamps) this run takes ``<folder>-1``, ``-2``, ..., never a shared one."""
+    base = trial_dir_name(cfg)
+    parent, tag = base.parent, base.name
+    parent.mkdir(parents=True, exist_ok=True)
+    for suffix in range(10_000):
+        candidate = parent / (tag if suffix == 0 else f"{tag}-{suffix}")
+        try:
+            candidate.mkdir(exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{parent} holds 10000 runs tagged {tag!r}: give this run another tag= or output_root=")
 
 
 def trial_dir_of_checkpoint(path: str | Path) -> Path | None:
@@ -122,8 +139,10 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     return precision
 
 
-def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None) -> L.Trainer:
-    """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus)."""
+def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None,
+                  signals: StopSignals | None = None) -> L.Trainer:
+    """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus). With ``signals`` (the
+    runner's), SIGINT / SIGTERM stop training at the end of a step with a checkpoint of it."""
     tcfg = cfg.trainer
     devices = tcfg.devices if devices is None else devices
     callbacks: list[Callback] = []
@@ -143,11 +162,19 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
                 mode="max",
                 save_last=cfg.checkpoint.save_last,
                 save_on_train_epoch_end=True,
+                # last.ckpt is always the run's newest checkpoint: a resumed run (its folder moved or copied, other
+                # checkpoint settings) overwrites it instead of writing last-v1.ckpt beside a stale last.ckpt
+                enable_version_counter=False,
             ),
             RNGStateCallback(),
             AnnounceCallback(trial_dir),
             ProgressFileCallback(trial_dir),
         ]
+        if cfg.checkpoint.every_n_minutes < 0:
+            raise ConfigError(f"checkpoint.every_n_minutes must be >= 0 (0: off), got {cfg.checkpoint.every_n_minutes}")
+        if signals is not None or cfg.checkpoint.every_n_minutes > 0:
+            callbacks.append(StopAndSaveCallback(signals or StopSignals(), trial_dir / "ckpts", cfg.checkpoint.save_last,
+                                                 cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
         if cfg.viewer.enabled:  # off: not even imported, so the viewer costs nothing
             from lift3d.viewer.training import ViewerCallback
 
@@ -247,37 +274,70 @@ def run_experiment(
         raise ConfigError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
     if cfg.resume:
         check_recipe(load_checkpoint(cfg.resume), cfg.system_type, cfg.resume)
-    existing = trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None
-    trial_dir = existing or _shared_trial_dir() or make_trial_dir(cfg)
+    # a resumed run continues in its checkpoint's folder; DDP ranks > 0 use rank 0's; a new run gets a folder of its own
+    trial_dir = (trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or _shared_trial_dir()
     if _rank() == 0:
-        os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
         try:
+            trial_dir = trial_dir or make_trial_dir(cfg)
+            os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
             trial_dir.mkdir(parents=True, exist_ok=True)
             if mode == "train":
                 _write_configs(trial_dir, cfg, config_paths, overrides)
         except OSError as error:
-            raise ConfigError(f"cannot write the run's folder {trial_dir}: {error.strerror or error}; set output_root= "
-                              "to a folder you can write") from None
+            raise ConfigError(f"cannot write the run's folder {trial_dir or Path(cfg.output_root) / cfg.name}: "
+                              f"{error.strerror or error}; set output_root= to a folder you can write") from None
+    elif trial_dir is None:  # a rank started by an outside launcher (torchrun): rank 0's name, which it creates
+        trial_dir = trial_dir_name(cfg)
     train = mode == "train"
-    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1))
+    signals = StopSignals()
+    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1), signals=signals)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial_dir / "save")
     if mode == "train" and _rank() == 0 and hasattr(datamodule, "write_records"):
         datamodule.write_records(trial_dir)  # what the data module read (a capture's split, its normalisation)
-    if mode == "train":
-        trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
-        if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
-            tester = build_trainer(cfg, trial_dir, train=False, devices=1)
-            aftercare.attempt("the test renders", tester.test, system, datamodule=datamodule)
-        if trainer.is_global_zero:
-            status = "interrupted" if trainer.interrupted else "finished"
-            update_progress(trial_dir, status=status, problems=aftercare.problems())
-    elif mode == "validate":
-        trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
-    elif mode == "test":
-        trainer.test(system, datamodule=datamodule, ckpt_path=cfg.resume)
+    with signals:
+        try:
+            if mode == "train":
+                _train(cfg, trial_dir, trainer, system, datamodule)
+            elif mode == "validate":
+                trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
+            elif mode == "test":
+                trainer.test(system, datamodule=datamodule, ckpt_path=cfg.resume)
+        except (StopRequested, KeyboardInterrupt, SystemExit) as error:
+            if not signals.signum:
+                raise
+            raise _interrupted(error, signals.signum, trial_dir, train, _rank() == 0) from None
     return trial_dir
+
+
+def _train(cfg: ExperimentConfig, trial_dir: Path, trainer: L.Trainer, system: Any, datamodule: Any) -> None:
+    trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
+    if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
+        tester = build_trainer(cfg, trial_dir, train=False, devices=1)
+        aftercare.attempt("the test renders", tester.test, system, datamodule=datamodule)
+    if trainer.is_global_zero:
+        status = "interrupted" if trainer.interrupted else "finished"
+        last = trial_dir / "ckpts" / "last.ckpt"
+        update_progress(trial_dir, status=status, problems=aftercare.problems(), checkpoint=str(last) if last.is_file() else None)
+
+
+def _interrupted(error: BaseException, signum: int, trial_dir: Path, train: bool, rank_zero: bool) -> Interrupted:
+    """What a stop signal left: the checkpoint written at the step boundary, or (stopped at once: a second signal, or
+    outside the training loop) the newest checkpoint on disk. Rank 0 records it in progress.json."""
+    if isinstance(error, StopRequested):
+        checkpoint, step = error.checkpoint, error.step
+    elif train:
+        checkpoint = newest_checkpoint(trial_dir / "ckpts")
+        step = checkpoint_step(checkpoint)
+    else:
+        checkpoint, step = None, None
+    if train and rank_zero:
+        from lift3d.interrupts import SIGNAL_NAMES
+
+        update_progress(trial_dir, status="interrupted", step=step, checkpoint=str(checkpoint) if checkpoint else None,
+                        checkpoint_step=step, signal=SIGNAL_NAMES.get(signum, str(signum)), error=None)
+    return Interrupted(signum, step, checkpoint, trial_dir if train else None, quiet=not rank_zero)
 
 
 def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path) -> Any:
