@@ -14,7 +14,7 @@ from lift3d.cli import main
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sfm import SfmOptions, prepare_capture, triangulate_points
 from lift3d.data.transforms_json import read_transforms_json
-from tests.sfm_scene import render_photos, similarity_align, write_photos
+from tests.sfm_scene import pose_errors, render_photos, write_photos
 
 
 @pytest.fixture(scope="module")
@@ -23,18 +23,6 @@ def photos(tmp_path_factory):
     root = tmp_path_factory.mktemp("capture")
     cameras = write_photos(root / "images", n_views=20, resolution=200)
     return root, cameras
-
-
-def pose_errors(recovered: np.ndarray, truth: np.ndarray) -> tuple[float, float, float]:
-    """(max rotation error in degrees, max position error, extent) after a similarity alignment of the
-    recovered camera-to-world matrices [N, 4, 4] onto the true ones."""
-    s, R, t = similarity_align(recovered[:, :3, 3], truth[:, :3, 3])
-    positions = s * recovered[:, :3, 3] @ R.T + t
-    extent = max(np.linalg.norm(a - b) for a in truth[:, :3, 3] for b in truth[:, :3, 3])
-    rotations = R[None] @ recovered[:, :3, :3]
-    cosines = (np.trace(np.swapaxes(truth[:, :3, :3], 1, 2) @ rotations, axis1=1, axis2=2) - 1) / 2
-    angles = np.degrees(np.arccos(np.clip(cosines, -1, 1)))
-    return float(angles.max()), float(np.linalg.norm(positions - truth[:, :3, 3], axis=1).max()), float(extent)
 
 
 def test_sfm_recovers_every_camera(photos, capsys):
@@ -67,13 +55,14 @@ def test_reconstruct_a_photo_folder(photos, capsys):
     assert "sfm" in capsys.readouterr().err  # the Gaussians started from the SfM points
 
 
-def test_too_few_images_is_a_clear_error(tmp_path, capsys):
+def test_photos_with_nothing_in_common_say_so(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for i in range(3):
-        imageio.imwrite(tmp_path / f"noise_{i}.png", rng.integers(0, 255, (120, 160, 3), dtype=np.uint8))
+        imageio.imwrite(tmp_path / f"noise_{i}.png", rng.integers(0, 255, (300, 400, 3), dtype=np.uint8))
     assert main(["poses", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "registered only 0 of 3 photos" in err and "more overlap" in err and "Traceback" not in err
+    assert "registered only 0 of 3 photos" in err and "no two of the 3 photos share matches (noise_0.png, noise_1.png" in err
+    assert "take overlapping photos of one subject" in err and "Traceback" not in err
 
 
 def test_bad_inputs(tmp_path, capsys):

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from lift3d.data.capture import SceneFormatError
 from lift3d.data.scene import VIDEO_SUFFIXES
+from lift3d.data.sfm_photos import CameraGroup, group_cameras, read_photo, upright_folder
+from lift3d.data.sfm_report import REASONS, describe, explain, read_evidence
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
 
 log = logging.getLogger("lift3d.sfm")
@@ -96,7 +98,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     (the COLMAP database stays in ``scene/colmap/``); returns the model folder."""
     pycolmap = _pycolmap()
     if not log.isEnabledFor(logging.DEBUG):
-        pycolmap.logging.minloglevel = 1  # COLMAP's own INFO lines only with lift3d -v
+        pycolmap.logging.minloglevel = 3  # COLMAP's own lines only with lift3d -v: lift3d says what went wrong itself
     options = options or SfmOptions()
     if options.matcher not in MATCHERS:
         raise SceneFormatError(f"the matcher must be one of {', '.join(MATCHERS)}, got {options.matcher!r}")
@@ -113,6 +115,11 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
              pycolmap.__version__, "sequential" if sequential else "exhaustive")
 
+    photos = [read_photo(images / name) for name in names]
+    groups = group_cameras(photos)
+    feed = upright_folder(images, photos, work / "upright")
+    log.info("%d camera(s): %s", len(groups), "; ".join(f"{g.describe()} ({len(g.photos)} photos)" for g in groups))
+
     pycolmap.set_random_seed(0)  # RANSAC draws: with one thread, the same model every run
     with _progress() as progress:
         start = time.perf_counter()
@@ -121,14 +128,10 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
         extraction.num_threads = options.num_threads
         extraction.max_image_size = options.max_image_size
         extraction.sift.max_num_features = options.max_num_features
-        reader = pycolmap.ImageReaderOptions()
-        reader.camera_model = options.camera_model
-        for chunk in range(0, len(names), 8):  # in chunks, so the bar moves
-            batch = names[chunk:chunk + 8]
-            pycolmap.extract_features(database, images, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
-                                      reader_options=reader, extraction_options=extraction)
-            reader.existing_camera_id = 1  # later chunks share the first chunk's camera (a fresh database's first)
-            progress.advance(task, len(batch))
+        for group in groups:
+            _extract_group(pycolmap, database, feed, group, options.camera_model, extraction,
+                           lambda n: progress.advance(task, n))
+        _set_priors(pycolmap, database, groups)
         options.stage_seconds["features"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -149,39 +152,76 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
         mapping = pycolmap.IncrementalPipelineOptions()
         mapping.random_seed = 0
         mapping.num_threads = options.num_threads
-        reconstructions = pycolmap.incremental_mapping(database, images, work / "models", mapping,
+        reconstructions = pycolmap.incremental_mapping(database, feed, work / "models", mapping,
                                                        initial_image_pair_callback=lambda: progress.advance(task, 2),
                                                        next_image_callback=lambda: progress.advance(task))
         options.stage_seconds["mapping"] = time.perf_counter() - start
 
-    if not reconstructions:
-        raise SceneFormatError(_too_few_message(0, len(names), images, sequential))
-    best = max(reconstructions.values(), key=lambda r: r.num_reg_images())
-    registered = best.num_reg_images()
-    if registered < max(3, options.min_registered * len(names)) or registered < 3:
-        raise SceneFormatError(_too_few_message(registered, len(names), images, sequential))
+    best = max(reconstructions.values(), key=lambda r: r.num_reg_images(), default=None)
+    registered = {best.image(i).name for i in best.reg_image_ids()} if best is not None else set()
+    if len(registered) < max(3, options.min_registered * len(names)):
+        raise SceneFormatError(_too_few_message(registered, names, images, database, groups, sequential))
     if len(reconstructions) > 1:
-        log.warning("SfM split the photos into %d models; keeping the largest (%d images)", len(reconstructions), registered)
+        log.warning("SfM split the photos into %d models; keeping the largest (%d images)", len(reconstructions),
+                    len(registered))
     model = scene / "sparse" / "0"
     model.mkdir(parents=True, exist_ok=True)
     best.write(model)
     seconds = ", ".join(f"{k} {v:.1f} s" for k, v in options.stage_seconds.items())
-    log.info("registered %d of %d photos, %d points, mean reprojection error %.2f px (%s); model in %s", registered,
+    log.info("registered %d of %d photos, %d points, mean reprojection error %.2f px (%s); model in %s", len(registered),
              len(names), best.num_points3D(), best.compute_mean_reprojection_error(), seconds, model)
-    if registered < len(names):
-        registered_names = {image.name for image in best.images.values()}
-        skipped = [n for n in names if n not in registered_names]
-        log.warning("%d photos did not register and are left out: %s", len(skipped), ", ".join(skipped[:8]) + (" ..." if len(skipped) > 8 else ""))
+    if len(registered) < len(names):
+        clauses, _ = describe(explain(names, registered, read_evidence(database), groups), registered, groups)
+        log.warning("%d of %d photos did not register and are left out: %s", len(names) - len(registered), len(names),
+                    clauses)
     return model
 
 
-def _too_few_message(registered: int, total: int, images: Path, sequential: bool) -> str:
-    tips = ["take more photos with more overlap (each spot seen from 3+ photos, about 10-20 degrees apart)",
-            "drop blurry or overexposed photos"]
-    tips.append("try --matcher exhaustive (every pair is compared)" if sequential else
-                "for video frames in order, try --matcher sequential")
-    return (f"structure from motion registered only {registered} of {total} photos in {images}: too few to "
-            f"reconstruct. Try: " + "; ".join(tips) + ".")
+def _extract_group(pycolmap, database: Path, feed: Path, group: CameraGroup, camera_model: str, extraction,
+                   advance) -> None:
+    """SIFT features of one camera's photos, in chunks of 8 (so the bar moves) that all share one COLMAP camera."""
+    reader = pycolmap.ImageReaderOptions()
+    reader.camera_model = camera_model
+    for chunk in range(0, len(group.names), 8):
+        batch = group.names[chunk:chunk + 8]
+        pycolmap.extract_features(database, feed, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
+                                  reader_options=reader, extraction_options=extraction)
+        if group.camera_id < 0:  # the first chunk made the camera: later chunks join it
+            db = pycolmap.Database.open(database)
+            ids = [db.read_image_with_name(n).camera_id for n in batch if db.exists_image(n)]
+            db.close()
+            if ids:
+                group.camera_id = reader.existing_camera_id = ids[0]
+        advance(len(batch))
+
+
+def _set_priors(pycolmap, database: Path, groups: list[CameraGroup]) -> None:
+    """Each camera starts from its group's focal length; COLMAP trusts it as a prior only where EXIF gave it
+    (two-view geometries are then estimated calibrated, else uncalibrated)."""
+    db = pycolmap.Database.open(database)
+    for group in groups:
+        if group.camera_id < 0:
+            continue
+        camera = db.read_camera(group.camera_id)
+        params = camera.params
+        for index in camera.focal_length_idxs():
+            params[index] = group.focal_px
+        camera.params = params
+        camera.has_prior_focal_length = group.from_exif
+        db.update_camera(camera)
+    db.close()
+
+
+def _too_few_message(registered: set[str], names: list[str], images: Path, database: Path, groups: list[CameraGroup],
+                     sequential: bool) -> str:
+    """One line: how many photos registered, why the others did not (from COLMAP's records), and the fix."""
+    clauses, fixes = describe(explain(names, registered, read_evidence(database), groups), registered, groups)
+    if not clauses:  # every photo registered, and still too few
+        clauses, fixes = "too few photos to reconstruct", [REASONS["weak"][1]]
+    if sequential and fixes[-1] == REASONS["weak"][1]:  # neighbours only were compared: comparing all may find more
+        fixes.append("try --matcher exhaustive (every pair is compared)")
+    return (f"structure from motion registered only {len(registered)} of {len(names)} photos in {images}: "
+            f"{clauses}. Fix: " + "; ".join(dict.fromkeys(fixes)) + ".")
 
 
 # --------------------------------------------------------------------------------------------- known poses

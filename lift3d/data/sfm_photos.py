@@ -1,0 +1,144 @@
+"""What structure from motion needs to know of each photo before COLMAP sees it: its upright size, its camera
+(EXIF make, model, focal length) and so which photos share one COLMAP camera.
+
+Photos of one camera share intrinsics; COLMAP refines one set per camera. A camera here is one distinct
+(upright size, EXIF make, model, focal length): a phone's portrait and landscape photos are two cameras with
+the same focal length in pixels (their sizes are swapped), two phones are two cameras, and a video or a
+folder of same-size photos without EXIF is one camera. COLMAP reads the stored pixels and ignores EXIF
+orientation, while lift3d loads photos upright (``lift3d.data.images``): photos stored rotated are handed to
+COLMAP as upright copies, so the poses and sizes it writes match the photos lift3d trains on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageOps
+
+from lift3d.data.capture import SceneFormatError
+
+DEFAULT_FOCAL_FACTOR = 1.2  # COLMAP's focal length without EXIF: 1.2 * max(width, height)
+FULL_FRAME_DIAGONAL_MM = math.hypot(36.0, 24.0)  # 35 mm equivalents scale the image diagonal (as COLMAP reads them)
+_MM_PER_UNIT = {2: 25.4, 3: 10.0, 4: 1.0, 5: 0.001}  # EXIF FocalPlaneResolutionUnit: inch, cm, mm, um
+_EXIF_IFD = 0x8769
+_MAKE, _MODEL, _ORIENTATION = 0x010F, 0x0110, 0x0112
+_FOCAL, _FOCAL_35MM = 0x920A, 0xA405
+_PLANE_X_RESOLUTION, _PLANE_UNIT, _PIXEL_X, _PIXEL_Y = 0xA20E, 0xA210, 0xA002, 0xA003
+_ROTATED = range(2, 9)  # EXIF orientations other than "stored upright"
+
+
+@dataclass(frozen=True)
+class Photo:
+    """One photo as COLMAP should see it: the upright size and what EXIF says of the camera."""
+
+    name: str  # file name inside the photo folder
+    width: int  # upright (EXIF orientation applied)
+    height: int
+    orientation: int  # EXIF orientation (1: stored upright)
+    make: str  # EXIF camera make and model ("" when absent)
+    model: str
+    focal_mm: float  # EXIF focal length (0: absent)
+    focal_35mm: float  # EXIF 35 mm equivalent focal length (0: absent)
+    focal_px: float  # focal length in pixels from EXIF (0: EXIF does not say)
+
+    @property
+    def camera_key(self) -> tuple:
+        """Photos with the same key share one COLMAP camera."""
+        return (self.width, self.height, self.make, self.model, self.focal_mm, self.focal_35mm)
+
+
+@dataclass
+class CameraGroup:
+    """The photos of one COLMAP camera, and the focal length it starts from."""
+
+    photos: list[Photo]
+    focal_px: float  # the prior: from EXIF, else DEFAULT_FOCAL_FACTOR * max(width, height)
+    from_exif: bool  # whether focal_px came from EXIF (COLMAP then trusts it as a prior)
+    camera_id: int = -1  # COLMAP's id once features are extracted
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.photos]
+
+    def describe(self) -> str:
+        """e.g. ``4032x3024 Apple iPhone 12, 26 mm equiv.`` or ``200x150, no EXIF``."""
+        first = self.photos[0]
+        label = " ".join(dict.fromkeys(s for s in (first.make, first.model) if s))  # the model often repeats the make
+        lens = f"{first.focal_35mm:g} mm equiv." if first.focal_35mm else f"{first.focal_mm:g} mm" if first.focal_mm else ""
+        details = ", ".join(s for s in (label, lens) if s) or "no EXIF"
+        return f"{first.width}x{first.height} {details}" if label else f"{first.width}x{first.height}, {details}"
+
+
+def _number(value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 0.0
+    return number if math.isfinite(number) and number > 0 else 0.0
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value or "").replace("\x00", "").strip()
+
+
+def read_photo(path: Path) -> Photo:
+    """The upright size and EXIF camera of the photo at ``path`` (the header only: no decoding)."""
+    try:
+        with Image.open(path) as image:
+            stored_w, stored_h = image.size
+            exif = image.getexif()
+            sub = exif.get_ifd(_EXIF_IFD)
+    except (OSError, SyntaxError, ValueError) as error:
+        raise SceneFormatError(f"cannot read the photo {path}: {error} (remove it or save it again as .jpg/.png)") from None
+    orientation = int(_number(exif.get(_ORIENTATION, 1))) or 1
+    width, height = (stored_h, stored_w) if orientation in (5, 6, 7, 8) else (stored_w, stored_h)
+    focal_mm, focal_35mm = _number(sub.get(_FOCAL)), _number(sub.get(_FOCAL_35MM))
+    focal_px = 0.0
+    if focal_35mm:
+        focal_px = focal_35mm / FULL_FRAME_DIAGONAL_MM * math.hypot(width, height)
+    elif focal_mm and _number(sub.get(_PLANE_X_RESOLUTION)) and int(_number(sub.get(_PLANE_UNIT, 2))) in _MM_PER_UNIT:
+        pixels_per_mm = _number(sub.get(_PLANE_X_RESOLUTION)) / _MM_PER_UNIT[int(_number(sub.get(_PLANE_UNIT, 2)))]
+        original = max(_number(sub.get(_PIXEL_X)), _number(sub.get(_PIXEL_Y)))  # the sensor's size, before any resize
+        focal_px = focal_mm * pixels_per_mm * (max(width, height) / original if original else 1.0)
+    return Photo(path.name, width, height, orientation, _text(exif.get(_MAKE)), _text(exif.get(_MODEL)), focal_mm,
+                 focal_35mm, focal_px)
+
+
+def group_cameras(photos: list[Photo]) -> list[CameraGroup]:
+    """One group per distinct camera key, in the order of their first photo."""
+    groups: dict[tuple, list[Photo]] = {}
+    for photo in photos:
+        groups.setdefault(photo.camera_key, []).append(photo)
+    result = []
+    for members in groups.values():
+        first = members[0]
+        focal = first.focal_px or DEFAULT_FOCAL_FACTOR * max(first.width, first.height)
+        result.append(CameraGroup(members, focal, bool(first.focal_px)))
+    return result
+
+
+def upright_folder(images: Path, photos: list[Photo], work: Path) -> Path:
+    """The folder COLMAP reads: ``images`` itself when every photo is stored upright, else ``work`` holding
+    upright copies of the rotated photos and links to the rest (same names, so the model names the originals)."""
+    if all(p.orientation not in _ROTATED for p in photos):
+        return images
+    work.mkdir(parents=True, exist_ok=True)
+    for photo in photos:
+        target = work / photo.name
+        if photo.orientation not in _ROTATED:
+            try:
+                os.symlink(images.resolve() / photo.name, target)
+            except OSError:  # no symlinks (some file systems, Windows without the privilege): copy
+                shutil.copy2(images / photo.name, target)
+            continue
+        with Image.open(images / photo.name) as image:
+            upright = ImageOps.exif_transpose(image)  # as lift3d.data.images loads it
+        params = {"quality": 95} if target.suffix.lower() in (".jpg", ".jpeg") else {}
+        upright.save(target, **params)
+    return work

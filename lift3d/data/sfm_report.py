@@ -1,0 +1,132 @@
+"""Why photos did not register in structure from motion, from what COLMAP recorded, not a guess.
+
+COLMAP's database holds the SIFT keypoints of every photo it could read and the verified matches (inliers of
+a two-view geometry) of every pair it compared; the reconstruction says which photos registered. From those,
+each photo left out gets one reason: COLMAP could not read it, it is tiny or shows too little texture (few
+keypoints), it matches no other photo, it matches only photos that did not register either (a separate
+part of the scene), or it overlaps the registered photos too little. ``explain`` groups the photos by
+reason; ``describe`` turns that into one line that names the photos and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lift3d.data.sfm_photos import CameraGroup
+
+MIN_KEYPOINTS = 100  # fewer SIFT keypoints than this: too little to match reliably
+SMALL_SIDE = 320  # photos whose longer side is under this many pixels are called tiny
+MIN_VERIFIED = 15  # verified matches a pair needs to count as overlapping (COLMAP's mapper min_num_matches)
+FIRST_PAIR = 100  # verified matches COLMAP's mapper needs of the pair it starts from (init_min_num_inliers)
+SHOWN = 4  # photo names shown per reason
+
+# reason -> (what it says of the photos, the fix)
+REASONS = {
+    "unread": ("COLMAP could not read {names}", "save them again as 8-bit .jpg or .png"),
+    "tiny": ("{names} {are} tiny ({detail}): too few SIFT features to match",
+             "use larger photos (several hundred pixels a side; lift3d downscales for training itself)"),
+    "plain": ("{names} {show} too little texture ({detail})",
+              "retake them sharp and well exposed, with textured surfaces in view"),
+    "alone": ("{names} {share} no matches with any other photo (a different subject, or no overlap)",
+              "remove them, or add photos that connect them to the rest"),
+    "separate": ("{names} {match} only photos that did not register either (a separate part of the scene)",
+                 "add photos that bridge the two parts"),
+    "weak": ("{names} {overlap} the other photos too little ({detail})",
+             "take more photos with more overlap (each spot seen from 3+ photos, about 10-20 degrees apart)"),
+}
+
+
+@dataclass
+class Evidence:
+    """What COLMAP recorded of the photos: keypoints per photo (absent: never read) and verified matches per pair."""
+
+    keypoints: dict[str, int]
+    verified: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {other name: verified matches}
+
+
+def read_evidence(database: Path) -> Evidence:
+    """Keypoints per photo and verified matches per photo pair from a COLMAP database."""
+    import pycolmap
+
+    db = pycolmap.Database.open(database)
+    try:
+        names = {image.image_id: image.name for image in db.read_all_images()}
+        evidence = Evidence({name: db.num_keypoints_for_image(image_id) for image_id, name in names.items()})
+        for pair_id, inliers in zip(*db.read_two_view_geometry_num_inliers()):
+            first, second = (names.get(i) for i in pycolmap.pair_id_to_image_pair(pair_id))
+            if first is not None and second is not None and inliers >= MIN_VERIFIED:
+                evidence.verified.setdefault(first, {})[second] = inliers
+                evidence.verified.setdefault(second, {})[first] = inliers
+    finally:
+        db.close()
+    return evidence
+
+
+def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int, int]) -> tuple[str, str]:
+    """(reason, detail) for one photo that did not register."""
+    if name not in evidence.keypoints:
+        return "unread", ""
+    keypoints = evidence.keypoints[name]
+    if keypoints < MIN_KEYPOINTS:
+        if max(size) < SMALL_SIDE:
+            return "tiny", f"{size[0]}x{size[1]} px, {keypoints} features"
+        return "plain", f"{keypoints} SIFT features"
+    pairs = evidence.verified.get(name, {})
+    if not pairs:
+        return "alone", ""
+    if registered and not registered.intersection(pairs):
+        return "separate", ""
+    best = max(pairs.values())
+    start = "" if registered or best >= FIRST_PAIR else f"; COLMAP starts from a pair with {FIRST_PAIR}"
+    return "weak", f"at most {best} verified matches with one photo{start}"
+
+
+def explain(names: list[str], registered: set[str], evidence: Evidence,
+            groups: list[CameraGroup]) -> dict[str, list[tuple[str, str]]]:
+    """The photos of ``names`` that did not register as (name, detail) pairs, grouped by reason in the order
+    of ``REASONS``."""
+    sizes = {p.name: (p.width, p.height) for group in groups for p in group.photos}
+    found: dict[str, list[tuple[str, str]]] = {}
+    for name in names:
+        if name not in registered:
+            reason, detail = _reason(name, evidence, registered, sizes.get(name, (0, 0)))
+            found.setdefault(reason, []).append((name, detail))
+    return {reason: found[reason] for reason in REASONS if reason in found}
+
+
+def _names(entries: list[tuple[str, str]]) -> str:
+    shown = ", ".join(name for name, _ in entries[:SHOWN])
+    return shown + (f" and {len(entries) - SHOWN} more" if len(entries) > SHOWN else "")
+
+
+def _detail(reason: str, entries: list[tuple[str, str]]) -> str:
+    """One photo's detail, or a summary of several."""
+    if len(entries) == 1 or reason not in ("tiny", "plain", "weak"):
+        return entries[0][1]
+    if reason == "weak":
+        most = max(entries, key=lambda entry: int(entry[1].split()[2]))
+        return most[1]
+    return entries[0][1].split(",")[0] + " and similar" if reason == "tiny" else entries[0][1] + " or so"
+
+
+def describe(reasons: dict[str, list[tuple[str, str]]], registered: set[str],
+             groups: list[CameraGroup]) -> tuple[str, list[str]]:
+    """(what COLMAP reported, as clauses joined by '; ', and the fixes) for ``explain``'s reasons."""
+    if not registered and list(reasons) == ["alone"]:  # every photo alone: no subject in common at all
+        return (f"no two of the {len(reasons['alone'])} photos share matches ({_names(reasons['alone'])}: different "
+                "subjects, or no overlap between them)", ["take overlapping photos of one subject", REASONS["weak"][1]])
+    clauses, fixes = [], []
+    for reason, entries in reasons.items():
+        said, fix = REASONS[reason]
+        plural = len(entries) > 1
+        verbs = {verb: verb if plural else verb + ("es" if verb.endswith("ch") else "s")
+                 for verb in ("show", "share", "match", "overlap")}
+        clauses.append(said.format(names=_names(entries), detail=_detail(reason, entries), are="are" if plural else "is",
+                                   **verbs))
+        fixes.append(fix)
+    if len(groups) > 1 and registered:  # a whole camera left out though its photos matched: its lens may be what differs
+        matched = {name for reason in ("separate", "weak") for name, _ in reasons.get(reason, [])}
+        clauses += [f"none of the {len(group.photos)} photos of the camera {group.describe()} registered" for group in groups
+                    if len(group.photos) > 1 and set(group.names) <= matched]
+    return "; ".join(clauses), fixes
