@@ -1,0 +1,106 @@
+"""Ctrl-C and SIGTERM keep work: a real ``lift3d train`` process signalled mid-run writes a checkpoint of the step it
+stopped at, exits 130 / 143 with one line naming it, records it in progress.json, and resuming from it ends with the
+same parameters, bit for bit, as a run never interrupted. Time-based checkpoints refresh last.ckpt."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import lift3d.checkpoints
+from lift3d.checkpoints import load_checkpoint
+from lift3d.config import ConfigError, load_config
+from lift3d.runner import run_experiment
+from tests.conftest import REPO, TEST_CONFIGS
+
+FIT_IMAGE = TEST_CONFIGS / "fit-image.yaml"
+STEPS = 1000
+COMMON = ["trainer.enable_progress_bar=false", "use_timestamp=false", "trainer.run_test_after_fit=false",
+          "trainer.val_check_interval=0", "checkpoint.every_n_train_steps=0", f"trainer.max_steps={STEPS}"]
+
+
+def _state(checkpoint_path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(checkpoint_path)["state_dict"]
+
+
+def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
+    root = tmp_path_factory.mktemp("full")
+    trial = run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={root}", "tag=full", *COMMON]), [FIT_IMAGE], [])
+    return _state(trial / "ckpts" / "last.ckpt")
+
+
+def _progress(trial: Path) -> dict:
+    try:
+        return json.loads((trial / "progress.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_run_keeps_a_checkpoint_of_that_step_and_resumes_exactly(tmp_path, uninterrupted, signum, code):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "lift3d", "train", str(FIT_IMAGE), f"output_root={tmp_path}", "tag=cut",
+                                *COMMON], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    trial = tmp_path / "fit-image" / "cut"
+    try:
+        deadline = time.monotonic() + 120
+        while _progress(trial).get("step", 0) < 20:  # training is under way (progress.json: about once a second)
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == code, err
+    record = _progress(trial)
+    step = record["checkpoint_step"]
+    assert record["status"] == "interrupted" and record["signal"] == signum.name and 20 <= step < STEPS
+    checkpoint = Path(record["checkpoint"])
+    assert checkpoint == trial / "ckpts" / "last.ckpt"
+    assert load_checkpoint(checkpoint)["global_step"] == step
+    lines = [line for line in err.splitlines() if line.startswith("lift3d:") and "writing to" not in line]
+    assert lines == [f"lift3d: interrupted by {signum.name}; checkpoint at step {step} kept in {checkpoint} "
+                     f"(continue: lift3d train {trial / 'configs' / 'parsed.yaml'} --resume {checkpoint})"], err
+    assert "Traceback" not in err
+    resumed = run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", f"resume={checkpoint}",
+                                                                      *COMMON]), [FIT_IMAGE], [])
+    assert resumed == trial  # a resumed run continues in its checkpoint's folder
+    assert load_checkpoint(checkpoint)["global_step"] == STEPS
+    _assert_same(_state(checkpoint), uninterrupted)
+    assert _progress(trial)["status"] == "finished"
+
+
+def test_time_interval_refreshes_last_ckpt_during_training(tmp_path, monkeypatch):
+    written: list[int] = []
+    save = lift3d.checkpoints.save_checkpoint
+
+    def spy(checkpoint, path):
+        written.append(int(checkpoint["global_step"]))
+        save(checkpoint, path)
+
+    monkeypatch.setattr(lift3d.checkpoints, "save_checkpoint", spy)
+    # 6 ms: a checkpoint every few steps; without the interval only the end is written
+    overrides = [f"output_root={tmp_path}", *COMMON, "trainer.max_steps=60", "checkpoint.every_n_minutes=0.0001"]
+    trial = run_experiment("train", load_config(FIT_IMAGE, overrides=overrides), [FIT_IMAGE], [])
+    assert len([step for step in written if step < 60]) >= 2, written
+    assert written[-1] == 60 and load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == 60
+    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt"]
+    with pytest.raises(ConfigError, match="every_n_minutes"):
+        run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", *COMMON, "tag=bad",
+                                                                 "checkpoint.every_n_minutes=-1"]), [FIT_IMAGE], [])
