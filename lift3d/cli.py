@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
+import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from lift3d import __version__
 
@@ -43,6 +47,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ("lift3d.systems.base", "NonFiniteLossError"),
         ("lift3d.gaussians.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),
+        ("lift3d.commands.export", "ExportFailedError"),
     ):
         with contextlib.suppress(ImportError, AttributeError):
             errors.append(getattr(importlib.import_module(module), name))
@@ -67,11 +72,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _DropTips(logging.Filter):
-    """Lightning's advertising tips are noise in a tool's output."""
+# Lightning's lines that say nothing to a lift3d user (devices it did not find, its tips, defaults it applied)
+LIGHTNING_NOISE = ("Tip:", "GPU available:", "TPU available:", "HPU available:", "IPU available:", "LOCAL_RANK:",
+                   "was configured so", "`Trainer.fit` stopped", "You are using a CUDA device", "Automatic Mixed Precision")
+# library warnings that are no news to a lift3d user: lift3d's data loading is deliberate (one process, an iterable
+# dataset with a length), short runs log less often than Lightning's default, deprecated arguments are the libraries'
+WARNING_NOISE = ("does not have many workers", "`IterableDataset` has `__len__` defined", "smaller than the logging interval",
+                 "local_dir_use_symlinks", "The `srun` command is available", "Checkpoint directory", "exists and is not empty")
+PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+class _DropNoise(logging.Filter):
+    """Drops LIGHTNING_NOISE records (all of them are shown with -v)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in record.getMessage()
+        message = record.getMessage()
+        return not any(pattern in message for pattern in LIGHTNING_NOISE)
+
+
+_DropTips = _DropNoise  # the former name
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file=None,
+                 line: str | None = None, verbose: bool = False) -> None:
+    """A warning as one ``lift3d: warning: ...`` line. Without -v, library deprecation notices and WARNING_NOISE
+    are dropped (they name site-packages files a user cannot act on); with -v every warning shows, with its origin."""
+    text = " ".join(str(message).split())
+    if not verbose:
+        foreign = not str(filename).startswith(PACKAGE_DIR)
+        if foreign and issubclass(category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning)):
+            return
+        if any(pattern in text for pattern in WARNING_NOISE) or category.__name__ == "PossibleUserWarning":
+            return
+    origin = f" ({category.__name__} at {filename}:{lineno})" if verbose else ""
+    print(f"lift3d: warning: {text}{origin}", file=sys.stderr if file is None else file)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -96,13 +130,88 @@ def configure_logging(verbose: bool = False) -> None:
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).addFilter(_DropTips())
+    lightning_loggers = [logging.getLogger(name) for name in ("lightning.pytorch.utilities.rank_zero",
+                                                              "lightning.fabric.utilities.rank_zero", "lightning.pytorch",
+                                                              "lightning.fabric")]
+    for each in lightning_loggers + [h for lg in lightning_loggers for h in lg.handlers]:
+        for old in [f for f in each.filters if isinstance(f, _DropNoise)]:
+            each.removeFilter(old)
+        if not verbose:
+            each.addFilter(_DropNoise())
+    warnings.showwarning = lambda *a, **k: show_warning(*a, **k, verbose=verbose)
+
+
+def check_arguments(argv: Sequence[str], args: argparse.Namespace) -> None:
+    """Arguments no sub-command can use: names that are not UTF-8 (Linux hands undecodable bytes through as
+    surrogates, which fail later when a path is written into a config, a log or JSON) and ports out of range."""
+    from lift3d.config import ConfigError
+    from lift3d.trainer_checks import check_port
+
+    for item in argv:
+        if any("\udc80" <= ch <= "\udcff" for ch in item):
+            raw = os.fsencode(item)
+            raise ConfigError(f"the argument {raw!r} is not valid UTF-8: lift3d writes paths into configs and logs as "
+                              "UTF-8; rename the file or folder to a UTF-8 name (e.g. convmv -f latin1 -t utf8 --notest "
+                              "NAME), or make a link to it with one")
+    for name, example in (("port", "--port 8080"), ("viewer_port", "--viewer-port 8080")):
+        value = getattr(args, name, None)
+        if isinstance(value, int):
+            check_port(f"--{name.replace('_', '-')}", value, example)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and the ones it was raised from or during (a writer's OSError inside a library's RuntimeError)."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain and len(chain) < 8:
+        chain.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return chain
+
+
+def known_problem(error: BaseException) -> str | None:
+    """A message naming the problem and the fix for errors of the machine or of a library's own input checks that
+    lift3d did not catch earlier (a full disk, a read-only folder, Lightning refusing a trainer value, memory, a
+    name that is not UTF-8); None for anything else (a bug)."""
+    for each in _chain(error):
+        where = f" ({each.filename})" if isinstance(each, OSError) and each.filename else ""
+        if isinstance(each, OSError) and each.errno in (errno.ENOSPC, errno.EDQUOT):
+            return (f"the disk is full{where}: {each.strerror or each}; free some space, or write elsewhere with "
+                    "output_root=/a/disk/with/space (an export writes beside its input or into the run's save/)")
+        if isinstance(each, OSError) and each.errno == errno.EROFS:
+            return f"cannot write{where}: the file system is read-only; write elsewhere with output_root=/a/writable/folder"
+        if isinstance(each, PermissionError):
+            return f"permission denied{where}: make it writable (or readable), or use another folder, e.g. output_root=..."
+        if isinstance(each, UnicodeError) and "surrogates not allowed" in str(each):
+            return ("a file or folder name is not valid UTF-8 (lift3d writes names into configs and logs as UTF-8): "
+                    "rename it to a UTF-8 name (e.g. convmv -f latin1 -t utf8 --notest NAME)")
+        if type(each).__name__ == "MisconfigurationException" and type(each).__module__.startswith("lightning"):
+            return (f"Lightning refused the trainer settings: {_one_line(str(each))} (set the trainer.* key or the "
+                    "--gpus flag it names to a valid value)")
+        text = str(each)
+        if isinstance(each, MemoryError) or type(each).__name__ == "OutOfMemoryError" or (
+                isinstance(each, RuntimeError) and ("not enough memory" in text or "out of memory" in text.lower())):
+            return (f"out of memory: {_one_line(text) or type(each).__name__}; use smaller sizes (e.g. data.downscale=2, "
+                    "fewer points, a smaller --width) or a machine with more memory")
+    return None
+
+
+BANNER = ("ffmpeg version", "built with", "configuration:", "lib", "=== stderr ===", "[in#", "Copyright")
+
+
+def _one_line(text: str) -> str:
+    """A message on one line: its first line, and where a library appended more (ffmpeg's build banner and log), the
+    last line that says something."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    said = [line for line in lines[1:] if not line.startswith(BANNER)]
+    return f"{lines[0]} ... {said[-1]}" if said else lines[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # overrides may come after options (``train cfg.yaml --gpus 0 seed=1``): collect the stragglers
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, extras = parser.parse_known_args(argv)
     if extras:
         if any(item.startswith("-") for item in extras) or not hasattr(args, "config"):
@@ -113,11 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     aftercare.reset()
     try:
+        check_arguments(argv, args)
         code = int(args._module.run(args) or 0)
     except _user_errors() as error:
         if args.debug:
             traceback.print_exc()
-        print(f"lift3d: error: {error}", file=sys.stderr)
+        print(f"lift3d: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
         # a training run stopped by SIGINT / SIGTERM says where its checkpoint is (lift3d.interrupts.Interrupted);
@@ -130,6 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001  (a bug, not bad input: one line, the traceback with --debug)
         if args.debug:
             traceback.print_exc()
+        problem = known_problem(error)
+        if problem is not None:
+            print(f"lift3d: error: {problem}", file=sys.stderr)
+            return 2
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         print(f"lift3d: internal error: {type(error).__name__}: {first} (lift3d --debug ... shows where; please report "
               "it with that output)", file=sys.stderr)

@@ -30,6 +30,24 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+class ExportFailedError(RuntimeError):
+    """An export asked for on the command line that could not be written (the writer's own reason, one line)."""
+
+
+def raise_failed_exports() -> None:
+    """``lift3d export`` exists to write files: a format that failed (each one fails on its own, with a warning, see
+    ``lift3d.aftercare``) fails the command, with every reason on one line."""
+    from lift3d import aftercare
+
+    failed = aftercare.problems()
+    if failed:
+        aftercare.reset()
+        full = any("No space left" in line or "Disk quota" in line for line in failed)
+        fix = ("free some space (or export elsewhere: copy the input or the run to a disk with space)" if full else
+               "fix the cause above and run lift3d export again; the checkpoint is untouched")
+        raise ExportFailedError(f"{'; '.join(failed)}: {fix}")
+
+
 def run(args: argparse.Namespace) -> int:
     from lift3d.runner import load_system, make_trial_dir, trial_dir_of_checkpoint
     from lift3d.saving import OutputSaver
@@ -41,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if gaussian_file is not None:
         written = export_gaussian_file(gaussian_file, args.format or GAUSSIAN_FILE_FORMATS,
                                        [item for item in args.config if "=" in item])
+        raise_failed_exports()
         print(f"lift3d: exported {len(written)} file(s) beside {gaussian_file}:")
         for path in written:
             print(f"  {path}  {_size(path.stat().st_size)}")
@@ -49,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     trial = trial_dir_of_checkpoint(cfg.resume) or make_trial_dir(cfg)
     system = load_system(cfg, cfg.resume)
     written = system.export(OutputSaver(trial / "save"), args.format)
+    raise_failed_exports()
     print(f"lift3d: exported {len(written)} file(s) into {trial / 'save'}:")
     for path in written:
         print(f"  {path}  {_size(path.stat().st_size)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
 HELP = ("make a 3D asset from a text prompt, or from one photo (--image), by score distillation (needs Stable "
@@ -110,12 +111,41 @@ def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
     """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
     from lift3d.config import load_config
     from lift3d.runner import run_experiment
+    from lift3d.trainer_checks import check_trainer
 
     cfg = load_config(config, overrides=overrides)
+    check_trainer(cfg)
     print(f"lift3d: {announce.format(steps=cfg.trainer.max_steps)}", flush=True)
     trial = run_experiment("train", cfg, [config], overrides)
     print(f"lift3d: results in {trial}")
     return trial
+
+
+def analytic_twin(recipe: str, image: bool) -> str:
+    """The offline recipe that runs ``recipe``'s pipeline with the analytic prior (no weights, fine on a CPU)."""
+    from lift3d.recipes import recipe_names
+
+    names = recipe_names()
+    for name in (f"{recipe}-analytic", f"{recipe.rsplit('-', 1)[0]}-analytic"):
+        if name in names:
+            return name
+    return "dreamgaussian-image-analytic" if image else "gaussian-sds-analytic"
+
+
+def cuda_notice(recipe: str, image: bool) -> str | None:
+    """Without a CUDA GPU, one line saying that ``recipe`` runs a diffusion model that needs one, and the offline
+    twin that runs on the CPU (None on a CUDA machine or for an analytic recipe)."""
+    import torch
+
+    if torch.cuda.is_available() or recipe.endswith("-analytic"):
+        return None
+    from lift3d.data.sample_scene import sample_scene_path
+    from lift3d.recipes import recipe_config
+
+    twin = analytic_twin(recipe, image)
+    return (f"{recipe} runs a diffusion model, which needs a CUDA GPU, and torch sees none here: on the CPU each step "
+            f"takes seconds to minutes. The offline twin of this pipeline runs on the CPU without weights: lift3d train "
+            f"{recipe_config(twin)} data.reference_scene={sample_scene_path()}")
 
 
 def print_assets(trial: Path) -> None:
@@ -147,6 +177,9 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     if bad:
         raise ConfigError(f"overrides are KEY=VALUE, got {' '.join(bad)}")
     base = image_overrides(args.image, args.elevation, prompt)
+    notice = cuda_notice(first, image=True)
+    if notice:
+        print(f"lift3d: warning: {notice}", file=sys.stderr, flush=True)
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     config = recipe_config(first)
@@ -183,6 +216,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--method {method} makes 3D from one photo: add --image PHOTO (text methods: {', '.join(METHODS)})")
     config: Path = recipe_config(METHODS[method])
     overrides = generate_overrides(args.prompt, list(args.config))
+    notice = cuda_notice(METHODS[method], image=False)
+    if notice:
+        print(f"lift3d: warning: {notice}", file=sys.stderr, flush=True)
     gpus = parse_gpus(args.gpus)
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too

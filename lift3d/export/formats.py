@@ -83,6 +83,19 @@ class ExportConfig:
     gaussian_sh_degree: int = -1  # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
     sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
 
+    def __post_init__(self) -> None:
+        """Sizes and counts that no export can use are refused when the system is built, not after training."""
+        from lift3d.config_checks import check_minimums
+        from lift3d.export.video import check_video_size
+
+        check_minimums("system.export", self, {
+            "resolution": (2, 256), "chunk": (8, 262144), "video_frames": (1, 120), "video_fps": (1, 30),
+            "render_batch": (1, 4), "backproject_views": (1, 16), "texture_size": (0, 1024), "texture_padding": (0, 2),
+            "target_faces": (0, 100000), "keep_components": (0, 1), "gaussian_max_count": (0, 0),
+            "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "gaussian_min_opacity": (0.0, 0.0),
+        })
+        check_video_size(self.video_width, self.video_height, "system.export.video_width", "system.export.video_height")
+
 
 @dataclass
 class ExportSources:

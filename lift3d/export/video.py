@@ -14,6 +14,19 @@ from lift3d.export.backproject import RenderFn
 from lift3d.imaging import to_numpy_image
 from lift3d.saving import OutputSaver
 
+MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
+
+
+def check_video_size(width: int, height: int, width_key: str, height_key: str) -> None:
+    """Refuse frames of under 2 or over MAX_VIDEO_SIDE pixels a side (each frame is rendered in memory whole), naming
+    the flags or keys that set them."""
+    from lift3d.config import ConfigError
+
+    for key, value in ((width_key, width), (height_key, height)):
+        if not 2 <= value <= MAX_VIDEO_SIDE:
+            raise ConfigError(f"{key} must be 2..{MAX_VIDEO_SIDE} pixels (a video frame is rendered whole), got {value}: "
+                              f"e.g. {key}{' ' if key.startswith('-') else '='}1920")
+
 
 def orbit_cameras(
     n_frames: int, elevation_deg: float, distance: float, fovy_deg: float, width: int, height: int,

@@ -46,7 +46,14 @@ def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``, ``shN``) of a
     3DGS .ply, .spz, .sog or KHR_gaussian_splatting .glb (each with its own SH degree) or a .splat (SH degree 0:
     its colours), all in lift3d's world."""
-    path = Path(path)
+    params = _read_gaussian_file(Path(path))
+    if len(params["means"]) == 0:
+        raise PlyFormatError(f"{path} holds no Gaussians (0 vertices): there is nothing to convert or show; write it "
+                             "again from the tool that made it (an empty scene, or an export that failed)")
+    return params
+
+
+def _read_gaussian_file(path: Path) -> dict[str, Tensor]:
     suffix = path.suffix.lower()
     if suffix in READERS:
         return READERS[suffix](path)

@@ -18,6 +18,8 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.config import ConfigError
+from lift3d.config_checks import check_minimums
 from lift3d.gaussians.init import knn_scales, mesh_rotation
 from lift3d.gaussians.sh import degree_of, num_bases, rgb_to_sh
 from lift3d.registry import register
@@ -53,6 +55,11 @@ class GaussianModel(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         num_bases(self.cfg.sh_degree)  # validates the degree
+        check_minimums("system.gaussians", self.cfg, {"sh_degree_interval": (0, 1000), "init_points": (1, 100000),
+                                                      "init_radius": (0.0, 0.0), "init_scale": (1e-6, 1.0)})
+        if not 0 < self.cfg.init_opacity < 1:
+            raise ConfigError(f"system.gaussians.init_opacity must be between 0 and 1, got {self.cfg.init_opacity}: "
+                              "e.g. system.gaussians.init_opacity=0.1")
         if self.cfg.init == "mesh":
             mesh_rotation(self.cfg.init_up_axis)  # validates the axis before any work
         self.active_sh_degree = 0 if self.cfg.sh_degree_interval > 0 else self.cfg.sh_degree

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import Configurable
+from lift3d.config_checks import check_minimums
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
 from lift3d.gaussians.replicas import all_reduce_sum_, world_size
 from lift3d.registry import register
@@ -61,6 +62,9 @@ class DensifyStrategy(Configurable):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
+        check_minimums("system.densify", self.cfg, {"refine_start": (0, 500), "refine_stop": (0, 15000), "refine_every": (1, 100),
+                                                    "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
+                                                    "max_gaussians": (0, 0)})
         self.grad2d: Tensor | None = None  # [N] sum of normalised gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 

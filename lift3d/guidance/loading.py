@@ -66,19 +66,54 @@ def _what_was_tried(name: str, subfolder: str, local_only: bool) -> str:
 
 
 SD_PARTS = "unet/, vae/, text_encoder/, tokenizer/ and scheduler/"
+CONFIG_KEY = "system.guidance.pretrained_model_name_or_path"  # the key that points a recipe's guidance at a model
+_hub_checks: dict[str, str | None] = {}  # endpoint -> why it cannot be reached (None: reachable), once per process
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def hub_unreachable(timeout_s: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached (no network, no name resolution, a refused connection), or None
+    when it answers. One request without retries, through the hub client's own session (so its proxy settings
+    apply); the answer is kept for the process, so a model's parts do not each wait."""
+    endpoint = hub_endpoint()
+    if endpoint not in _hub_checks:
+        try:
+            from huggingface_hub.utils import get_session
+
+            get_session().head(endpoint, timeout=timeout_s)
+            _hub_checks[endpoint] = None
+        except Exception as error:  # noqa: BLE001  (any failure to get an answer means: not reachable from here)
+            text = " ".join(str(error).split()) or type(error).__name__
+            _hub_checks[endpoint] = f"{endpoint}: {text}"
+    return _hub_checks[endpoint]
 
 
 def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, parts: str = SD_PARTS, *,
-              config_key: str = "guidance.pretrained_model_name_or_path", **kwargs: Any) -> Any:
+              config_key: str = CONFIG_KEY, **kwargs: Any) -> Any:
     """``loader(name, subfolder=..., local_files_only=..., **kwargs)`` with failures as ``ModelLoadError``;
     ``parts`` names the subfolders a local copy of this kind of model holds and ``config_key`` the config key the
-    message tells the user to set."""
+    message tells the user to set. A hub id on a machine that cannot reach the hub is looked up in the local cache
+    only (no download retries), and a miss says so."""
+    local = Path(name).expanduser().is_dir() or _looks_like_path(name)
+    offline = None if local or local_only else hub_unreachable()
     try:
-        return loader(name, subfolder=subfolder, local_files_only=local_only, **kwargs)
+        return loader(name, subfolder=subfolder, local_files_only=local_only or offline is not None, **kwargs)
     except Exception as error:  # diffusers/transformers/huggingface_hub raise many types; all mean "not loadable"
         reason = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else "no details"
-        local = Path(name).expanduser().is_dir() or _looks_like_path(name)
         download = "" if local else f" (on a machine with internet, `hf download {name} --local-dir /path/to/folder` makes one)"
+        if offline is not None:
+            from huggingface_hub import constants
+
+            raise ModelLoadError(
+                f"cannot reach the Hugging Face hub to download {name} ({offline}), and its {subfolder}/ is not in the "
+                f"local cache ({constants.HF_HUB_CACHE}): pass a local diffusers folder holding {parts} with "
+                f"{config_key}=/path/to/folder{download}, or connect this machine to the internet"
+            ) from None
         raise ModelLoadError(
             f"could not load the diffusion model '{name}' ({subfolder}): tried {_what_was_tried(name, subfolder, local_only)}; "
             f"{type(error).__name__}: {reason}. To use a local copy, point lift3d at a diffusers folder holding "

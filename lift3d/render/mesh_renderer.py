@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras, normalize
+from lift3d.config_checks import check_minimums
 from lift3d.meshes.mesh import Mesh, face_normals, vertex_normals
 from lift3d.meshes.topology import EdgeTopology, edge_topology
 from lift3d.registry import register
@@ -69,6 +70,7 @@ class MeshRenderer(BaseModule):
             raise ValueError(f"normal_type must be 'vertex' or 'face', got '{self.cfg.normal_type}'")
         if self.cfg.texture_filter not in ("bilinear", "nearest"):
             raise ValueError(f"texture_filter must be 'bilinear' or 'nearest', got '{self.cfg.texture_filter}'")
+        check_minimums("system.renderer", self.cfg, {"max_candidates": (1, 4194304)})
         if not 0 < self.cfg.near < self.cfg.far:
             raise ValueError(f"need 0 < near < far, got near={self.cfg.near}, far={self.cfg.far}")
 

@@ -190,6 +190,18 @@ class SplatRenderer(Configurable):
 
     Config = SplatRendererConfig
 
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        from lift3d.config import ConfigError
+        from lift3d.config_checks import check_minimums
+
+        c = self.cfg
+        check_minimums("system.renderer", c, {"tile_size": (1, 16), "chunk_elements": (1, 4194304),
+                                              "save_elements": (0, 67108864), "eps2d": (0.0, 0.3)})
+        if not 0 <= c.near_plane < c.far_plane:
+            raise ConfigError(f"system.renderer needs 0 <= near_plane < far_plane, got {c.near_plane} and {c.far_plane}: "
+                              "e.g. system.renderer.near_plane=0.01")
+
     def __call__(self, gaussians: SplatSource, cameras: Cameras, background: Tensor | None = None,
                  sh_degree: int | None = None, **kwargs: Any) -> dict[str, Tensor]:
         c = self.cfg

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
+from lift3d.config_checks import check_minimums
 from lift3d.registry import register
 from lift3d.render.compositing import accumulate, render_weights
 from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
@@ -100,6 +101,12 @@ class VolumeRenderer(BaseModule):
             raise ValueError(f"renderer reuse_encoding must be auto or never, got '{c.reuse_encoding}'")
         if c.fused_march not in ("auto", "never"):
             raise ValueError(f"renderer fused_march must be auto or never, got '{c.fused_march}'")
+        check_minimums("system.renderer", c, {
+            "steps_per_diagonal": (1, 1024), "n_samples": (1, 64), "n_importance": (0, 64), "march_segment": (0, 32),
+            "train_chunk_rays": (0, 32768, (-1,)), "eval_chunk_rays": (1, 16384, (-1,)), "eval_field_chunk": (1, 16384, (-1,)),
+        })
+        check_minimums("system.renderer.occupancy", c.occupancy, {"resolution": (1, 128), "update_every": (1, 16),
+                                                                  "warmup_steps": (0, 256), "eval_chunk": (1, 262144)})
         if c.max_train_samples < 0:
             raise ValueError(f"renderer max_train_samples must be >= 0 (0: no limit), got {c.max_train_samples}")
         if c.disparity_from < 0 or c.far_plane <= c.near_plane:

@@ -65,6 +65,31 @@ class RenderJob:
     cameras: Any  # lift3d Cameras [1]
 
 
+def check_listen(host: str, port: int) -> None:
+    """Fail fast where viser could not listen: it tries ``port`` and the next 999 ports on a background thread and,
+    when none binds (a host that is not this machine's, a name that does not resolve, a port out of range), its
+    caller waits forever. A port in use is fine (viser takes the next free one)."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"the viewer's port must be 0..65535 (0: any free one), got {port}: e.g. --port 8080")
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as error:
+        raise ConfigError(f"the viewer cannot listen on {host}: the name does not resolve ({error}); use --host 127.0.0.1 "
+                          "(this machine only) or --host 0.0.0.0 (every interface)") from None
+    failures = []
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind((address[0], 0, *address[2:]))  # any free port: only whether the address is this machine's
+                return
+            except OSError as error:
+                failures.append(error.strerror or str(error))
+    raise ConfigError(f"the viewer cannot listen on {host}: {'; '.join(sorted(set(failures)))} (not an address of this "
+                      "machine); use --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface)")
+
+
 def require_viser() -> Any:
     try:
         import viser
@@ -87,6 +112,7 @@ class ViewerServer:
         self._path_size = (640, 480)  # video size of the path: the canvas aspect of the last keyframe
         self._paused = threading.Event()
         self.mode = "rgb"
+        check_listen(cfg.host, cfg.port)
         try:
             self.server = viser.ViserServer(host=cfg.host, port=cfg.port, label=title, verbose=False)
         except OSError as error:

@@ -1,0 +1,113 @@
+"""Checks of an experiment's ``trainer``, ``checkpoint`` and ``viewer`` values before Lightning sees them.
+
+Lightning refuses bad values itself, but late (after the trial folder is made) and in its own words (a negative
+``max_steps``, ``--gpus`` on a machine without CUDA, an unknown strategy): these checks say which lift3d key or
+flag is wrong and what to set instead, as a ``ConfigError`` (one line, exit code 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lift3d.config import ConfigError
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+PRECISIONS = ("64", "64-true", "32", "32-true", "16", "16-true", "16-mixed", "bf16", "bf16-true", "bf16-mixed",
+              "transformer-engine", "transformer-engine-float16")
+
+
+def _at_least(key: str, value: Any, minimum: int | float, meaning: str, example: str) -> None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"{key} must be {meaning}, got {value}: e.g. {key}={example}")
+
+
+def _wants_gpu(accelerator: str, devices: Any) -> bool:
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and isinstance(devices, (list, tuple)) and bool(devices))
+
+
+def check_devices(accelerator: str, devices: Any) -> None:
+    """The accelerator and devices, against what this machine has (a GPU asked for where torch sees none)."""
+    import torch
+
+    accelerator = str(accelerator).lower()
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator must be one of {', '.join(ACCELERATORS)}, got '{accelerator}': "
+                          "e.g. trainer.accelerator=auto (a CUDA GPU when there is one, else the CPU)")
+    if isinstance(devices, str) and devices.lstrip("-").isdigit():
+        devices = int(devices)
+    if isinstance(devices, (list, tuple)):
+        if not devices or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in devices):
+            raise ConfigError(f"trainer.devices must list GPU ids >= 0, got {list(devices)}: e.g. --gpus 0 or --gpus 0,1")
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        if devices == 0 or devices < -1:
+            raise ConfigError(f"trainer.devices must be a number of devices >= 1 (or -1: all), got {devices}: "
+                              "e.g. trainer.devices=1")
+    elif devices != "auto":
+        raise ConfigError(f"trainer.devices must be a count, a list of GPU ids or auto, got {devices!r}: e.g. trainer.devices=1")
+    if _wants_gpu(accelerator, devices):
+        if not torch.cuda.is_available():
+            cuda = torch.version.cuda or "none (a CPU-only torch)"
+            raise ConfigError(f"--gpus / trainer.accelerator={accelerator} asks for a CUDA GPU, but torch sees none here "
+                              f"(torch {torch.__version__}, its CUDA build: {cuda}): drop --gpus (or set "
+                              "trainer.accelerator=cpu) to run on the CPU")
+        count = torch.cuda.device_count()
+        missing = [d for d in devices if d >= count] if isinstance(devices, (list, tuple)) else []
+        if missing:
+            raise ConfigError(f"--gpus names GPU {', '.join(map(str, missing))}, but this machine has {count} "
+                              f"(ids 0..{count - 1}): e.g. --gpus {','.join(map(str, range(min(count, 2))))}")
+    if accelerator == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("trainer.accelerator=mps needs an Apple GPU, which torch does not see here: use "
+                          "trainer.accelerator=auto")
+
+
+def check_strategy(strategy: Any) -> None:
+    if not isinstance(strategy, str) or strategy == "auto":
+        return
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    known = StrategyRegistry.available_strategies()
+    if strategy not in known:
+        raise ConfigError(f"trainer.strategy '{strategy}' is not a Lightning strategy: use auto (lift3d picks DDP for "
+                          f"several GPUs) or one of {', '.join(s for s in known if s.startswith('ddp') and '_find_unused' not in s)}")
+
+
+def check_trainer(cfg: Any) -> None:
+    """Refuse ``cfg.trainer`` / ``cfg.checkpoint`` / ``cfg.viewer`` values Lightning or lift3d cannot run, with the fix."""
+    t = cfg.trainer
+    if t.max_steps < -1:
+        raise ConfigError(f"trainer.max_steps must be a number of steps >= 0 (or -1: no limit), got {t.max_steps}: "
+                          "e.g. trainer.max_steps=1000")
+    _at_least("trainer.val_check_interval", t.val_check_interval, 0, "a number of steps >= 0 (0: no validation while "
+              "training)", "500")
+    _at_least("trainer.log_every_n_steps", t.log_every_n_steps, 0, "a number of steps >= 0", "10")
+    _at_least("trainer.num_sanity_val_steps", t.num_sanity_val_steps, -1, "a number of batches >= 0 (or -1: all)", "0")
+    _at_least("trainer.sigterm_check_every", t.sigterm_check_every, 0, "a number of steps >= 0 (0: never)", "100")
+    _at_least("trainer.gradient_clip_val", t.gradient_clip_val, 0, "a gradient norm >= 0 (or null: off)", "1.0")
+    limit = t.limit_val_batches
+    if limit < 0 or (isinstance(limit, float) and limit > 1.0):
+        raise ConfigError(f"trainer.limit_val_batches must be a fraction 0..1 or a number of views >= 0, got {limit}: "
+                          "e.g. trainer.limit_val_batches=1.0")
+    if str(t.precision) not in PRECISIONS:
+        raise ConfigError(f"trainer.precision must be one of 32-true, 16-mixed, bf16-mixed (or another Lightning precision: "
+                          f"{', '.join(PRECISIONS)}), got '{t.precision}'")
+    check_devices(t.accelerator, t.devices)
+    check_strategy(t.strategy)
+    _at_least("checkpoint.every_n_train_steps", cfg.checkpoint.every_n_train_steps, 0,
+              "a number of steps >= 0 (0: only last.ckpt)", "1000")
+    _at_least("checkpoint.keep_periodic", cfg.checkpoint.keep_periodic, -1, "a count >= 0 (or -1: all)", "3")
+    check_viewer(cfg.viewer)
+
+
+def check_port(what: str, port: int, example: str) -> None:
+    """A TCP port: 0 (any free one) to 65535; ``what`` names the flag or key, ``example`` a good setting of it."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{what} must be a TCP port 0..65535 (0: any free one), got {port}: e.g. {example}")
+
+
+def check_viewer(v: Any) -> None:
+    if not v.enabled:
+        return
+    check_port("viewer.port (--viewer-port)", v.port, "--viewer-port 8080")
+    _at_least("viewer.max_side", v.max_side, 16, "a render size >= 16 pixels", "1024")
+    _at_least("viewer.preview_max_side", v.preview_max_side, 16, "a render size >= 16 pixels", "256")
+    if not 0 < v.max_share <= 1:
+        raise ConfigError(f"viewer.max_share must be a fraction in (0, 1], got {v.max_share}: e.g. viewer.max_share=0.1")
