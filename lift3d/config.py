@@ -270,6 +270,11 @@ def _load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str
     return layers
 
 
+def _plugin_module_name(entry: str) -> str:
+    """The name a plugin is imported under: ``lift3d_plugin_<stem>`` for a ``.py`` path, else the dotted name."""
+    return f"lift3d_plugin_{Path(entry).stem}" if entry.endswith(".py") else entry
+
+
 def import_plugins(modules: Sequence[str]) -> None:
     """Import plugin modules by dotted name or by ``.py`` path so their parts register."""
     for entry in modules:
@@ -278,7 +283,7 @@ def import_plugins(modules: Sequence[str]) -> None:
             file = Path(entry)
             if not file.is_file():
                 raise ConfigError(f"plugin file listed in 'imports' not found: {entry}")
-            module_name = f"lift3d_plugin_{file.stem}"
+            module_name = _plugin_module_name(entry)
             if module_name in sys.modules:
                 continue
             spec = importlib.util.spec_from_file_location(module_name, file)
@@ -291,6 +296,36 @@ def import_plugins(modules: Sequence[str]) -> None:
                 importlib.import_module(entry)
             except ImportError as error:
                 raise ConfigError(f"could not import plugin module '{entry}' listed in 'imports': {error}") from None
+
+
+ALLOW_IMPORTS_FLAG = "--allow-imports"  # the CLI flag that lets configs inside run folders import their plugins
+_RUN_IMPORTS_ALLOWED = False  # set for a whole command by --allow-imports (a chained stage reads its previous run's config)
+
+
+def allow_run_imports(allowed: bool = True) -> None:
+    """Let (or stop letting) configs inside run folders import their plugins for the rest of this process: what
+    ``--allow-imports`` sets, so that configs read deep inside a run (a previous stage's) follow it too."""
+    global _RUN_IMPORTS_ALLOWED
+    _RUN_IMPORTS_ALLOWED = allowed
+
+
+def in_run_folder(path: str | Path) -> bool:
+    """Whether a config file lies inside a run folder (``RUN/configs/*.yaml`` beside ``RUN/configs/parsed.yaml``):
+    written by a run, possibly someone else's, so its ``imports`` are not run without ``--allow-imports``."""
+    resolved = Path(path).expanduser().resolve()
+    return resolved.parent.name == "configs" and (resolved.parent / "parsed.yaml").is_file()
+
+
+def refuse_imports(entries: Sequence[Any], source: str) -> None:
+    """ConfigError when importing ``entries`` (listed by ``source``, a config not trusted to run code) would execute
+    anything: plugins already imported in this process run nothing again and pass."""
+    pending = [str(e) for e in entries if _plugin_module_name(str(e)) not in sys.modules]
+    if pending:
+        raise ConfigError(
+            f"{source} lists imports: {', '.join(pending)}. A config inside a run folder may come from someone else, and "
+            f"importing would run that Python code, so lift3d does not; pass {ALLOW_IMPORTS_FLAG} if you trust this run "
+            "folder and its code"
+        )
 
 
 def _part_type_changes(new: Any, old: Any, path: str, found: list[str]) -> None:
@@ -358,12 +393,24 @@ def dotlist_layer(overrides: Sequence[str]) -> DictConfig:
         raise ConfigError(f"could not parse the overrides {list(overrides)}: {error}") from None
 
 
-def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Merge YAML files (later wins) and dotlist overrides, resolve interpolations, validate."""
+def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = (), allow_imports: bool | None = None) -> ExperimentConfig:
+    """Merge YAML files (later wins) and dotlist overrides, resolve interpolations, validate.
+
+    ``allow_imports``: True imports every plugin listed in ``imports``; None (the default) refuses those listed by a
+    config inside a run folder (``RUN/configs/*.yaml``, and the ``base:`` files it pulls in), which may be someone
+    else's, unless ``allow_run_imports()`` was called; False refuses those of every file (overrides excepted).
+    Refusal is a ConfigError naming the imports and ``--allow-imports``."""
+    if allow_imports is None and _RUN_IMPORTS_ALLOWED:
+        allow_imports = True
     _register_resolvers()
     sources = _Sources()
+    untrusted: list[str] = []  # the files not trusted to run code that list imports
     for path in yaml_paths:
-        sources.layers += _load_yaml_layers(Path(path))
+        layers = _load_yaml_layers(Path(path))
+        if allow_imports is False or (allow_imports is None and in_run_folder(path)):
+            untrusted += [label if label == str(path) else f"{label} (the base of {path})"
+                          for label, node in layers if node.get("imports")]
+        sources.layers += layers
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not of the form key=value (e.g. system.optimizer.args.lr=0.01)")
@@ -373,7 +420,10 @@ def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = ()) -> Exper
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as error:
         raise ConfigError(f"could not resolve an interpolation: {str(error).splitlines()[0]}") from None
-    import_plugins(list(merged.get("imports", []) or []))
+    imports = [str(entry) for entry in merged.get("imports", []) or []]
+    if untrusted:  # what the merged config would import (interpolations resolved), once an untrusted file lists any
+        refuse_imports(imports, untrusted[-1])
+    import_plugins(imports)
     check_config(ExperimentConfig, merged, "", sources)
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), merged))  # type: ignore[return-value]
 

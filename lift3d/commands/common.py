@@ -15,6 +15,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                              "folder's ckpts/last.ckpt)")
     parser.add_argument("--gpus", metavar="IDS", default=None,
                         help="comma-separated GPU ids, e.g. 0,1 (several GPUs train with DDP)")
+    add_allow_imports_argument(parser)
+
+
+def add_allow_imports_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-imports``: let configs inside run folders import the Python plugins they list (off: refused)."""
+    parser.add_argument("--allow-imports", action="store_true",
+                        help="let a run folder's configs import the plugin code they list ('imports:'); without it such a "
+                             "config is refused, since a run folder may come from someone else")
 
 
 def split_configs(items: list[str]) -> tuple[list[str], list[str]]:
@@ -42,7 +50,8 @@ def parse_gpus(text: str | None) -> Any:
 def resolve_run_folder(path: str, args: argparse.Namespace) -> str:
     """A run folder given where a config goes: its ``configs/parsed.yaml``, and (evaluating or exporting, when no
     --resume is given) its ``ckpts/last.ckpt``. ``lift3d train RUN/`` is ambiguous (a new run or more steps of this
-    one?), so it is refused with both commands."""
+    one?), so it is refused with both commands. The config's ``imports`` are refused by ``load_config`` (it lies in a
+    run folder) unless --allow-imports is given."""
     from pathlib import Path
 
     from lift3d.config import ConfigError
@@ -65,8 +74,10 @@ def resolve_run_folder(path: str, args: argparse.Namespace) -> str:
 
 def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None = None) -> tuple[Any, list[str], list[str]]:
     """The experiment config from the positional items, --resume and --gpus."""
-    from lift3d.config import ConfigError, load_config
+    from lift3d.config import ConfigError, allow_run_imports, load_config
 
+    if getattr(args, "allow_imports", False):
+        allow_run_imports()
     paths, overrides = split_configs(args.config)
     if not paths:
         raise ConfigError("no config file given: pass a YAML file, e.g. configs/reconstruct-gaussians.yaml")

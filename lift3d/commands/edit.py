@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lift3d.commands.common import add_allow_imports_argument
+
 HELP = ("edit a finished reconstruction with a text instruction (Instruct-NeRF2NeRF: InstructPix2Pix re-edits the "
         "training views while the scene trains on them); writes a new run next to the source run")
 EDITORS = {"instruct-pix2pix": "", "analytic": "-analytic"}  # --editor -> recipe suffix
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="instruct-pix2pix (diffusion weights) or analytic (an offline colour transform; default: "
                              "instruct-pix2pix)")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    add_allow_imports_argument(parser)
 
 
 def source_run(path: str) -> tuple[Path, Path, Path]:
@@ -120,6 +123,14 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runner import run_experiment
 
     trial, parsed, checkpoint = source_run(args.run)
+    from lift3d.config import allow_run_imports, refuse_imports
+
+    if args.allow_imports:
+        allow_run_imports()  # the edit system reads the source run's config again
+    else:  # the source run's config may list plugin code; a run folder may be someone else's
+        from omegaconf import OmegaConf
+
+        refuse_imports(list(OmegaConf.load(parsed).get("imports") or []), str(parsed))
     overrides = [item for item in args.config if "=" in item]
     stray = [item for item in args.config if "=" not in item]
     if stray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lift3d.commands.common import add_allow_imports_argument
+
 HELP = "render a camera path recorded in the viewer (path.json) from a run, a Gaussian .ply/.splat or a mesh to an .mp4"
 
 
@@ -15,10 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--width", type=int, default=None, help="frame width (default: the path's)")
     parser.add_argument("--height", type=int, default=None, help="frame height (default: the path's)")
     parser.add_argument("--device", default=None, help="where to render: cuda or cpu (default: cuda when available)")
+    add_allow_imports_argument(parser)
 
 
 def render_camera_path(source: str | Path, path_json: str | Path, out: str | Path | None = None, width: int | None = None,
-                       height: int | None = None, device: str | None = None) -> tuple[Path, int]:
+                       height: int | None = None, device: str | None = None, allow_imports: bool = False) -> tuple[Path, int]:
     """Render the path's frames from the model at ``source`` and write the video; (its path, the frame count)."""
     import torch
 
@@ -36,7 +39,7 @@ def render_camera_path(source: str | Path, path_json: str | Path, out: str | Pat
     if target.suffix.lower() not in (".mp4", ".gif"):
         raise ConfigError(f"--out {target}: write an .mp4 or a .gif")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = load_view_model(source, device)
+    model = load_view_model(source, device, allow_imports=allow_imports)
     cameras = path_cameras(camera_path, width, height)
     frames = render_frames(model.render_fn, cameras.to(device))
     written = OutputSaver(target.parent).video(target.name, frames, fps=round(camera_path.fps))
@@ -44,6 +47,7 @@ def render_camera_path(source: str | Path, path_json: str | Path, out: str | Pat
 
 
 def run(args: argparse.Namespace) -> int:
-    written, frames = render_camera_path(args.source, args.path, args.out, args.width, args.height, args.device)
+    written, frames = render_camera_path(args.source, args.path, args.out, args.width, args.height, args.device,
+                                         allow_imports=args.allow_imports)
     print(f"lift3d: rendered {frames} frames to {written}")
     return 0

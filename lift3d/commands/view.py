@@ -7,6 +7,8 @@ import argparse
 import logging
 import time
 
+from lift3d.commands.common import add_allow_imports_argument
+
 log = logging.getLogger("lift3d.view")
 
 HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gaussian .ply/.splat or a mesh .glb in a "
@@ -21,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--max-side", type=int, default=None, metavar="PX",
                         help="longest side of a still view's render (default 1024 on a GPU, 512 on the CPU)")
     parser.add_argument("--device", default=None, help="where to render: cuda or cpu (default: cuda when available)")
+    add_allow_imports_argument(parser)
 
 
 def serve(server, model, device, should_stop=lambda: False) -> None:
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     max_side = args.max_side or (1024 if device.type == "cuda" else 512)
-    model = load_view_model(args.source, device)
+    model = load_view_model(args.source, device, allow_imports=args.allow_imports)
     cfg = ViewerConfig(enabled=True, host=args.host, port=args.port, max_side=max_side,
                        preview_max_side=min(256, max_side), refresh_seconds=0.0)
     server = ViewerServer(cfg, model.name, model.folder, home=model.home or home_camera(model.training_views))

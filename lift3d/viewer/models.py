@@ -100,12 +100,13 @@ def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int
     return TrainingViews(cameras[picked], thumbs)
 
 
-def _run_model(trial: Path, checkpoint: Path, device: torch.device) -> ViewModel:
+def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:
     from lift3d.config import load_config
     from lift3d.registry import find
     from lift3d.runner import load_system
 
-    cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"])
+    # the run's config may list plugin code (imports:); a run folder may be someone else's: run it only when allowed
+    cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
     system = load_system(cfg, checkpoint).to(device).eval()
     views = None
     try:
@@ -150,9 +151,9 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent, home=framing_camera(mesh.vertices.cpu()))
 
 
-def load_view_model(source: str | Path, device: torch.device | str = "cpu") -> ViewModel:
+def load_view_model(source: str | Path, device: torch.device | str = "cpu", allow_imports: bool = False) -> ViewModel:
     """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, a Gaussian file
-    (.ply, .splat) or a mesh (.glb, .gltf, .obj)."""
+    (.ply, .splat) or a mesh (.glb, .gltf, .obj). A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
     from lift3d.runner import trial_dir_of_checkpoint
 
@@ -163,7 +164,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu") -> V
         checkpoint = path / "ckpts" / "last.ckpt"
         if not checkpoint.is_file():
             raise ConfigError(f"{path} has no checkpoint to show ({checkpoint} is missing): give one of its ckpts/*.ckpt")
-        return _run_model(path, checkpoint, device)
+        return _run_model(path, checkpoint, device, allow_imports)
     if not path.is_file():
         raise FileNotFoundError(f"nothing to view at {path}: give a run folder, a .ckpt, .ply, .splat or .glb")
     suffix = path.suffix.lower()
@@ -171,7 +172,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu") -> V
         trial = trial_dir_of_checkpoint(path)
         if trial is None:
             raise ConfigError(f"{path} is not inside a run folder (RUN/ckpts/x.ckpt with RUN/configs/): give the run folder")
-        return _run_model(trial, path, device)
+        return _run_model(trial, path, device, allow_imports)
     if suffix in GAUSSIAN_SUFFIXES:
         return _gaussian_file_model(path, device)
     if suffix in MESH_SUFFIXES:
