@@ -32,9 +32,9 @@ def recipes():
     return [probe_recipe(photos), probe_recipe(text)]
 
 
-def _finished(queue, label, trial, state=FINISHED) -> str:
-    job = Job(f"done{len(queue.known)}", JobSpec(recipe_config("reconstruct-gaussians"), [], trial.parent, recipe=label),
-              tag="t", state=state, trial_dir=trial)
+def _finished(queue, label, trial, state=FINISHED, owner="") -> str:
+    job = Job(f"done{len(queue.known)}", JobSpec(recipe_config("reconstruct-gaussians"), [], trial.parent, recipe=label,
+                                                 owner=owner), tag="t", state=state, trial_dir=trial)
     queue.known[job.id] = job
     return job.id
 
@@ -42,19 +42,22 @@ def _finished(queue, label, trial, state=FINISHED) -> str:
 def test_the_page_queues_an_edit_of_a_finished_reconstruction(recipes, reconstruction, tmp_path):
     queue = FakeQueue()
     state = AppState(queue, recipes, tmp_path)
-    assert "finished reconstruction" in html.unescape(state.edit(None, "make it bronze")[1])
-    running = _finished(queue, "Photos", reconstruction, state=RUNNING)
-    assert "finished reconstruction" in html.unescape(state.edit(running, "make it bronze")[1])
-    text_job = _finished(queue, "Text", reconstruction)
-    assert "is not a reconstruction" in html.unescape(state.edit(text_job, "make it bronze")[1])
-    done = _finished(queue, "Photos", reconstruction)
-    assert "type an edit instruction" in html.unescape(state.edit(done, "   ")[1])
+    owner = state.new_owner()
+    assert "finished reconstruction" in html.unescape(state.edit(owner, None, "make it bronze")[1])
+    running = _finished(queue, "Photos", reconstruction, state=RUNNING, owner=owner)
+    assert "finished reconstruction" in html.unescape(state.edit(owner, running, "make it bronze")[1])
+    text_job = _finished(queue, "Text", reconstruction, owner=owner)
+    assert "is not a reconstruction" in html.unescape(state.edit(owner, text_job, "make it bronze")[1])
+    done = _finished(queue, "Photos", reconstruction, owner=owner)
+    assert "type an edit instruction" in html.unescape(state.edit(owner, done, "   ")[1])
+    # another page's session cannot edit this run (it does not see it)
+    assert "finished reconstruction" in html.unescape(state.edit(state.new_owner(), done, "make it bronze")[1])
     assert not queue.submitted
-    job_id, message = state.edit(done, " make it  bronze ", "analytic")
+    job_id, message = state.edit(owner, done, " make it  bronze ", "analytic")
     assert job_id == "job0", message
     spec = queue.submitted[0]
     assert spec.edit_of == str(reconstruction) and spec.title == "make it bronze" and spec.editor == "analytic"
-    assert spec.recipe == "Edit of Photos"
+    assert spec.recipe == "Edit of Photos" and spec.owner == owner
 
 
 @pytest.mark.slow

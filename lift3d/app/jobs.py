@@ -1,9 +1,10 @@
 """A queue of ``lift3d train`` runs in subprocesses, one at a time per GPU (one at a time on CPU).
 
 Each run is followed through its ``progress.json`` (step, loss, ETA, latest grid, status). Cancelling sends
-SIGINT (then SIGTERM, then SIGKILL after a grace period); checkpoints are written atomically, so the last
-one stays. When training ends, ``lift3d export`` writes the recipe's assets from the last checkpoint. Job
-state lives here, server-side, so any page can find a job again by its id.
+SIGINT (then SIGTERM, then SIGKILL after a grace period); checkpoints are written atomically, so what was
+written stays, and the job's note names the checkpoint it kept (read from ``ckpts/``) or says there is none.
+When training ends, ``lift3d export`` writes the recipe's assets from the last checkpoint. Job state lives
+here, server-side; each job records the page session (``owner``) that started it, for the page to scope by.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class JobSpec:
     poses_from: str = ""  # photos or a video to run `lift3d poses` on before training (structure from motion)
     edit_of: str = ""  # a finished reconstruction's trial folder: run `lift3d edit` on it, the title as the instruction
     editor: str = "instruct-pix2pix"  # with edit_of: `lift3d edit --editor` (instruct-pix2pix or analytic)
+    owner: str = ""  # the page session that started it (a secret token); the page shows the job only to it
 
 
 @dataclass
@@ -92,6 +94,47 @@ def result_files(trial_dir: Path | None) -> Results:
             model = max(candidates, key=lambda p: p.stat().st_mtime)
             break
     return Results(model, max(videos)[1] if videos else None, files)
+
+
+_STEP_NAME = re.compile(r"step[=_-]?(\d+)")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The training step a checkpoint was written at: from its name (``step0000500.ckpt``), else its
+    ``global_step`` (read with weights_only and mmap: the tensors are not loaded); None when unreadable."""
+    if match := _STEP_NAME.search(path.stem):
+        return int(match.group(1))
+    try:
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return int(state["global_step"])
+    except Exception:  # a checkpoint being written, truncated or foreign: it does not count as kept
+        return None
+
+
+def kept_checkpoint(trial_dir: Path | None) -> tuple[Path, int] | None:
+    """The newest checkpoint in ``trial_dir/ckpts`` by step (``last.ckpt`` on a tie, as export reads it) and its
+    step; None when the run kept none."""
+    folder = trial_dir / "ckpts" if trial_dir else None
+    if folder is None or not folder.is_dir():
+        return None
+    found = [(step, path.name == "last.ckpt", path) for path in folder.glob("*.ckpt") if path.is_file()
+             and (step := checkpoint_step(path)) is not None]
+    if not found:
+        return None
+    step, _, path = max(found)
+    return path, step
+
+
+def describe_kept(trial_dir: Path | None, step: int | None) -> str:
+    """What an interrupted run kept, for the page: the checkpoint (as ckpts/NAME) and its step, or that there is none."""
+    kept = kept_checkpoint(trial_dir)
+    if kept is None:
+        return "no checkpoint was kept (the run had not written one yet)"
+    path, at = kept
+    lost = f"; steps {at + 1} to {step} are lost" if step is not None and step > at else ""
+    return f"kept {path.parent.name}/{path.name} (step {at}){lost}"
 
 
 def error_from_log(path: Path | None, max_bytes: int = 20_000) -> str | None:
@@ -310,7 +353,9 @@ class JobQueue:
         if spec.poses_from and not self._poses(job, slot):
             return
         job.log_path = self._log_path(job, "train")
-        run = ["edit", spec.edit_of, spec.title, "--editor", spec.editor] if spec.edit_of else ["train", str(spec.config)]
+        # the app made the run it edits (from its operator's recipes), so that run's plugins may load
+        run = ["edit", spec.edit_of, spec.title, "--editor", spec.editor, "--allow-imports"] if spec.edit_of else \
+            ["train", str(spec.config)]
         command = self._lift3d(*run, *spec.overrides, f"output_root={quote(str(spec.output_root))}", f"tag={job.tag}",
                                "trainer.enable_progress_bar=false")
         code = self._follow(job, command, job.log_path, slot)
@@ -350,14 +395,15 @@ class JobQueue:
             return
         job.state = EXPORTING
         formats = ["--format", *job.spec.export_formats] if job.spec.export_formats else []
-        command = self._lift3d("export", str(job.trial_dir / "configs" / "parsed.yaml"), "--resume", str(checkpoint), *formats)
+        command = self._lift3d("export", str(job.trial_dir / "configs" / "parsed.yaml"), "--resume", str(checkpoint), *formats,
+                               "--allow-imports")  # the app's own run, from its operator's recipe: its plugins may load
         export_log = self._log_path(job, "export")
         if self._follow(job, command, export_log, slot) != 0 and not job.cancel_event.is_set():
             job.note = f"training finished, but the export failed: {error_from_log(export_log)}"
 
     def _cancelled(self, job: Job) -> None:
-        job.state = CANCELLED
+        """Mark the job cancelled, its note saying at which step and what it kept (read from its ckpts/)."""
+        self._refresh(job)
         step = job.progress.get("step")
-        checkpoint = job.trial_dir / "ckpts" / "last.ckpt" if job.trial_dir else None
-        kept = f"; the last checkpoint is kept: {checkpoint}" if checkpoint and checkpoint.is_file() else ""
-        job.note = f"cancelled{f' at step {step}' if step is not None else ''}{kept}"
+        job.note = f"cancelled{f' at step {step}' if step is not None else ''}; {describe_kept(job.trial_dir, step)}"
+        job.state = CANCELLED

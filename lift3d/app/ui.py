@@ -1,13 +1,23 @@
 """The page (Gradio Blocks): recipe, prompt or photos, a few options, Start/Cancel, live progress, 3D result.
 
-The page keeps only a job id (in the browser's localStorage), so a reload, or a fresh page with no id,
-finds the run again from the server's job queue. A timer refreshes the progress panel every second and
-sends images, the model and downloads only when they change.
+The page keeps a job id and an owner token (a secret the server issues on first load) in the browser's
+localStorage, so a reload finds its run again from the server's job queue. When the app is private (bound
+beyond localhost, or shared), a page sees, cancels and edits only the jobs its owner token started, and a
+fresh page with no job id finds only its own; on localhost every page sees every job. Result files are
+handed to the browser as copies under unguessable names in gradio's cache (``publish``), never by serving
+the output folder, so a page can fetch only what it was shown. A timer refreshes the progress panel every
+second and sends images, the model and downloads only when they change.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import logging
+import os
+import secrets
+import shutil
+import threading
 import traceback
 import uuid
 from pathlib import Path
@@ -15,9 +25,9 @@ from typing import Any
 
 import gradio as gr
 
-from lift3d.app.jobs import ACTIVE, FINISHED, JobQueue, JobSpec
+from lift3d.app.jobs import ACTIVE, FINISHED, QUEUED, Job, JobQueue, JobSpec, describe_kept
 from lift3d.app.recipes import IMAGE, OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
-from lift3d.app.uploads import UploadError, prepare_image, prepare_scene
+from lift3d.app.uploads import MAX_UPLOAD_BYTES, UploadError, prepare_image, prepare_scene
 from lift3d.app.views import CSS, HEAD, job_view, message_html, result_values, status_html
 
 log = logging.getLogger("lift3d")
@@ -46,13 +56,93 @@ def _placeholder(recipe: OfferedRecipe | None, option: str) -> str:
     return f"recipe default: {default}" if default is not None else "recipe default"
 
 
-class AppState:
-    """What the page's handlers share: the queue, the offered recipes and where runs write."""
+def is_private(host: str, share: bool = False) -> bool:
+    """Whether pages of an app on ``host`` may belong to different people: a share link, or any address but a
+    loopback one (a host name other than localhost counts as reachable by others)."""
+    if share:
+        return True
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return True
 
-    def __init__(self, queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) -> None:
+
+def default_publish_root() -> Path:
+    """Where result files are handed to gradio: a folder in its cache, which it serves by exact path only."""
+    from gradio.utils import get_upload_folder
+
+    return Path(get_upload_folder()) / "lift3d-results"
+
+
+class AppState:
+    """What the page's handlers share: the queue, the offered recipes, where runs write, and whose job is whose.
+
+    Every handler takes the page's owner token first (a gr.BrowserState the server fills in on load)."""
+
+    def __init__(self, queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, *, private: bool = True,
+                 max_upload_bytes: int = MAX_UPLOAD_BYTES, publish_root: Path | None = None, cancel_wait_s: float = 20.0) -> None:
         self.queue = queue
         self.recipes = recipes
         self.output_root = Path(output_root).resolve()
+        self.private = private  # pages see only their own jobs (else every page sees every job, as on localhost)
+        self.max_upload_bytes = max_upload_bytes
+        self.publish_root = Path(publish_root) if publish_root else None  # None: gradio's cache folder, found when needed
+        self.cancel_wait_s = cancel_wait_s  # how long Cancel waits to report what the run kept
+        self._owners: set[str] = set()  # the owner tokens this server issued
+        self._lock = threading.Lock()
+        self._secret = secrets.token_hex(16)  # keys the published file names: unguessable without it
+
+    # ----------------------------------------------------------------------------------- sessions
+    def new_owner(self) -> str:
+        """A fresh owner token (a page session's secret)."""
+        owner = secrets.token_urlsafe(24)
+        with self._lock:
+            self._owners.add(owner)
+        return owner
+
+    def known(self, owner: str | None) -> bool:
+        with self._lock:
+            return bool(owner) and owner in self._owners
+
+    def _job(self, owner: str | None, job_id: str | None) -> Job | None:
+        """The job ``job_id`` if this page may see it: its own (private app) or any (localhost)."""
+        job = self.queue.get(job_id)
+        if job is None or not self.private:
+            return job
+        return job if self.known(owner) and secrets.compare_digest(job.spec.owner, owner) else None
+
+    def _latest(self, owner: str | None) -> Job | None:
+        """For a page with no job: the newest running or queued job it may see, else the newest of them."""
+        if not self.private:
+            return self.queue.latest()
+        mine = [j for j in self.queue.jobs() if self._job(owner, j.id) is not None]
+        active = [j for j in mine if j.active]
+        return (active or mine)[-1] if (active or mine) else None
+
+    def publish(self, path: str | Path | None) -> str | None:
+        """A result file as the browser gets it: linked (or copied) into gradio's cache under a name keyed by a
+        server secret, the file's path and version, so that only a page shown it can fetch it."""
+        if path is None:
+            return None
+        source = Path(path)
+        try:
+            info = source.stat()
+        except OSError:
+            return None
+        key = f"{self._secret}\0{source.resolve()}\0{info.st_size}\0{info.st_mtime_ns}".encode()
+        root = self.publish_root or default_publish_root()
+        target = root / hashlib.sha256(key).hexdigest()[:32] / source.name
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}.part")
+            try:
+                os.link(source, staging)
+            except OSError:  # another file system, or links not allowed
+                shutil.copyfile(source, staging)
+            os.replace(staging, target)
+        return str(target)
 
     # ----------------------------------------------------------------------------------- handlers
     def recipe_changed(self, label: str) -> list[Any]:
@@ -63,10 +153,16 @@ class AppState:
                     for option in OPTIONS]
         return updates
 
-    def start(self, job_id: str | None, label: str, prompt: str, uploads: Any, *values: Any) -> tuple[Any, str]:
-        """Check the input, queue the run, and remember its id in the browser; errors become a message."""
+    def start(self, owner: str | None, job_id: str | None, label: str, prompt: str, uploads: Any, *values: Any) -> tuple[Any, str]:
+        """Check the input, queue the run, and remember its id in the browser; errors become a message. A rejected
+        upload leaves nothing in the upload folder."""
+        upload_dir = self.output_root / "app-uploads" / uuid.uuid4().hex[:10]
         try:
+            if self.private and not self.known(owner):
+                raise RecipeError("this page is not known to the server (it restarted?): reload the page")
             recipe = find_recipe(self.recipes, label)
+            options = dict(zip(OPTIONS, values))
+            build_overrides(recipe, "", options)  # bad options are refused before an upload is unpacked
             poses_from = ""
             if recipe.input == PROMPT:
                 text = " ".join((prompt or "").split())
@@ -75,14 +171,13 @@ class AppState:
                 title = text
             elif recipe.input == IMAGE:
                 files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
-                image = prepare_image(files, self.output_root / "app-uploads" / uuid.uuid4().hex[:10])
+                image = prepare_image(files, upload_dir, self.max_upload_bytes)
                 text, title = str(image), image.name
             else:
                 files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
-                scene = prepare_scene(files, self.output_root / "app-uploads" / uuid.uuid4().hex[:10])
+                scene = prepare_scene(files, upload_dir, self.max_upload_bytes)
                 text, title = str(scene.root), f"{Path(files[0]).name} ({scene.summary()})"
                 poses_from = str(scene.poses_from or "")
-            options = dict(zip(OPTIONS, values))
             overrides = build_overrides(recipe, text, options)
             from lift3d.config import ConfigError, load_config
 
@@ -92,20 +187,22 @@ class AppState:
                 raise RecipeError(f"the options do not fit recipe '{recipe.label}': {error}") from None
             spec = JobSpec(recipe.config_path, overrides, self.output_root, recipe=recipe.label, title=title,
                            export=recipe.recipe.export, export_formats=list(recipe.recipe.export_formats or []) or None,
-                           poses_from=poses_from)
+                           poses_from=poses_from, owner=owner or "")
             job = self.queue.submit(spec)
         except (RecipeError, UploadError) as error:
+            shutil.rmtree(upload_dir, ignore_errors=True)
             return gr.skip(), message_html(str(error), "error")
         except Exception as error:  # the server keeps running whatever goes wrong with one request
+            shutil.rmtree(upload_dir, ignore_errors=True)
             log.error("could not start a job:\n%s", traceback.format_exc())
             return gr.skip(), message_html(f"could not start the run: {type(error).__name__}: {error}", "error")
         position = self.queue.position(job)
         where = f"queued at position {position}" if position > 1 else "starting"
         return job.id, message_html(f"Run {job.id} {where}: {recipe.label}", "info")
 
-    def edit(self, job_id: str | None, instruction: str, editor: str = "instruct-pix2pix") -> tuple[Any, str]:
+    def edit(self, owner: str | None, job_id: str | None, instruction: str, editor: str = "instruct-pix2pix") -> tuple[Any, str]:
         """Queue ``lift3d edit`` on the shown job's reconstruction (a finished photos run) with ``instruction``."""
-        job = self.queue.get(job_id)
+        job = self._job(owner, job_id)
         text = " ".join((instruction or "").split())
         recipe = next((r for r in self.recipes if job is not None and r.label == job.spec.recipe), None)
         trial = job.trial_dir if job is not None else None
@@ -118,26 +215,39 @@ class AppState:
             return gr.skip(), message_html("type an edit instruction first, e.g. 'make it look like bronze'", "error")
         spec = JobSpec(trial / "configs" / "parsed.yaml", [], self.output_root, recipe=f"Edit of {job.spec.recipe}",
                        title=text, export=job.spec.export, export_formats=job.spec.export_formats, edit_of=str(trial),
-                       editor=editor if editor in EDITORS.values() else "instruct-pix2pix")
+                       editor=editor if editor in EDITORS.values() else "instruct-pix2pix", owner=job.spec.owner)
         edit = self.queue.submit(spec)
         return edit.id, message_html(f"Run {edit.id}: editing run {job.id} ({text})", "info")
 
-    def cancel(self, job_id: str | None) -> str:
-        job = self.queue.get(job_id)
+    def cancel(self, owner: str | None, job_id: str | None) -> str:
+        """Cancel the page's job; the message says what the run kept (its newest checkpoint and step, or none),
+        read from its ckpts/ once it stopped (or, if it takes longer than ``cancel_wait_s``, so far)."""
+        job = self._job(owner, job_id)
         if job is None or not job.active:
             return message_html("there is no queued or running job to cancel", "error")
+        queued = job.state == QUEUED
         self.queue.cancel(job.id)
-        return message_html(f"Cancelling run {job.id}; its last checkpoint stays in ckpts/", "info")
+        if queued:
+            return message_html(f"Cancelled run {job.id} before it started; nothing was kept", "info")
+        self.queue.wait(job.id, timeout=self.cancel_wait_s)
+        if not job.active:
+            return message_html(f"Run {job.id} {job.note or job.state}", "info")
+        step = job.progress.get("step")
+        return message_html(f"Stopping run {job.id}{f' at step {step}' if step is not None else ''}; so far it "
+                            f"{describe_kept(job.trial_dir, None)}", "info")
 
-    def attach(self, job_id: str | None) -> tuple[str | None, dict]:
-        """On page load: the browser's job if the server knows it, else the running (or newest) job."""
-        job = self.queue.get(job_id) or self.queue.latest()
-        return (job.id if job else None), {}
+    def attach(self, owner: str | None, job_id: str | None) -> tuple[str, str | None, dict]:
+        """On page load: the page's owner token (a new one when the server does not know it), and the browser's job
+        if this page may see it, else its running (or newest) job."""
+        if not self.known(owner):
+            owner = self.new_owner()
+        job = self._job(owner, job_id) or self._latest(owner)
+        return owner, (job.id if job else None), {}
 
-    def refresh(self, job_id: str | None, shown: dict | None) -> list[Any]:
+    def refresh(self, owner: str | None, job_id: str | None, shown: dict | None) -> list[Any]:
         """The panel, latest grid, model, video, downloads, Cancel button and timer; unchanged ones are skipped."""
         shown = dict(shown or {})
-        job = self.queue.get(job_id)
+        job = self._job(owner, job_id)
         view = job_view(job, self.queue.position(job)) if job else None
         model = video = None
         files: list[str] = []
@@ -146,10 +256,10 @@ class AppState:
         wanted = {
             "job": job.id if job else None,
             "status": status_html(view),
-            "image": view.latest_image if view else None,
-            "model": model,
-            "video": video,
-            "files": files,
+            "image": self.publish(view.latest_image) if view else None,
+            "model": self.publish(model),
+            "video": self.publish(video),
+            "files": [p for p in map(self.publish, files) if p],
             "cancel": bool(job and job.state in ACTIVE),
             "timer": bool(job and job.state in ACTIVE),  # tick only while something runs: an idle page costs nothing
         }
@@ -170,13 +280,15 @@ class AppState:
         return [*updates, wanted]
 
 
-def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) -> gr.Blocks:
-    """The Blocks app over ``queue`` offering ``recipes``."""
-    state = AppState(queue, recipes, output_root)
+def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, *, private: bool = True,
+              max_upload_bytes: int = MAX_UPLOAD_BYTES) -> gr.Blocks:
+    """The Blocks app over ``queue`` offering ``recipes``; ``private``: each page sees only the jobs it started."""
+    state = AppState(queue, recipes, output_root, private=private, max_upload_bytes=max_upload_bytes)
     first = recipes[0] if recipes else None
     with gr.Blocks(title="lift3d", analytics_enabled=False) as demo:
         gr.Markdown("# lift3d\nText or photos to 3D: pick a recipe, give it a prompt or posed photos, and press Start.")
         job_id = gr.BrowserState(None, storage_key="lift3d-app-job")
+        owner = gr.BrowserState(None, storage_key="lift3d-app-owner")  # the page session's secret, issued on load
         shown = gr.State({})
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
@@ -217,31 +329,35 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path) 
         outputs = [status, latest, model, video, files, cancel, timer, shown]
 
         recipe.change(state.recipe_changed, recipe, [about, prompt, upload, *option_inputs], queue=False)
-        start.click(state.start, [job_id, recipe, prompt, upload, *option_inputs], [job_id, message],
+        start.click(state.start, [owner, job_id, recipe, prompt, upload, *option_inputs], [job_id, message],
                     concurrency_limit=None, show_progress="minimal").then(
-            state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
-        cancel.click(state.cancel, job_id, message, concurrency_limit=None, show_progress="hidden")
-        edit.click(state.edit, [job_id, instruction, editor], [job_id, message], concurrency_limit=None,
+            state.refresh, [owner, job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
+        cancel.click(state.cancel, [owner, job_id], message, concurrency_limit=None, show_progress="minimal").then(
+            state.refresh, [owner, job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
+        edit.click(state.edit, [owner, job_id, instruction, editor], [job_id, message], concurrency_limit=None,
                    show_progress="minimal").then(
-            state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
-        timer.tick(state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
-        demo.load(state.attach, job_id, [job_id, shown], concurrency_limit=None).then(
-            state.refresh, [job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
+            state.refresh, [owner, job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
+        timer.tick(state.refresh, [owner, job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
+        demo.load(state.attach, [owner, job_id], [owner, job_id, shown], concurrency_limit=None).then(
+            state.refresh, [owner, job_id, shown], outputs, concurrency_limit=None, show_progress="hidden")
     return demo
 
 
 def launch(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, host: str = "127.0.0.1", port: int = 7860,
-           share: bool = False) -> None:
-    """Serve the app until interrupted; running jobs are then cancelled (their last checkpoints stay)."""
+           share: bool = False, max_upload_bytes: int = MAX_UPLOAD_BYTES) -> None:
+    """Serve the app until interrupted; running jobs are then cancelled (their last checkpoints stay). The output
+    folder is not served: result files reach a page only through ``AppState.publish``."""
     output_root = Path(output_root).resolve()
     output_root.mkdir(parents=True, exist_ok=True)
-    demo = build_app(queue, recipes, output_root)
+    private = is_private(host, share)
+    print(f"lift3d: {'each page sees only the jobs it started' if private else 'every page sees every job (localhost)'}; "
+          f"uploads up to {max_upload_bytes / 2**30:.3g} GiB", flush=True)
+    demo = build_app(queue, recipes, output_root, private=private, max_upload_bytes=max_upload_bytes)
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     try:
         demo.queue(default_concurrency_limit=None).launch(
-            server_name=host, server_port=port, share=share, allowed_paths=[str(output_root)], theme=theme, css=CSS, head=HEAD,
-            show_error=True, ssr_mode=False,
+            server_name=host, server_port=port, share=share, theme=theme, css=CSS, head=HEAD, show_error=True, ssr_mode=False,
+            max_file_size=max_upload_bytes,
         )
     finally:
         queue.close()
-
