@@ -86,6 +86,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.signum = 0
         self.armed = False
+        self.active = False  # inside the ``with`` block: only then are the handlers in place
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -104,11 +105,12 @@ class StopSignals:
         self._previous.clear()
 
     def __enter__(self) -> StopSignals:
+        self.active = True
         self.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.armed = False
+        self.active = self.armed = False
         self.restore()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -139,21 +141,25 @@ class StopAndSaveCallback(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_save = time.monotonic()
-        self.signals.install()  # replaces the SIGTERM handler Lightning installed in fit (it would exit 0)
-        self.signals.armed = trainer.world_size == 1 or self.check_every > 0
+        if self.signals.active:  # a trainer built outside run_experiment keeps Python's and Lightning's handlers
+            self.signals.install()  # replaces the SIGTERM handler Lightning installed in fit (it would exit 0)
+            self.signals.armed = trainer.world_size == 1 or self.check_every > 0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """A signal during the last step or the final validation: training is complete, so stop before the exports
-        and test renders (its end-of-training checkpoint is the one kept)."""
-        if not self.signals.armed:
-            return
-        signum = self.signals.signum
-        if trainer.world_size > 1:
-            signum, _ = self._agree(trainer, signum, False)
-        self.signals.armed = False
-        if signum:
-            self.signals.signum = self.signals.signum or signum
-            self._stop(trainer)
+        and test renders (its end-of-training checkpoint is the one kept). Otherwise make sure last.ckpt holds the
+        final step."""
+        if self.signals.armed:
+            signum = self.signals.signum
+            if trainer.world_size > 1:
+                signum, _ = self._agree(trainer, signum, False)
+            self.signals.armed = False
+            if signum:
+                self.signals.signum = self.signals.signum or signum
+                self._stop(trainer)
+        # Lightning writes last.ckpt at the end only when a periodic checkpoint falls on the last step
+        if self.save_last and self._saved_step != trainer.global_step:
+            trainer.save_checkpoint(self.checkpoint_path(trainer.global_step))
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._last_save = time.monotonic()

@@ -172,9 +172,8 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         ]
         if cfg.checkpoint.every_n_minutes < 0:
             raise ConfigError(f"checkpoint.every_n_minutes must be >= 0 (0: off), got {cfg.checkpoint.every_n_minutes}")
-        if signals is not None or cfg.checkpoint.every_n_minutes > 0:
-            callbacks.append(StopAndSaveCallback(signals or StopSignals(), trial_dir / "ckpts", cfg.checkpoint.save_last,
-                                                 cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
+        callbacks.append(StopAndSaveCallback(signals or StopSignals(), trial_dir / "ckpts", cfg.checkpoint.save_last,
+                                             cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
         if cfg.viewer.enabled:  # off: not even imported, so the viewer costs nothing
             from lift3d.viewer.training import ViewerCallback
 
