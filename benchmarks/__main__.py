@@ -165,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in wanted if w not in known]
     if unknown:
         parser.error(f"unknown cases {unknown}; run with --list to see them")
+    if not args.tiny and not torch.cuda.is_available():
+        # the cases are sized for a data-centre GPU: on a CPU they run for hours and measure nothing of use
+        print("python -m benchmarks: no CUDA GPU here, and these cases are sized for one; run python -m benchmarks "
+              "--tiny for a CPU smoke test (seconds), or run on a CUDA machine", file=sys.stderr)
+        return 2
     selected = [c for c in cases if not wanted or c.name in wanted or c.group in wanted]
     with_recipes = not args.no_recipes and (not wanted or "recipes" in wanted)
     env = environment(device)

@@ -65,11 +65,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  cuda:{i}           {props.name}, {props.total_memory / 2**30:.1f} GiB, sm_{props.major}{props.minor}")
     else:
         print("  CUDA             not available (CPU only)")
-    print("writers:")
+    print("writers (lift3d export --format ...):")
     from lift3d.aftercare import writer_status
+    from lift3d.export.formats import FORMATS, format_status
 
+    for name, status in format_status().items():
+        print(f"  {name:18s} {status}  ({FORMATS[name][1]})" if status == "ok" else f"  {name:18s} {status}")
+    print("mesh tools:")
     for name, status in writer_status().items():
-        print(f"  {name:18s} {status}")
+        if name in ("textures (UV atlas)", "marching cubes"):  # the parts of mesh exports that are no format of their own
+            print(f"  {name:19s} {status}")
     print("backends:")
     for name, status in backend_report().items():
         print(f"  {name:18s} {status}")

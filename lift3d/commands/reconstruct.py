@@ -51,6 +51,28 @@ def is_unbounded(layout: str) -> bool:
     return layout != "blender"
 
 
+def check_poses(scene: Path) -> None:
+    """Refuse a posed scene whose camera poses or lenses hold NaN or infinite numbers (a broken export, a failed
+    solve), naming the frames, before any training: they would turn every Gaussian or field they touch into NaN."""
+    import numpy as np
+
+    from lift3d.data.capture import SceneFormatError
+    from lift3d.data.scene import read_capture
+
+    capture, _ = read_capture(scene)
+    bad = []
+    for frame in capture.frames:
+        lens = frame.lens
+        numbers = [lens.fx, lens.fy, lens.cx, lens.cy, *lens.coeffs]
+        if not (np.isfinite(frame.c2w).all() and np.isfinite(numbers).all()):
+            bad.append(frame.name or frame.image.name)
+    if bad:
+        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise SceneFormatError(f"{len(bad)} of {len(capture.frames)} frames in {scene} have camera poses or lenses that are "
+                               f"not finite numbers (NaN or inf): {shown}; fix or remove those frames in its poses file, "
+                               f"or recover every pose again with lift3d poses {scene} --force")
+
+
 def _summary(trial: Path) -> list[str]:
     save = trial / "save"
     lines = [f"lift3d: results in {trial}"]
@@ -76,15 +98,18 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.data.scene import detect_format
     from lift3d.data.sfm import prepare_capture
     from lift3d.runner import run_experiment
-    from lift3d.trainer_checks import check_trainer
+    from lift3d.trainer_checks import check_devices, check_trainer
 
     paths = [item for item in args.config if "=" not in item]
     overrides = [item for item in args.config if "=" in item]
     if len(paths) > 1:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
+    if args.gpus is not None:  # before structure from motion, which may take minutes
+        check_devices("gpu", parse_gpus(args.gpus))
     scene = Path(paths[0]).expanduser().resolve() if paths else sample_scene_path()
     scene = prepare_capture(scene)  # a video or a folder of photos without poses: structure from motion first
     layout = detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
+    check_poses(scene)
     if not paths:
         print(f"lift3d: no scene given; reconstructing the built-in sample scene ({scene})", flush=True)
     gpus = parse_gpus(args.gpus)

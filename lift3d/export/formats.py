@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from lift3d.aftercare import attempt
+from lift3d.aftercare import WriterUnavailable, attempt, require_ffmpeg, require_webp
 from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.grid import BboxLike, ColourFn, DensityFn
@@ -39,6 +39,21 @@ FORMATS: dict[str, tuple[str, str]] = {
     "mp4": ("render_fn", "turntable video (H.264)"),
     "gif": ("render_fn", "turntable animation"),
 }
+
+# format -> what its writer needs beyond lift3d's own dependencies: a check raising WriterUnavailable (``lift3d info``)
+FORMAT_NEEDS: dict[str, Callable[[], None]] = {"mp4": require_ffmpeg, "sog": require_webp}
+
+
+def format_status() -> dict[str, str]:
+    """Every export format of FORMATS: "ok" or what its writer is missing and how to install it (``lift3d info``)."""
+    status = {}
+    for name in FORMATS:
+        try:
+            FORMAT_NEEDS.get(name, lambda: None)()
+            status[name] = "ok"
+        except WriterUnavailable as error:
+            status[name] = str(error)
+    return status
 
 
 # format -> (file-name ending after the stem, writer(path, params, keep=mask, sh_degree=int))
