@@ -1,4 +1,7 @@
-"""Image quality metrics as pure functions on [B, H, W, C] tensors in 0..1."""
+"""Image quality metrics as pure functions on [B, H, W, C] tensors in 0..1.
+
+A ``mask`` [B, H, W, 1] (1 = use the pixel) scores each image over its kept pixels only: padding and ignored
+pixels (``loss_mask`` of a batch) count for nothing."""
 
 from __future__ import annotations
 
@@ -7,10 +10,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def psnr(prediction: Tensor, target: Tensor) -> Tensor:
-    """Peak signal-to-noise ratio in dB per image [B] (peak 1.0)."""
-    mse = ((prediction - target) ** 2).flatten(1).mean(dim=1)
+def psnr(prediction: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Peak signal-to-noise ratio in dB per image [B] (peak 1.0), over the pixels of ``mask`` when given."""
+    if mask is None:
+        mse = ((prediction - target) ** 2).flatten(1).mean(dim=1)
+    else:
+        mask = mask.to(prediction.dtype).expand_as(prediction)
+        mse = (((prediction - target) ** 2) * mask).flatten(1).sum(dim=1) / mask.flatten(1).sum(dim=1).clamp_min(1.0)
     return -10.0 * torch.log10(mse.clamp_min(1e-10))
+
+
+def masked_prediction(prediction: Tensor, target: Tensor, mask: Tensor | None) -> Tensor:
+    """``prediction`` where ``mask`` is 1 and ``target`` elsewhere: pixels outside the mask then add no error and
+    pass no gradient, also inside a windowed measure (SSIM) whose window straddles the mask's edge."""
+    return prediction if mask is None else torch.lerp(target, prediction, mask.to(prediction.dtype))
 
 
 _taps: dict[tuple, Tensor] = {}
@@ -54,10 +67,12 @@ def gaussian_blur(maps: Tensor, window_size: int = 11, sigma: float = 1.5) -> Te
     return F.conv2d(maps, window, padding=window_size // 2, groups=maps.shape[1])
 
 
-def ssim(prediction: Tensor, target: Tensor, window_size: int = 11, sigma: float = 1.5) -> Tensor:
-    """Structural similarity per image [B] (Gaussian window 11, sigma 1.5, as 3DGS and most papers).
+def ssim(prediction: Tensor, target: Tensor, window_size: int = 11, sigma: float = 1.5, mask: Tensor | None = None) -> Tensor:
+    """Structural similarity per image [B] (Gaussian window 11, sigma 1.5, as 3DGS and most papers); with ``mask``,
+    the mean over its pixels of the map of ``masked_prediction`` against ``target``.
 
     The five local means (x, y, x^2, y^2, xy) are one blur of the stacked maps."""
+    prediction = masked_prediction(prediction, target, mask)
     x = prediction.permute(0, 3, 1, 2)
     y = target.permute(0, 3, 1, 2)
     channels = x.shape[1]
@@ -68,4 +83,7 @@ def ssim(prediction: Tensor, target: Tensor, window_size: int = 11, sigma: float
     sigma_xy = mean_xy - mu_x * mu_y
     c1, c2 = 0.01**2, 0.03**2
     ssim_map = ((2 * mu_x * mu_y + c1) * (2 * sigma_xy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sigma_x + sigma_y + c2))
-    return ssim_map.flatten(1).mean(dim=1)
+    if mask is None:
+        return ssim_map.flatten(1).mean(dim=1)
+    weight = mask.to(ssim_map.dtype).permute(0, 3, 1, 2).expand_as(ssim_map)
+    return (ssim_map * weight).flatten(1).sum(dim=1) / weight.flatten(1).sum(dim=1).clamp_min(1.0)

@@ -159,7 +159,7 @@ class FrameLoader:
         images, intrinsics, paths, keeps = [], [], [], []
         for i in indices:
             frame = self.capture.frames[i]
-            rgba = load_rgba(frame.image, self.downscale)
+            rgba = np.require(load_rgba(frame.image, self.downscale), requirements="W")  # masks are written into it
             height, width = rgba.shape[:2]
             lens = frame.lens
             if abs(width / height - lens.width / lens.height) > 0.02:

@@ -315,7 +315,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         gt = batch.get("rgb")
         if torch.is_tensor(gt) and gt.ndim == 4 and "rgb" in out:
             prediction = out["rgb"].clamp(0, 1).float()
-            scores = torch.stack([psnr(prediction, gt.float()), ssim(prediction, gt.float())], dim=-1)
+            mask = batch.get("loss_mask")  # ignored pixels (data.mask_mode=ignore) are not scored
+            scores = torch.stack([psnr(prediction, gt.float(), mask), ssim(prediction, gt.float(), mask=mask)], dim=-1)
             self._val_scores.append(scores.detach())
 
     def _evaluate(self, batch: dict[str, Any], batch_idx: int, split: str) -> dict[int, Tensor]:

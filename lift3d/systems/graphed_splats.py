@@ -59,7 +59,8 @@ class GraphedSplatStep:
     # ----------------------------------------------------------------------------------- when
     def applies(self, batch: dict[str, Any]) -> bool:
         """Whether this step is replayed: gsplat on a GPU, one process, 32-bit precision, one batch a step, and
-        photos of one size (several sizes would mean a capture per size change: the step then runs eagerly). The
+        batches of one size (posed photos of several sizes arrive padded to one; batches that change size would mean
+        a capture per change: the step then runs eagerly). The
         first such step runs eagerly: it builds gsplat's kernels outside any capture, or finds that they cannot
         build, and the renderer then falls back to PyTorch (no capture) as it does without this option."""
         self._replayed = self._updated = False
@@ -96,6 +97,8 @@ class GraphedSplatStep:
                   "rgb": batch["rgb"]}
         if batch.get("background") is not None:
             inputs["background"] = batch["background"]
+        if batch.get("loss_mask") is not None:  # padding of photos of several sizes, ignored pixels
+            inputs["loss_mask"] = batch["loss_mask"]
         params = [p for p in system.parameters() if p.requires_grad]
         ids = tuple(id(p) for p in params)
         if self.step is None:
@@ -113,7 +116,8 @@ class GraphedSplatStep:
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             views = Cameras(static["c2w"], static["intrinsics"], width, height, static["viewmats"])
-            terms, out = system.loss_terms(views, static.get("background"), static["rgb"], isect_capacity=capacity)
+            terms, out = system.loss_terms(views, static.get("background"), static["rgb"], static.get("loss_mask"),
+                                           isect_capacity=capacity)
             kept = {k: out[k] for k in ("rgb", "radii", "means2d", "isect_count")}
             return system.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **kept}
 

@@ -22,7 +22,7 @@ from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian
 from lift3d.export.splat import rgb_from_sh_dc
 from lift3d.gaussians.ply import save_ply
 from lift3d.gaussians.replicas import ReplicatedGaussians
-from lift3d.metrics import ssim
+from lift3d.metrics import masked_prediction, ssim
 from lift3d.registry import register
 from lift3d.schedule import is_schedule
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
@@ -53,7 +53,7 @@ class ReconstructGaussiansConfig(SystemConfig):
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # written when training ends; lift3d export takes any format
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
-    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision, photos of one size (false: its kernels launched one by one)
+    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
     isect_headroom: float = 1.2  # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its largest footprint), sized again at each capture
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
@@ -68,6 +68,20 @@ def _scale_schedule(value: Any, factor: float) -> Any:
         return [[step, v * factor] for step, v in items] + mode
     start, v0, v1, end = items
     return [start, v0 * factor, v1 * factor, end] + mode
+
+
+def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, Tensor]:
+    """The render with ``radii`` zeroed for Gaussians whose centre falls on a pixel outside ``loss_mask`` [B, H, W, 1]
+    (ignored, or padding): densification then counts a Gaussian as seen only in views where it was compared, so one
+    seen only in ignored pixels is never grown, and views that ignore it do not dilute its mean gradient."""
+    means2d = out["means2d"].detach()
+    B, H, W = loss_mask.shape[:3]
+    x, y = means2d[..., 0], means2d[..., 1]
+    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H)
+    pixel = y.long().clamp(0, H - 1) * W + x.long().clamp(0, W - 1)
+    kept = loss_mask.reshape(B, -1).gather(1, pixel) > 0.5
+    seen = (kept | ~inside).to(out["radii"].dtype)
+    return {**out, "radii": out["radii"] * (seen[..., None] if out["radii"].ndim == 3 else seen)}
 
 
 @register("reconstruct-gaussians")
@@ -167,20 +181,29 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
     def render(self, cameras: Cameras, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
         return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
-    def loss_terms(self, cameras: Cameras, background: Tensor | None, target: Tensor,
+    def loss_terms(self, cameras: Cameras, background: Tensor | None, target: Tensor, loss_mask: Tensor | None = None,
                    **options: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        """(the photometric loss terms, the render) of one batch of views against its photos."""
+        """(the photometric loss terms, the render) of one batch of views against its photos; with ``loss_mask``
+        [B, H, W, 1] (1 = compare) over its pixels only: padding and ignored pixels pass no gradient, so Gaussians
+        seen only there gather no densification gradient either."""
         out = self.render(cameras, background, with_depth=False, **options)  # the loss reads colours only
-        l1 = (out["rgb"] - target).abs().mean()
-        dssim = 1.0 - ssim(out["rgb"], target).mean()
+        if loss_mask is None:
+            l1 = (out["rgb"] - target).abs().mean()
+            dssim = 1.0 - ssim(out["rgb"], target).mean()
+        else:
+            kept = (loss_mask.sum() * target.shape[-1]).clamp_min(1.0)
+            l1 = (masked_prediction(out["rgb"], target, loss_mask) - target).abs().sum() / kept
+            dssim = 1.0 - ssim(out["rgb"], target, mask=loss_mask).mean()
         return {"l1": l1, "ssim": dssim}, out
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         replayed = self._graphs.run(batch) if self._graphs.applies(batch) else None
         if replayed is None:
-            terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"])
+            terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"], batch.get("loss_mask"))
         else:
             terms, out = replayed
+        if batch.get("loss_mask") is not None:
+            out = seen_in_kept_pixels(out, batch["loss_mask"])
         self._last_render = out
         self.log_step("train/gaussians", float(len(self.gaussians)))
         return self.total_loss(terms)

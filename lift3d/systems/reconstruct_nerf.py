@@ -75,8 +75,9 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
     def loss_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor]:
         """Render the batch and compare it with the photos -> (loss terms, rendered rays [N, C], target rgb [N, 3]).
 
-        Rays outside the renderer's sample budget (``ray_valid`` False) are left out of every term: the rays'
-        ``weight`` [N] is 0 for them, 1 for the others."""
+        Rays outside the renderer's sample budget (``ray_valid`` False), and pixels outside the batch's ``loss_mask``
+        (padding of photos of several sizes, ignored pixels), are left out of every term: the rays' ``weight`` [N] is
+        0 for them, 1 for the others. (Ray batches hold kept pixels only.)"""
         if "rays_o" in batch:
             out = self.renderer.render_rays(batch["rays_o"], batch["rays_d"], background=batch.get("background"))
             target, target_alpha = batch["rgb"], batch.get("alpha")
@@ -89,6 +90,8 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
             target_alpha = batch["alpha"].reshape(-1, 1) if "alpha" in batch else None
         valid = out.get("ray_valid")
         weight = torch.ones_like(out["rgb"][:, 0]) if valid is None else valid.reshape(-1).float()
+        if batch.get("loss_mask") is not None:
+            weight = weight * batch["loss_mask"].reshape(-1).to(weight.dtype)
         count = weight.sum().clamp_min(1.0)
         error = self._photometric(out["rgb"], target)
         terms = {"rgb": (error * weight).sum() / count}
@@ -141,7 +144,8 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
     def _captured_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor] | None:
         """The step's loss terms by replaying its CUDA graph (captured again when its key changes); the gradients
         wait in the graph until ``backward``. None: this step runs eagerly (the renderer has no sample budgets yet)."""
-        inputs = {k: v for k, v in batch.items() if torch.is_tensor(v) and k in ("rays_o", "rays_d", "rgb", "alpha", "background")}
+        names = ("rays_o", "rays_d", "rgb", "alpha", "background", "loss_mask")
+        inputs = {k: v for k, v in batch.items() if torch.is_tensor(v) and k in names}
         key = self._graph_key(inputs["rays_o"].shape[0], inputs["rays_o"].device)
         if key is None:
             return None
