@@ -1,6 +1,7 @@
 """Structure from motion on photo sets as people have them: one COLMAP camera per (upright size, EXIF camera),
 EXIF focal lengths as priors, rotated photos seen upright, and failures explained from what COLMAP recorded."""
 
+import json
 import logging
 import math
 import shutil
@@ -10,10 +11,12 @@ import pytest
 from PIL import Image
 
 from lift3d.cli import main
-from lift3d.data.sfm import SfmOptions, run_sfm
+from lift3d.data.posed_images import PosedImagesDataModule
+from lift3d.data.sfm import SfmOptions, run_sfm, triangulate_points
 from lift3d.data.sfm_photos import DEFAULT_FOCAL_FACTOR, group_cameras, read_photo, upright_folder
 from lift3d.data.sfm_report import Evidence, describe, explain
-from tests.sfm_scene import pose_errors, reconstruction_c2w, write_mixed_photos, write_photos
+from lift3d.data.transforms_json import read_transforms_json
+from tests.sfm_scene import FLOOR_Z, pose_errors, reconstruction_c2w, write_mixed_photos, write_photos
 
 
 def _save(path, size, make="", model="", focal_35mm=0, focal_mm=0.0, orientation=1, plane=None):
@@ -32,25 +35,25 @@ def _save(path, size, make="", model="", focal_35mm=0, focal_mm=0.0, orientation
         sub[0xA20E], sub[0xA210], sub[0xA002] = plane
     pixels = np.random.default_rng(len(path.name)).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
     Image.fromarray(pixels).save(path, exif=exif)
-    return path
+    return path.name
 
 
 def test_read_photo_sizes_and_focal_priors(tmp_path):
-    sideways = read_photo(_save(tmp_path / "p.jpg", (400, 300), "Apple", "iPhone 12", focal_35mm=26, focal_mm=4.2, orientation=6))
+    sideways = read_photo(tmp_path, _save(tmp_path / "p.jpg", (400, 300), "Apple", "iPhone 12", focal_35mm=26, focal_mm=4.2, orientation=6))
     assert (sideways.width, sideways.height, sideways.orientation) == (300, 400, 6)  # the upright size
     assert sideways.focal_px == pytest.approx(26 / math.hypot(36, 24) * 500)  # 35 mm equivalents scale the diagonal
     # focal length in mm and the sensor's pixels per mm (here a 5 um pitch: 200 px per mm at 4000 px), resized to 400 px
-    plane = read_photo(_save(tmp_path / "c.jpg", (400, 300), "Canon", "EOS", focal_mm=50.0, plane=(200.0, 4, 4000)))
+    plane = read_photo(tmp_path, _save(tmp_path / "c.jpg", (400, 300), "Canon", "EOS", focal_mm=50.0, plane=(200.0, 4, 4000)))
     assert plane.focal_px == pytest.approx(50 * 200 * 400 / 4000)
-    bare = read_photo(_save(tmp_path / "b.png", (320, 240)))
+    bare = read_photo(tmp_path, _save(tmp_path / "b.png", (320, 240)))
     assert (bare.make, bare.focal_px, bare.orientation) == ("", 0.0, 1)
     with pytest.raises(Exception, match="cannot read the photo"):
         (tmp_path / "broken.jpg").write_bytes(b"not an image")
-        read_photo(tmp_path / "broken.jpg")
+        read_photo(tmp_path, "broken.jpg")
 
 
 def test_one_camera_per_size_and_exif_camera(tmp_path):
-    photos = [read_photo(_save(tmp_path / f"{name}.jpg", size, *exif)) for name, size, exif in [
+    photos = [read_photo(tmp_path, _save(tmp_path / f"{name}.jpg", size, *exif)) for name, size, exif in [
         ("land1", (400, 300), ("Apple", "iPhone 12", 26, 4.2)),
         ("port1", (400, 300), ("Apple", "iPhone 12", 26, 4.2, 6)),  # stored sideways: 300x400 upright
         ("land2", (400, 300), ("Apple", "iPhone 12", 26, 4.2)),
@@ -72,7 +75,7 @@ def test_rotated_photos_reach_colmap_upright(tmp_path):
     images.mkdir()
     _save(images / "sideways.jpg", (40, 30), orientation=6)
     _save(images / "upright.jpg", (40, 30))
-    photos = [read_photo(images / "sideways.jpg"), read_photo(images / "upright.jpg")]
+    photos = [read_photo(images, "sideways.jpg"), read_photo(images, "upright.jpg")]
     feed = upright_folder(images, photos, tmp_path / "work")
     assert feed == tmp_path / "work" and Image.open(feed / "sideways.jpg").size == (30, 40)
     assert Image.open(feed / "upright.jpg").size == (40, 30)
@@ -129,6 +132,12 @@ def test_mixed_cameras_and_orientations_all_register(mixed):
     rotation, position, extent = pose_errors(np.stack([poses[n] for n in names]), np.stack([truth[n].c2w for n in names]))
     print(f"mixed cameras: rotation {rotation:.3f} deg, position {position / extent:.2%} of the extent")
     assert rotation < 1.0 and position < 0.02 * extent, (rotation, position, extent)
+    # lift3d's COLMAP reader takes the model with its three cameras, every photo at its upright size
+    module = PosedImagesDataModule({"root": str(root), "normalize": "none", "holdout_every": 0})
+    assert module.capture.format == "colmap" and len(module.capture.frames) == 21
+    for frame in module.capture.frames:
+        assert (frame.lens.width, frame.lens.height) == (truth[frame.image.name].width, truth[frame.image.name].height)
+        assert np.allclose(frame.c2w, poses[frame.image.name], atol=1e-5)
 
 
 def test_a_photo_that_shares_nothing_is_named(mixed, tmp_path, caplog):
@@ -147,3 +156,21 @@ def test_tiny_photos_say_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "registered only 0 of 6 photos" in err and "photo_000.jpg, photo_001.jpg, photo_002.jpg, photo_003.jpg and 2 more" in err
     assert "are tiny (48x48 px and similar)" in err and "use larger photos" in err and "Traceback" not in err
+
+
+def test_points_triangulated_at_known_poses_of_several_lenses(mixed, tmp_path, monkeypatch):
+    root, truth, _ = mixed
+    shutil.copytree(root / "images", tmp_path / "images")
+    frames = [{"file_path": f"images/{name}", "transform_matrix": photo.c2w.tolist(), "fl_x": photo.focal, "fl_y": photo.focal,
+               "cx": photo.width / 2, "cy": photo.height / 2, "w": photo.width, "h": photo.height}
+              for name, photo in truth.items()]
+    (tmp_path / "transforms.json").write_text(json.dumps({"frames": frames}))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    capture = read_transforms_json(tmp_path)
+    assert len({f.lens for f in capture.frames}) == 3
+    points, colors = triangulate_points(capture)
+    assert len(points) > 100 and colors.dtype == np.uint8
+    # where the toy and its floor are: on the floor plane (z = -0.9) or inside the toy's box
+    on_floor = np.abs(points[:, 2] - FLOOR_Z) < 0.05
+    in_toy = (np.abs(points[:, :2]).max(1) < 0.85) & (points[:, 2] > FLOOR_Z - 0.02) & (points[:, 2] < 0.62)
+    assert (on_floor | in_toy).mean() > 0.9, (on_floor | in_toy).mean()

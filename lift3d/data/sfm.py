@@ -115,7 +115,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
              pycolmap.__version__, "sequential" if sequential else "exhaustive")
 
-    photos = [read_photo(images / name) for name in names]
+    photos = [read_photo(images, name) for name in names]
     groups = group_cameras(photos)
     feed = upright_folder(images, photos, work / "upright")
     log.info("%d camera(s): %s", len(groups), "; ".join(f"{g.describe()} ({len(g.photos)} photos)" for g in groups))
@@ -239,8 +239,9 @@ def cache_folder(kind: str, key: str) -> Path:
 def triangulate_points(capture, max_image_size: int = 800, max_num_features: int = 2048):
     """Sparse points (and colours) of a capture whose poses are known but that brings no points
     (instant-ngp, most nerfstudio folders): SIFT features, exhaustive matching and COLMAP's triangulation
-    at the given poses, cached (``cache_folder``). Returns ``(points [P, 3], colors [P, 3] uint8)`` in the
-    capture's world frame, or None when the frames do not share one lens or pycolmap is missing."""
+    at the given poses (one COLMAP camera per distinct lens), cached (``cache_folder``). Returns
+    ``(points [P, 3], colors [P, 3] uint8)`` in the capture's world frame, or None when pycolmap is missing
+    or fewer than two frames can be used."""
     import hashlib
     import os
 
@@ -248,16 +249,21 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
 
     from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, rotmat_to_qvec, write_model_text
 
-    frames = capture.frames
-    lens = frames[0].lens
-    if any(f.lens != lens for f in frames) or len(frames) < 2:
-        log.info("not triangulating sparse points: the frames do not share one lens")
+    image_dir = Path(os.path.commonpath([str(f.image.parent) for f in capture.frames]))
+    names = [f.image.relative_to(image_dir).as_posix() for f in capture.frames]
+    photos = [read_photo(image_dir, name) for name in names]
+    # frames whose lens describes the image as lift3d loads it (upright): a lens for a resized copy would misplace points
+    usable = [(f, n, p) for f, n, p in zip(capture.frames, names, photos) if (p.width, p.height) == (f.lens.width, f.lens.height)]
+    if len(usable) < 2:
+        log.info("not triangulating sparse points: %d of %d frames have images of their lens's size", len(usable),
+                 len(names))
         return None
-    image_dir = Path(os.path.commonpath([str(f.image.parent) for f in frames]))
-    names = [f.image.relative_to(image_dir).as_posix() for f in frames]
-    # keyed by what the points depend on: file names and sizes (not times: a copied scene keeps its cache), poses, lens
+    frames, names, photos = (list(column) for column in zip(*usable))
+    lenses = list(dict.fromkeys(f.lens for f in frames))
+    # keyed by what the points depend on: file names and sizes (not times: a copied scene keeps its cache), poses, lenses
     digest = hashlib.sha1(repr((names, [f.image.stat().st_size for f in frames], [f.c2w.round(6).tolist() for f in frames],
-                                lens, max_image_size, max_num_features)).encode()).hexdigest()[:16]
+                                [lenses.index(f.lens) for f in frames], lenses, max_image_size,
+                                max_num_features)).encode()).hexdigest()[:16]
     folder = cache_folder("triangulated", digest)
     cached = folder / "points.npz"
     if cached.is_file():
@@ -271,35 +277,43 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
         return None
     if not log.isEnabledFor(logging.DEBUG):
         pycolmap.logging.minloglevel = 1
-    model_name, n_coeffs = _COLMAP_LENS[lens.kind]
-    params = [lens.fx, lens.fy, lens.cx, lens.cy, *np.pad(np.asarray(lens.coeffs, float), (0, n_coeffs))[:n_coeffs]]
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     database = folder / "database.db"
+    feed = upright_folder(image_dir, photos, folder / "upright")  # COLMAP reads pixels as stored; lenses are upright
     start = time.perf_counter()
     with _progress() as progress:
-        task = progress.add_task("sparse points", total=3)
+        task = progress.add_task("sparse points", total=len(lenses) + 2)
         extraction = pycolmap.FeatureExtractionOptions()
         extraction.max_image_size, extraction.sift.max_num_features = max_image_size, max_num_features
-        reader = pycolmap.ImageReaderOptions()
-        reader.camera_model, reader.camera_params = model_name, ",".join(repr(float(v)) for v in params)
-        pycolmap.extract_features(database, image_dir, image_names=names, camera_mode=pycolmap.CameraMode.SINGLE,
-                                  reader_options=reader, extraction_options=extraction)
-        progress.advance(task)
+        cameras = {}
+        for lens in lenses:
+            model_name, n_coeffs = _COLMAP_LENS[lens.kind]
+            params = [lens.fx, lens.fy, lens.cx, lens.cy, *np.pad(np.asarray(lens.coeffs, float), (0, n_coeffs))[:n_coeffs]]
+            reader = pycolmap.ImageReaderOptions()
+            reader.camera_model, reader.camera_params = model_name, ",".join(repr(float(v)) for v in params)
+            batch = [n for f, n in zip(frames, names) if f.lens == lens]
+            pycolmap.extract_features(database, feed, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
+                                      reader_options=reader, extraction_options=extraction)
+            cameras[lens] = (model_name, np.asarray(params, float))
+            progress.advance(task)
         pycolmap.match_exhaustive(database)
         progress.advance(task)
         db = pycolmap.Database.open(database)
-        ids = {image.name: image.image_id for image in db.read_all_images()}
-        camera_id = db.read_all_cameras()[0].camera_id
+        ids = {image.name: (image.image_id, image.camera_id) for image in db.read_all_images()}
         db.close()
-        images = {}
+        images, colmap_cameras = {}, {}
         for frame, name in zip(frames, names):
+            if name not in ids:  # COLMAP could not read it: triangulate from the others
+                continue
+            image_id, camera_id = ids[name]
             w2c = np.linalg.inv(frame.c2w @ np.diag([1.0, -1.0, -1.0, 1.0]))  # OpenGL c2w -> COLMAP world-to-camera
-            images[ids[name]] = ColmapImage(ids[name], rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3], camera_id, name)
-        camera = ColmapCamera(camera_id, model_name, lens.width, lens.height, np.asarray(params, float))
-        write_model_text(ColmapModel({camera_id: camera}, images, {}), folder / "known")
-        reconstruction = pycolmap.triangulate_points(pycolmap.Reconstruction(str(folder / "known")), database, image_dir,
+            images[image_id] = ColmapImage(image_id, rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3], camera_id, name)
+            model_name, params = cameras[frame.lens]
+            colmap_cameras[camera_id] = ColmapCamera(camera_id, model_name, frame.lens.width, frame.lens.height, params)
+        write_model_text(ColmapModel(colmap_cameras, images, {}), folder / "known")
+        reconstruction = pycolmap.triangulate_points(pycolmap.Reconstruction(str(folder / "known")), database, feed,
                                                      folder / "triangulated")
         progress.advance(task)
     points3d = list(reconstruction.points3D.values())

@@ -35,7 +35,7 @@ _ROTATED = range(2, 9)  # EXIF orientations other than "stored upright"
 class Photo:
     """One photo as COLMAP should see it: the upright size and what EXIF says of the camera."""
 
-    name: str  # file name inside the photo folder
+    name: str  # path inside the photo folder (as COLMAP names the image)
     width: int  # upright (EXIF orientation applied)
     height: int
     orientation: int  # EXIF orientation (1: stored upright)
@@ -87,8 +87,9 @@ def _text(value) -> str:
     return str(value or "").replace("\x00", "").strip()
 
 
-def read_photo(path: Path) -> Photo:
-    """The upright size and EXIF camera of the photo at ``path`` (the header only: no decoding)."""
+def read_photo(folder: Path, name: str) -> Photo:
+    """The upright size and EXIF camera of the photo ``folder / name`` (the header only: no decoding)."""
+    path = folder / name
     try:
         with Image.open(path) as image:
             stored_w, stored_h = image.size
@@ -106,7 +107,7 @@ def read_photo(path: Path) -> Photo:
         pixels_per_mm = _number(sub.get(_PLANE_X_RESOLUTION)) / _MM_PER_UNIT[int(_number(sub.get(_PLANE_UNIT, 2)))]
         original = max(_number(sub.get(_PIXEL_X)), _number(sub.get(_PIXEL_Y)))  # the sensor's size, before any resize
         focal_px = focal_mm * pixels_per_mm * (max(width, height) / original if original else 1.0)
-    return Photo(path.name, width, height, orientation, _text(exif.get(_MAKE)), _text(exif.get(_MODEL)), focal_mm,
+    return Photo(name, width, height, orientation, _text(exif.get(_MAKE)), _text(exif.get(_MODEL)), focal_mm,
                  focal_35mm, focal_px)
 
 
@@ -131,6 +132,7 @@ def upright_folder(images: Path, photos: list[Photo], work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     for photo in photos:
         target = work / photo.name
+        target.parent.mkdir(parents=True, exist_ok=True)
         if photo.orientation not in _ROTATED:
             try:
                 os.symlink(images.resolve() / photo.name, target)
