@@ -13,7 +13,7 @@ from PIL import Image
 from lift3d.cli import main
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sfm import SfmOptions, run_sfm, triangulate_points
-from lift3d.data.sfm_photos import DEFAULT_FOCAL_FACTOR, group_cameras, read_photo, upright_folder
+from lift3d.data.sfm_photos import DEFAULT_FOCAL_FACTOR, Photo, group_cameras, read_photo, upright_folder
 from lift3d.data.sfm_report import Evidence, describe, explain
 from lift3d.data.transforms_json import read_transforms_json
 from tests.sfm_scene import FLOOR_Z, pose_errors, reconstruction_c2w, write_mixed_photos, write_photos
@@ -85,8 +85,6 @@ def test_rotated_photos_reach_colmap_upright(tmp_path):
 def test_reasons_come_from_colmap_records():
     photos = {"a.jpg": (640, 480), "b.jpg": (640, 480), "c.jpg": (640, 480), "tiny.jpg": (64, 48), "flat.jpg": (800, 600),
               "far.jpg": (640, 480), "x.jpg": (640, 480), "y.jpg": (640, 480), "lost.jpg": (640, 480)}
-    from lift3d.data.sfm_photos import Photo
-
     groups = group_cameras([Photo(n, w, h, 1, "", "", 0.0, 0.0, 0.0) for n, (w, h) in photos.items()])
     evidence = Evidence({n: 2000 for n in photos if n != "lost.jpg"} | {"tiny.jpg": 12, "flat.jpg": 40})
     for first, second, inliers in [("a.jpg", "b.jpg", 400), ("b.jpg", "c.jpg", 300), ("far.jpg", "a.jpg", 20),
@@ -104,6 +102,14 @@ def test_reasons_come_from_colmap_records():
     assert "alone.jpg shares no matches with any other photo" in said and "far.jpg overlaps the other photos too little" in said
     assert "x.jpg, y.jpg match only photos that did not register either" in said and "COLMAP could not read lost.jpg" in said
     assert len(fixes) == 6
+    # a camera none of whose photos registered, though they matched: said as such
+    other = group_cameras([Photo(n, 320, 240, 1, "Pixel", "7", 6.8, 24.0, 300.0) for n in ("p1.jpg", "p2.jpg")])
+    evidence.keypoints |= {"p1.jpg": 900, "p2.jpg": 900}
+    evidence.verified["p1.jpg"], evidence.verified["p2.jpg"] = {"a.jpg": 30}, {"b.jpg": 25}
+    reasons = explain(["a.jpg", "b.jpg", "c.jpg", "p1.jpg", "p2.jpg"], {"a.jpg", "b.jpg", "c.jpg"}, evidence, groups + other)
+    said, _ = describe(reasons, {"a.jpg", "b.jpg", "c.jpg"}, groups + other)
+    assert said.startswith("p1.jpg, p2.jpg overlap the other photos too little (at most 30 verified matches with one photo)")
+    assert said.endswith("; none of the 2 photos of the camera 320x240 Pixel 7, 24 mm equiv. registered")
 
 
 @pytest.fixture(scope="module")

@@ -156,6 +156,8 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
                                                        initial_image_pair_callback=lambda: progress.advance(task, 2),
                                                        next_image_callback=lambda: progress.advance(task))
         options.stage_seconds["mapping"] = time.perf_counter() - start
+    if feed != images:  # upright copies served their purpose (the model names the originals)
+        shutil.rmtree(feed, ignore_errors=True)
 
     best = max(reconstructions.values(), key=lambda r: r.num_reg_images(), default=None)
     registered = {best.image(i).name for i in best.reg_image_ids()} if best is not None else set()
@@ -316,6 +318,8 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
         reconstruction = pycolmap.triangulate_points(pycolmap.Reconstruction(str(folder / "known")), database, feed,
                                                      folder / "triangulated")
         progress.advance(task)
+    if feed != image_dir:
+        shutil.rmtree(feed, ignore_errors=True)
     points3d = list(reconstruction.points3D.values())
     if not points3d:
         log.warning("triangulation found no sparse points (too little texture or overlap?)")
