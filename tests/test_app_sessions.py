@@ -147,3 +147,50 @@ def test_the_app_is_private_beyond_localhost():
     assert not is_private("127.0.0.1") and not is_private("localhost") and not is_private("::1")
     assert is_private("0.0.0.0") and is_private("192.168.1.5") and is_private("myhost.lan") and is_private("::")
     assert is_private("127.0.0.1", share=True)
+
+
+def test_the_server_does_not_serve_the_output_folder(tmp_path):
+    """``gradio_api/file=`` used to serve every file under --output-root; now only what a page was handed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from tests.conftest import REPO
+    from tests.test_app_browser import _free_port
+
+    outputs = tmp_path / "outputs"
+    secret = outputs / "someone" / "run@1" / "save" / "it100.glb"
+    secret.parent.mkdir(parents=True)
+    secret.write_bytes(b"someone else's model")
+    port = _free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "GRADIO_TEMP_DIR": str(tmp_path / "gradio"), "OMP_NUM_THREADS": "1",
+           "LIFT3D_APP_RECIPES": ""}
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "lift3d", "app", "--port", str(port), "--output-root", str(outputs),
+                                    "--max-upload-gb", "0.5"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/file={secret}", timeout=10)
+        assert refused.value.code == 403
+        assert "every page sees every job (localhost); uploads up to 0.5 GiB" in log.read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
