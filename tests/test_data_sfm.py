@@ -32,6 +32,9 @@ def test_sfm_recovers_every_camera(photos, capsys):
     assert "poses written to" in out.out and "registered 20 of 20" in out.err
     module = PosedImagesDataModule({"root": str(root), "normalize": "none", "holdout_every": 0})
     assert module.capture.format == "colmap" and len(module.capture.frames) == 20
+    import pycolmap
+
+    assert len(pycolmap.Reconstruction(root / "sparse" / "0").cameras) == 1  # photos of one size and no EXIF: one camera
     names = [f.image.name for f in module.capture.frames]
     order = [int(n.removeprefix("photo_").removesuffix(".jpg")) for n in names]
     recovered = np.stack([f.c2w for f in module.capture.frames])

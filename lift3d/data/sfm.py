@@ -2,9 +2,11 @@
 
 ``prepare_capture(path)`` is what ``lift3d reconstruct`` and ``lift3d poses`` call first: a video becomes a
 folder of its sharpest evenly spaced frames (``lift3d.data.video``), and a folder of photos with no poses
-gets a COLMAP model written beside them (``sparse/0``) by ``run_sfm``: SIFT features, matching
-(exhaustive for small sets, sequential for video frames), incremental mapping. A folder that already has
-poses (any layout ``lift3d.data.scene`` reads) is returned as it is, so a second run reuses the model.
+gets a COLMAP model written beside them (``sparse/0``) by ``run_sfm``: SIFT features with one COLMAP camera
+per distinct (upright size, EXIF camera) and EXIF focal lengths as priors (``lift3d.data.sfm_photos``),
+matching (exhaustive for small sets, sequential for video frames), incremental mapping. Photos that do not
+register are explained from COLMAP's records (``lift3d.data.sfm_report``). A folder that already has poses
+(any layout ``lift3d.data.scene`` reads) is returned as it is, so a second run reuses the model.
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     photos = [read_photo(images, name) for name in names]
     groups = group_cameras(photos)
     feed = upright_folder(images, photos, work / "upright")
-    log.info("%d camera(s): %s", len(groups), "; ".join(f"{g.describe()} ({len(g.photos)} photos)" for g in groups))
+    log.info("%d camera%s: %s", len(groups), "s" if len(groups) > 1 else "",
+             "; ".join(f"{g.describe()} ({len(g.photos)} photo{'s' if len(g.photos) > 1 else ''})" for g in groups))
 
     pycolmap.set_random_seed(0)  # RANSAC draws: with one thread, the same model every run
     with _progress() as progress:
