@@ -94,7 +94,7 @@ def test_reasons_come_from_colmap_records():
     evidence.keypoints["alone.jpg"] = 3000
     names = [*photos, "alone.jpg"]
     reasons = explain(names, {"a.jpg", "b.jpg", "c.jpg"}, evidence, groups)
-    assert {reason: [n for n, _ in entries] for reason, entries in reasons.items()} == {
+    assert {reason: [entry.name for entry in entries] for reason, entries in reasons.items()} == {
         "unread": ["lost.jpg"], "tiny": ["tiny.jpg"], "plain": ["flat.jpg"], "alone": ["alone.jpg"],
         "separate": ["x.jpg", "y.jpg"], "weak": ["far.jpg"]}
     said, fixes = describe(reasons, {"a.jpg", "b.jpg", "c.jpg"}, groups)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from lift3d.data.sfm_photos import CameraGroup
 
@@ -45,6 +46,14 @@ class Evidence:
     verified: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {other name: verified matches}
 
 
+class LeftOut(NamedTuple):
+    """A photo that did not register: its name, what COLMAP recorded of it, and the number that matters."""
+
+    name: str
+    detail: str
+    count: int = 0  # keypoints (tiny, plain) or the most verified matches with one photo (weak)
+
+
 def read_evidence(database: Path) -> Evidence:
     """Keypoints per photo and verified matches per photo pair from a COLMAP database."""
     import pycolmap
@@ -63,54 +72,52 @@ def read_evidence(database: Path) -> Evidence:
     return evidence
 
 
-def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int, int]) -> tuple[str, str]:
-    """(reason, detail) for one photo that did not register."""
+def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int, int]) -> tuple[str, LeftOut]:
+    """The reason one photo did not register, and what COLMAP recorded of it."""
     if name not in evidence.keypoints:
-        return "unread", ""
+        return "unread", LeftOut(name, "")
     keypoints = evidence.keypoints[name]
     if keypoints < MIN_KEYPOINTS:
         if max(size) < SMALL_SIDE:
-            return "tiny", f"{size[0]}x{size[1]} px, {keypoints} features"
-        return "plain", f"{keypoints} SIFT features"
+            return "tiny", LeftOut(name, f"{size[0]}x{size[1]} px, {keypoints} features", keypoints)
+        return "plain", LeftOut(name, f"{keypoints} SIFT features", keypoints)
     pairs = evidence.verified.get(name, {})
     if not pairs:
-        return "alone", ""
+        return "alone", LeftOut(name, "")
     if registered and not registered.intersection(pairs):
-        return "separate", ""
+        return "separate", LeftOut(name, "")
     best = max(pairs.values())
     start = "" if registered or best >= FIRST_PAIR else f"; COLMAP starts from a pair with {FIRST_PAIR}"
-    return "weak", f"at most {best} verified matches with one photo{start}"
+    return "weak", LeftOut(name, f"at most {best} verified matches with one photo{start}", best)
 
 
 def explain(names: list[str], registered: set[str], evidence: Evidence,
-            groups: list[CameraGroup]) -> dict[str, list[tuple[str, str]]]:
-    """The photos of ``names`` that did not register as (name, detail) pairs, grouped by reason in the order
-    of ``REASONS``."""
+            groups: list[CameraGroup]) -> dict[str, list[LeftOut]]:
+    """The photos of ``names`` that did not register, grouped by reason in the order of ``REASONS``."""
     sizes = {p.name: (p.width, p.height) for group in groups for p in group.photos}
-    found: dict[str, list[tuple[str, str]]] = {}
+    found: dict[str, list[LeftOut]] = {}
     for name in names:
         if name not in registered:
-            reason, detail = _reason(name, evidence, registered, sizes.get(name, (0, 0)))
-            found.setdefault(reason, []).append((name, detail))
+            reason, left_out = _reason(name, evidence, registered, sizes.get(name, (0, 0)))
+            found.setdefault(reason, []).append(left_out)
     return {reason: found[reason] for reason in REASONS if reason in found}
 
 
-def _names(entries: list[tuple[str, str]]) -> str:
-    shown = ", ".join(name for name, _ in entries[:SHOWN])
+def _names(entries: list[LeftOut]) -> str:
+    shown = ", ".join(entry.name for entry in entries[:SHOWN])
     return shown + (f" and {len(entries) - SHOWN} more" if len(entries) > SHOWN else "")
 
 
-def _detail(reason: str, entries: list[tuple[str, str]]) -> str:
+def _detail(reason: str, entries: list[LeftOut]) -> str:
     """One photo's detail, or a summary of several."""
     if len(entries) == 1 or reason not in ("tiny", "plain", "weak"):
-        return entries[0][1]
+        return entries[0].detail
     if reason == "weak":
-        most = max(entries, key=lambda entry: int(entry[1].split()[2]))
-        return most[1]
-    return entries[0][1].split(",")[0] + " and similar" if reason == "tiny" else entries[0][1] + " or so"
+        return max(entries, key=lambda entry: entry.count).detail
+    return entries[0].detail.split(",")[0] + " and similar" if reason == "tiny" else entries[0].detail + " or so"
 
 
-def describe(reasons: dict[str, list[tuple[str, str]]], registered: set[str],
+def describe(reasons: dict[str, list[LeftOut]], registered: set[str],
              groups: list[CameraGroup]) -> tuple[str, list[str]]:
     """(what COLMAP reported, as clauses joined by '; ', and the fixes) for ``explain``'s reasons."""
     if not registered and list(reasons) == ["alone"]:  # every photo alone: no subject in common at all
@@ -126,7 +133,7 @@ def describe(reasons: dict[str, list[tuple[str, str]]], registered: set[str],
                                    **verbs))
         fixes.append(fix)
     if len(groups) > 1 and registered:  # a whole camera left out though its photos matched: its lens may be what differs
-        matched = {name for reason in ("separate", "weak") for name, _ in reasons.get(reason, [])}
+        matched = {entry.name for reason in ("separate", "weak") for entry in reasons.get(reason, [])}
         clauses += [f"none of the {len(group.photos)} photos of the camera {group.describe()} registered" for group in groups
                     if len(group.photos) > 1 and set(group.names) <= matched]
     return "; ".join(clauses), fixes
