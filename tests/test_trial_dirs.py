@@ -63,7 +63,7 @@ def test_two_training_runs_started_together_get_two_folders(tmp_path):
     for name in folders:
         ckpts = tmp_path / "fit-image" / name / "ckpts"
         assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt"]
-        seeds.add(load_config(tmp_path / "fit-image" / name / "configs" / "parsed.yaml").seed)
+        seeds.add(load_config(tmp_path / "fit-image" / name / "configs" / "parsed.yaml", allow_imports=True).seed)  # our own run
         assert load_checkpoint(ckpts / "last.ckpt")["global_step"] == 5
     assert seeds == {1, 2}  # each folder holds its own run's configs
     said = {line.split("writing to ")[1] for out, _ in outputs for line in out.splitlines() if "writing to" in line}
