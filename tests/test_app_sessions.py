@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lift3d.app.jobs import CANCELLED, FINISHED, RUNNING, Job, JobQueue, JobSpec, checkpoint_step, kept_checkpoint
+from lift3d.app.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, Job, JobQueue, JobSpec, checkpoint_step, kept_checkpoint
 from lift3d.app.recipes import AppRecipe, probe_recipe
 from lift3d.app.ui import AppState, is_private
 from tests.conftest import TEST_CONFIGS
@@ -194,3 +194,22 @@ def test_the_server_does_not_serve_the_output_folder(tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def test_a_run_slow_to_stop_gets_what_it_kept_so_far(recipes, tmp_path):
+    import torch
+
+    queue = FakeQueue()
+    state = AppState(queue, recipes, tmp_path, cancel_wait_s=0.0)
+    owner = state.new_owner()
+    trial = tmp_path / "run"
+    job = Job("slow", JobSpec(TEST_CONFIGS / "app-mesh.yaml", [], tmp_path, owner=owner), tag="t", state=RUNNING, trial_dir=trial)
+    job.progress = {"step": 42}
+    queue.known[job.id] = job
+    message = _text(state.cancel(owner, job.id))  # the fake run never stops
+    assert "Stopping run slow at step 42" in message and "so far: no checkpoint was kept" in message, message
+    (trial / "ckpts").mkdir(parents=True)
+    torch.save({"global_step": 40}, trial / "ckpts" / "step0000040.ckpt")
+    assert "so far: kept ckpts/step0000040.ckpt (step 40)" in _text(state.cancel(owner, job.id))
+    job.state = QUEUED
+    assert "before it started; nothing was kept" in _text(state.cancel(owner, job.id))

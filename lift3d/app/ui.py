@@ -233,8 +233,8 @@ class AppState:
         if not job.active:
             return message_html(f"Run {job.id} {job.note or job.state}", "info")
         step = job.progress.get("step")
-        return message_html(f"Stopping run {job.id}{f' at step {step}' if step is not None else ''}; so far it "
-                            f"{describe_kept(job.trial_dir, None)}", "info")
+        return message_html(f"Stopping run {job.id}{f' at step {step}' if step is not None else ''} (the panel says what it "
+                            f"kept once it stops); so far: {describe_kept(job.trial_dir, None)}", "info")
 
     def attach(self, owner: str | None, job_id: str | None) -> tuple[str, str | None, dict]:
         """On page load: the page's owner token (a new one when the server does not know it), and the browser's job
