@@ -65,6 +65,13 @@ def test_an_undistorted_dense_colmap_folder_loads_every_photo_at_its_own_size(tm
     assert module.orbit_cameras(3).width == train.size(0)[0]
     record = json.loads(module.write_records(tmp_path / "run").read_text())
     assert len(record["image_sizes"]) == len(train)
+    # the viewer's training frustums: each photo's own size and thumbnail (no padding)
+    from lift3d.viewer.models import training_views_of
+
+    shown = training_views_of(module, thumbnail_side=16)
+    assert shown.sizes == sizes
+    step = max(train.cameras.width, train.cameras.height) // 16
+    assert [t.shape[:2] for t in shown.thumbnails] == [(-(-h // step), -(-w // step)) for w, h in sizes]
 
 
 def test_two_size_set_trains_to_within_1db_of_the_one_size_set(tmp_path):

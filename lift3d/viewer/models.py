@@ -30,6 +30,7 @@ class TrainingViews:
 
     cameras: Cameras  # [N] lift3d cameras (OpenGL c2w)
     thumbnails: list[np.ndarray]  # uint8 [h, w, 3] per camera
+    sizes: list[tuple[int, int]] | None = None  # (width, height) of each photo when they differ (cameras then hold the padded size)
 
 
 @dataclass
@@ -96,8 +97,13 @@ def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int
         return None
     picked = torch.linspace(0, len(cameras) - 1, min(max_views, len(cameras))).round().long().unique()
     step = max(1, max(cameras.width, cameras.height) // thumbnail_side)
-    thumbs = [rgba[int(i), ::step, ::step, :3].cpu().numpy().astype(np.uint8) for i in picked]
-    return TrainingViews(cameras[picked], thumbs)
+    # photos of several sizes are padded to one (lift3d.data.scene): each frustum shows its own photo at its own size
+    sizes = [scene.size(int(i)) for i in picked] if getattr(scene, "sizes", None) is not None else None
+    thumbs = []
+    for k, i in enumerate(picked):
+        width, height = sizes[k] if sizes else (cameras.width, cameras.height)
+        thumbs.append(rgba[int(i), :height, :width][::step, ::step, :3].cpu().numpy().astype(np.uint8))
+    return TrainingViews(cameras[picked], thumbs, sizes)
 
 
 def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:

@@ -231,10 +231,11 @@ class ViewerServer:
         """The training cameras as frustums carrying their photos."""
         distance = float(views.cameras.positions.norm(dim=-1).median())
         scale = max(0.02, 0.06 * distance)
-        aspect = views.cameras.width / views.cameras.height
         for i, (c2w, thumb) in enumerate(zip(views.cameras.c2w, views.thumbnails)):
+            width, height = views.sizes[i] if views.sizes else (views.cameras.width, views.cameras.height)  # its own photo
+            aspect = width / height
             wxyz, position = c2w_to_viser_pose(c2w.double())
-            fovy = 2.0 * math.atan(0.5 * views.cameras.height / float(views.cameras.intrinsics[i, 1, 1]))
+            fovy = 2.0 * math.atan(0.5 * height / float(views.cameras.intrinsics[i, 1, 1]))
             self.server.scene.add_camera_frustum(f"/training_cameras/{i}", fov=fovy, aspect=aspect, scale=scale,
                                                  image=thumb, format="jpeg", wxyz=wxyz.numpy(), position=position.numpy())
 
