@@ -26,15 +26,16 @@ def render_camera_path(source: str | Path, path_json: str | Path, out: str | Pat
     import torch
 
     from lift3d.config import ConfigError
-    from lift3d.export.video import render_frames
+    from lift3d.export.video import check_video_size, render_frames
     from lift3d.saving import OutputSaver
     from lift3d.viewer.models import load_view_model
     from lift3d.viewer.path import load_camera_path, path_cameras
 
     camera_path = load_camera_path(path_json)
-    for name, value in (("--width", width), ("--height", height)):
-        if value is not None and value < 2:
-            raise ConfigError(f"{name} must be at least 2 pixels, got {value}")
+    # every frame is rendered whole: a 100000-pixel side would run out of memory (or time) before the first one
+    check_video_size(camera_path.width if width is None else width, camera_path.height if height is None else height,
+                     f"the width in {path_json}" if width is None else "--width",
+                     f"the height in {path_json}" if height is None else "--height", ("--width 1920", "--height 1080"))
     target = Path(out) if out else Path(path_json).with_suffix(".mp4")
     if target.suffix.lower() not in (".mp4", ".gif"):
         raise ConfigError(f"--out {target}: write an .mp4 or a .gif")

@@ -17,15 +17,16 @@ from lift3d.saving import OutputSaver
 MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
 
 
-def check_video_size(width: int, height: int, width_key: str, height_key: str) -> None:
+def check_video_size(width: int, height: int, width_key: str, height_key: str, fixes: tuple[str, str] | None = None) -> None:
     """Refuse frames of under 2 or over MAX_VIDEO_SIDE pixels a side (each frame is rendered in memory whole), naming
-    the flags or keys that set them."""
+    what set them (``*_key``) and how to set them (``fixes``; default ``KEY=1920`` and ``KEY=1080``)."""
     from lift3d.config import ConfigError
 
-    for key, value in ((width_key, width), (height_key, height)):
+    fixes = fixes or (f"{width_key}=1920", f"{height_key}=1080")
+    for key, value, fix in ((width_key, width, fixes[0]), (height_key, height, fixes[1])):
         if not 2 <= value <= MAX_VIDEO_SIDE:
             raise ConfigError(f"{key} must be 2..{MAX_VIDEO_SIDE} pixels (a video frame is rendered whole), got {value}: "
-                              f"e.g. {key}{' ' if key.startswith('-') else '='}1920")
+                              f"e.g. {fix}")
 
 
 def orbit_cameras(
