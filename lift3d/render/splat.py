@@ -22,6 +22,7 @@ from lift3d.render.splat_torch import rasterize_torch
 
 log = logging.getLogger("lift3d.render.splat")
 BACKENDS = ("auto", "torch", "gsplat")
+RASTERIZE_MODES = ("classic", "antialiased")
 _logged: set[str] = set()
 _gsplat_broken: list[str] = []  # the error of a failed gsplat build, once seen
 
@@ -103,6 +104,7 @@ def rasterize(
     absgrad: bool = False,
     with_depth: bool = True,
     isect_capacity: int = 0,
+    rasterize_mode: str = "classic",
 ) -> dict[str, Tensor]:
     """Render B views of N Gaussians.
 
@@ -115,7 +117,11 @@ def rasterize(
     ``with_depth=False`` leaves ``depth`` out (a training step that does not read it skips its channel).
     ``isect_capacity`` > 0 (gsplat only): the tile intersections go into that many fixed slots, so the render waits
     on nothing and can be captured in a CUDA graph; ``isect_count`` then says how many there were (more: dropped).
+    ``absgrad``: after backward ``means2d.absgrad`` holds the per-pixel gradients' absolute values summed (AbsGS).
+    ``rasterize_mode="antialiased"``: Mip-Splatting's 2D filter (opacity x sqrt(det(cov2d) / det(cov2d + eps2d I))).
     """
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(f"rasterize_mode must be one of {', '.join(RASTERIZE_MODES)}, got '{rasterize_mode}'")
     width, height = width or cameras.width, height or cameras.height
     if (width, height) != (cameras.width, cameras.height):
         cameras = cameras.resized(width, height)
@@ -138,9 +144,10 @@ def rasterize(
     if chosen == "gsplat":
         try:
             if isect_capacity > 0:
-                out = rasterize_gsplat_fixed(*args, isect_capacity, **kwargs, absgrad=absgrad, with_depth=with_depth)
+                out = rasterize_gsplat_fixed(*args, isect_capacity, **kwargs, absgrad=absgrad, with_depth=with_depth,
+                                             rasterize_mode=rasterize_mode)
             else:
-                out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth)
+                out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth, rasterize_mode=rasterize_mode)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization failed: {error}") from error
@@ -148,10 +155,8 @@ def rasterize(
             _log_once(f"splat rasterizer: gsplat failed ({str(error).splitlines()[0][:200]}); using pure PyTorch",
                       logging.WARNING)
     if out is None:
-        if absgrad:
-            raise ValueError("absgrad needs the gsplat backend; the torch rasterizer computes plain gradients")
         out = rasterize_torch(*args, **kwargs, tile_size=tile_size, chunk_elements=chunk_elements,
-                              save_elements=save_elements)
+                              save_elements=save_elements, rasterize_mode=rasterize_mode, absgrad=absgrad)
         with_depth_channel = True  # the torch rasterizer always composites depth
     else:
         with_depth_channel = with_depth
@@ -181,7 +186,8 @@ class SplatRendererConfig:
     tile_size: int = 16  # torch backend: tile side in pixels (results do not depend on it; 8 is faster on CPU)
     chunk_elements: int = 4194304  # torch backend: pixel x Gaussian pairs processed at once (memory bound)
     save_elements: int = 67108864  # torch backend: pairs whose intermediates are kept for backward
-    absgrad: bool = False  # gsplat backend: also accumulate absolute image-space gradients (AbsGS)
+    absgrad: bool = False  # also accumulate absolute image-space gradients (AbsGS; densify.absgrad turns it on for growing)
+    rasterize_mode: str = "classic"  # classic, or antialiased (Mip-Splatting's 2D filter: opacity compensated for eps2d)
 
 
 @register("splat-rasterizer")
@@ -198,6 +204,9 @@ class SplatRenderer(Configurable):
         c = self.cfg
         check_minimums("system.renderer", c, {"tile_size": (1, 16), "chunk_elements": (1, 4194304),
                                               "save_elements": (0, 67108864), "eps2d": (0.0, 0.3)})
+        if c.rasterize_mode not in RASTERIZE_MODES:
+            raise ConfigError(f"system.renderer.rasterize_mode must be classic or antialiased, got '{c.rasterize_mode}': "
+                              "e.g. system.renderer.rasterize_mode=antialiased")
         if not 0 <= c.near_plane < c.far_plane:
             raise ConfigError(f"system.renderer needs 0 <= near_plane < far_plane, got {c.near_plane} and {c.far_plane}: "
                               "e.g. system.renderer.near_plane=0.01")
@@ -207,5 +216,5 @@ class SplatRenderer(Configurable):
         c = self.cfg
         options = {"backend": c.backend, "near_plane": c.near_plane, "far_plane": c.far_plane, "eps2d": c.eps2d,
                    "tile_size": c.tile_size, "chunk_elements": c.chunk_elements, "save_elements": c.save_elements,
-                   "absgrad": c.absgrad, **kwargs}
+                   "absgrad": c.absgrad, "rasterize_mode": c.rasterize_mode, **kwargs}
         return rasterize(gaussians, cameras, background=background, sh_degree=sh_degree, **options)

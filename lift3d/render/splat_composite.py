@@ -150,15 +150,28 @@ def _forward_chunk(features: Tensor, q: Tensor, color: Tensor, counts: Tensor, o
     return acc, trans, blocks
 
 
+def abs_gradient_features(features: Tensor) -> Tensor:
+    """[6, 2P]: ``q @ it`` gives (a dx + b dy, b dx + c dy) at each pixel of the tile (dx, dy: the pixel minus the
+    centre), the derivative of sigma by the pixel, whose absolute value times |dL/dsigma| is the absolute per-pixel
+    gradient of the 2D mean (gsplat's ``absgrad``)."""
+    _, u, v = features[:, 0], features[:, 1], features[:, 2]
+    zero, one = torch.zeros_like(u), torch.ones_like(u)
+    x = torch.stack([zero, one, zero, 2 * u, v, zero])  # q1 + 2 q3 u + q4 v
+    y = torch.stack([zero, zero, one, zero, u, 2 * v])  # q2 + q4 u + 2 q5 v
+    return torch.cat([x, y], dim=1)
+
+
 @torch.no_grad()
 def _backward_chunk(features: Tensor, q: Tensor, color: Tensor, blocks: list[_Block], g_acc: Tensor,
-                    g_final: Tensor, final: Tensor) -> tuple[Tensor, Tensor]:
-    """dL/dq [n, K, 6] and dL/dcolor [n, K, D], back to front over the blocks.
+                    g_final: Tensor, final: Tensor, abs_features: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+    """dL/dq [n, K, 6], dL/dcolor [n, K, D] and, with ``abs_features``, the absolute per-pixel gradients of the 2D
+    means summed over the tile [n, K, 2] (else None), back to front over the blocks.
 
     With w_k = a_k T_k, T_k = prod_{j<k} (1 - a_j) and out = sum_k w_k c_k + T_final bg:
     dL/da_k = T_k (c_k . g) - (sum_{j>k} w_j (c_j . g) + T_final dL/dT_final) / (1 - a_k).
     ``g_acc`` [n, P, D] is dL/d(accumulated colour), ``g_final`` [n, P] is dL/dT_final."""
     g_q, g_color = torch.zeros_like(q), torch.zeros_like(color)
+    g_abs = q.new_zeros(q.shape[:2] + (2,)) if abs_features is not None else None
     later = final.new_zeros(final.shape)  # sum of w (c . g) over the blocks behind
     final_term = final * g_final
     for block in reversed(blocks):
@@ -180,8 +193,11 @@ def _backward_chunk(features: Tensor, q: Tensor, color: Tensor, blocks: list[_Bl
         g_a.mul_(a.masked_fill(a >= ALPHA_MAX, 0.0))  # d alpha / d(sigma - log o) = -alpha unless clamped
         m, b = g_a.shape[:2]
         g_q[rows, s:e] = -(g_a.reshape(m * b, -1) @ features).reshape(m, b, 6)
+        if g_abs is not None:
+            slopes = (qb.reshape(m * b, 6) @ abs_features).abs_().reshape(m * b, 2, -1)
+            g_abs[rows, s:e] = (slopes * g_a.abs().reshape(m * b, 1, -1)).sum(-1).reshape(m, b, 2)
         later[rows] += total
-    return g_q, g_color
+    return g_q, g_color, g_abs
 
 
 def _flat(means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor) -> tuple[Tensor, ...]:
@@ -205,7 +221,7 @@ class _Composite(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, means2d, conics, opacities, colors, backgrounds, bins: TileBins, width: int, height: int,
-                save_elements: int):
+                save_elements: int, absgrad: bool = False):
         means2d_f, conics_f, opacities_f, colors_f = _flat(means2d, conics, opacities, colors)
         q_all = intersection_quadratics(bins, means2d_f, conics_f, opacities_f)
         color_all = colors_f[_padded_ids(bins)]
@@ -221,7 +237,7 @@ class _Composite(torch.autograd.Function):
             chunk_blocks.append(blocks)
         acc, final = to_image(acc, bins, width, height), to_image(final[..., None], bins, width, height)
         ctx.save_for_backward(means2d, conics, opacities, colors, backgrounds, final, q_all)
-        ctx.bins, ctx.chunk_blocks = bins, chunk_blocks
+        ctx.bins, ctx.chunk_blocks, ctx.absgrad = bins, chunk_blocks, absgrad
         return acc + final * backgrounds[:, None, None, :], 1 - final
 
     @staticmethod
@@ -238,12 +254,16 @@ class _Composite(torch.autograd.Function):
         padded = _padded_ids(bins)
         color_all = colors.reshape(-1, colors.shape[-1])[padded]
         g_q_all, g_color_all = torch.zeros_like(q_all), torch.zeros_like(color_all)
+        abs_features = abs_gradient_features(features) if ctx.absgrad else None
+        g_abs_all = q_all.new_zeros(len(q_all), 2) if ctx.absgrad else None
         for (tiles, K), blocks in zip(bins.chunks, ctx.chunk_blocks):
             index = tile_lists(bins, tiles, K)
-            g_q, g_color = _backward_chunk(features, q_all[index], color_all[index], blocks, g_acc_tiles[tiles],
-                                           g_final_tiles[tiles], final_tiles[tiles])
+            g_q, g_color, g_abs = _backward_chunk(features, q_all[index], color_all[index], blocks, g_acc_tiles[tiles],
+                                                  g_final_tiles[tiles], final_tiles[tiles], abs_features)
             g_q_all.index_add_(0, index.reshape(-1), g_q.reshape(-1, 6))
             g_color_all.index_add_(0, index.reshape(-1), g_color.reshape(-1, g_color.shape[-1]))
+            if g_abs is not None:
+                g_abs_all.index_add_(0, index.reshape(-1), g_abs.reshape(-1, 2))
         # chain q back to each entry's 2D mean, conic and opacity, then sum entries per Gaussian with
         # index_add_ (deterministic on CPU, unlike the backward of an indexing gather)
         ids = bins.flat_ids
@@ -255,8 +275,11 @@ class _Composite(torch.autograd.Function):
         for total, g in zip(flat_grads, (*entry_grads, g_color_all[:-1])):
             total.index_add_(0, ids, g)
         shape = opacities.shape
+        if g_abs_all is not None:  # as gsplat: an attribute of the 2D means tensor the caller holds
+            absgrad = torch.zeros_like(flat_grads[0]).index_add_(0, ids, g_abs_all[:-1]).reshape(*shape, 2)
+            means2d.absgrad = absgrad if getattr(means2d, "absgrad", None) is None else means2d.absgrad + absgrad
         return (flat_grads[0].reshape(*shape, 2), flat_grads[1].reshape(*shape, 3), flat_grads[2].reshape(shape),
-                flat_grads[3].reshape(colors.shape), g_background, None, None, None, None)
+                flat_grads[3].reshape(colors.shape), g_background, None, None, None, None, None)
 
 
 def _composite_reference(means2d, conics, opacities, colors, backgrounds, bins: TileBins, width: int, height: int):
@@ -290,13 +313,19 @@ def composite(
     height: int,
     mode: str = "custom",
     save_elements: int = 1 << 26,
+    absgrad: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Front-to-back alpha compositing: (render [C, H, W, D] over the backgrounds, alpha [C, H, W, 1]).
 
     ``mode="custom"`` keeps intermediates of at most ``save_elements`` pixel x Gaussian pairs (two
-    numbers each) for the backward pass and recomputes the rest; ``mode="autograd"`` keeps everything."""
+    numbers each) for the backward pass and recomputes the rest; ``mode="autograd"`` keeps everything.
+    ``absgrad`` (custom mode): the backward also sets ``means2d.absgrad`` [C, N, 2], the absolute values of the
+    per-pixel gradients of each 2D mean summed over the pixels (gsplat's ``absgrad``, AbsGS's densification signal)."""
     if mode == "custom":
-        return _Composite.apply(means2d, conics, opacities, colors, backgrounds, bins, width, height, save_elements)
+        return _Composite.apply(means2d, conics, opacities, colors, backgrounds, bins, width, height, save_elements,
+                                absgrad)
+    if absgrad:
+        raise ValueError("absgrad needs compositing mode 'custom' (the autograd reference computes plain gradients)")
     if mode == "autograd":
         return _composite_reference(means2d, conics, opacities, colors, backgrounds, bins, width, height)
     raise ValueError(f"compositing mode must be 'custom' or 'autograd', got {mode!r}")

@@ -35,6 +35,7 @@ def rasterize_gsplat(
     tile_size: int = 16,
     absgrad: bool = False,
     with_depth: bool = True,
+    rasterize_mode: str = "classic",
 ) -> dict[str, Tensor]:
     """``render`` [C, H, W, D+1] (colours + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``, ``means2d`` [C, N, 2] (whose
     ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32, ``depths`` [C, N]."""
@@ -48,7 +49,7 @@ def rasterize_gsplat(
         prepare(viewmats), prepare(Ks), width, height,
         near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, sh_degree=sh_degree,
         packed=False, tile_size=tile_size, backgrounds=prepare(backgrounds), render_mode="RGB+D" if with_depth else "RGB",
-        absgrad=absgrad, rasterize_mode="classic",
+        absgrad=absgrad, rasterize_mode=rasterize_mode,
     )  # fmt: skip
     radii = meta["radii"]
     if radii.ndim == means.ndim:  # gsplat < 1.5 returns one radius per Gaussian
@@ -76,6 +77,7 @@ def rasterize_gsplat_fixed(
     tile_size: int = 16,
     absgrad: bool = False,
     with_depth: bool = True,
+    rasterize_mode: str = "classic",
 ) -> dict[str, Tensor]:
     """``rasterize_gsplat`` with the tile intersections in ``capacity`` fixed slots (``splat_tiles``): gsplat's own
     projection, SH and rasterization kernels, but no host read of the intersection count and no matrix inverse, so
@@ -88,9 +90,11 @@ def rasterize_gsplat_fixed(
     means, quats, scales, opacities, colors = (t.float().contiguous() for t in (means, quats, scales, opacities, colors))
     viewmats, Ks = viewmats.float().contiguous(), Ks.float().contiguous()
     n_views, n = viewmats.shape[0], means.shape[0]
-    radii, means2d, depths, conics = _project(means, quats, scales, opacities, viewmats, Ks, width, height, near_plane,
-                                              far_plane, eps2d)
+    radii, means2d, depths, conics, compensations = _project(means, quats, scales, opacities, viewmats, Ks, width, height,
+                                                             near_plane, far_plane, eps2d, rasterize_mode == "antialiased")
     view_opacities = opacities[None].expand(n_views, n)
+    if compensations is not None:  # Mip-Splatting's 2D filter, as gsplat's rasterization applies it
+        view_opacities = view_opacities * compensations
     if sh_degree is not None:
         rotation, translation = viewmats[:, :3, :3], viewmats[:, :3, 3:]
         campos = -(rotation.transpose(1, 2) @ translation)[..., 0]  # camera centres: the inverse of a rigid map
@@ -139,22 +143,24 @@ def view_intersections(
     counts = []
     for start in range(0, viewmats.shape[0], views_at_once):
         views = slice(start, start + views_at_once)
-        radii, means2d, _, _ = _project(means, quats, scales, opacities, viewmats[views].float().contiguous(),
+        radii, means2d, _, _, _ = _project(means, quats, scales, opacities, viewmats[views].float().contiguous(),
                                         Ks[views].float().contiguous(), width, height, near_plane, far_plane, eps2d)
         counts.append(intersection_counts(means2d, radii, tile_size, tile_width, tile_height))
     return torch.cat(counts)
 
 
 def _project(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
-             height: int, near_plane: float, far_plane: float, eps2d: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """gsplat's projection as ``rasterization`` calls it -> radii [C, N, 2], means2d, depths, conics."""
+             height: int, near_plane: float, far_plane: float, eps2d: float,
+             antialiased: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """gsplat's projection as ``rasterization`` calls it -> radii [C, N, 2], means2d, depths, conics, compensations
+    ([C, N] with ``antialiased``, else None)."""
     from gsplat import fully_fused_projection
 
     # gsplat >= 1.5 bounds the radii by the opacity, as its rasterization does
     tighter = {"opacities": opacities} if "opacities" in inspect.signature(fully_fused_projection).parameters else {}
-    radii, means2d, depths, conics, _ = fully_fused_projection(
+    radii, means2d, depths, conics, compensations = fully_fused_projection(
         means, None, quats, scales, viewmats, Ks, width, height, eps2d=eps2d, near_plane=near_plane,
-        far_plane=far_plane, packed=False, **tighter)  # fmt: skip
+        far_plane=far_plane, packed=False, calc_compensations=antialiased, **tighter)  # fmt: skip
     if radii.ndim == means2d.ndim - 1:  # gsplat < 1.5: one radius per Gaussian
         radii = radii[..., None].expand(*radii.shape, 2)
-    return radii, means2d, depths, conics
+    return radii, means2d, depths, conics, compensations

@@ -31,6 +31,7 @@ class Projection:
     conics: Tensor  # [C, N, 3] (a, b, c) of the inverse 2D covariance [[a, b], [b, c]]
     depths: Tensor  # [C, N] camera-space z
     radii: Tensor  # [C, N, 2] int32 bounding-box half-extents in pixels (x, y); 0 where culled
+    compensations: Tensor | None = None  # [C, N] antialiased mode: the opacity factor of the 2D filter (else None)
 
     @property
     def visible(self) -> Tensor:
@@ -86,8 +87,13 @@ def project_gaussians(
     eps2d: float = 0.3,
     near_plane: float = 0.01,
     far_plane: float = 1e10,
+    antialiased: bool = False,
 ) -> Projection:
-    """Project Gaussians into C cameras (differentiable in means, covars; culling is not)."""
+    """Project Gaussians into C cameras (differentiable in means, covars; culling is not).
+
+    ``antialiased`` (gsplat's ``rasterize_mode="antialiased"``, Mip-Splatting's 2D filter): the dilation keeps the
+    Gaussian's mass by scaling its opacity by sqrt(det(cov2d) / det(cov2d + eps2d I)), returned as ``compensations``
+    (the caller multiplies the opacities); the culling and bounding box use the compensated opacity, as gsplat's."""
     R = viewmats[:, None, :3, :3]  # [C, 1, 3, 3]
     t = viewmats[:, None, :3, 3]  # [C, 1, 3]
     means_c = (R * means[None, :, None, :]).sum(-1) + t  # [C, N, 3]
@@ -110,6 +116,11 @@ def project_gaussians(
     b = j00 * j11 * s01 + j00 * j12 * s02 + j02 * j11 * s12 + j02 * j12 * s22
     c = j11 * j11 * s11 + 2 * j11 * j12 * s12 + j12 * j12 * s22 + eps2d
     det = a * c - b * b
+    compensations = None
+    if antialiased:  # sqrt(max(0, det(cov2d) / det(cov2d + eps2d I))), as gsplat's add_blur
+        det_orig = (a - eps2d) * (c - eps2d) - b * b
+        ratio = det_orig / torch.where(det > 0, det, torch.ones_like(det))
+        compensations = torch.sqrt(ratio.clamp_min(1e-12)) * (ratio > 0)  # clamped: a finite gradient at 0
     ok = in_depth & (det > 0)
     det = torch.where(ok, det, torch.ones_like(det))
     conics = torch.stack([c / det, -b / det, a / det], dim=-1)
@@ -117,6 +128,8 @@ def project_gaussians(
 
     with torch.no_grad():
         opacity = opacities.detach()[None].expand_as(z)
+        if compensations is not None:
+            opacity = opacity * compensations.detach()
         ok = ok & (opacity >= ALPHA_THRESHOLD)
         extent = torch.sqrt(2.0 * torch.log(opacity.clamp_min(ALPHA_THRESHOLD) / ALPHA_THRESHOLD)).clamp_max(MAX_EXTENT)
         rx = torch.ceil(extent * torch.sqrt(a.detach().clamp_min(0)))
@@ -125,7 +138,7 @@ def project_gaussians(
         ok = ok & ((rx > 0) | (ry > 0))
         ok = ok & (mx + rx > 0) & (mx - rx < width) & (my + ry > 0) & (my - ry < height)
         radii = torch.where(ok[..., None], torch.stack([rx, ry], dim=-1), torch.zeros_like(means2d)).to(torch.int32)
-    return Projection(means2d=means2d, conics=conics, depths=means_c[..., 2], radii=radii)
+    return Projection(means2d=means2d, conics=conics, depths=means_c[..., 2], radii=radii, compensations=compensations)
 
 
 def extent_for_opacity(opacity: float) -> float:

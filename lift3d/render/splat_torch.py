@@ -35,13 +35,20 @@ def rasterize_torch(
     chunk_elements: int = 1 << 22,
     mode: str = "custom",
     save_elements: int = 1 << 26,
+    rasterize_mode: str = "classic",
+    absgrad: bool = False,
 ) -> dict[str, Tensor]:
     """Render C views; returns colours+depth ``render`` [C, H, W, D+1] (depth accumulated, not yet
-    normalised), ``alpha`` [C, H, W, 1], ``means2d`` [C, N, 2], ``radii`` [C, N, 2], ``depths`` [C, N]."""
+    normalised), ``alpha`` [C, H, W, 1], ``means2d`` [C, N, 2], ``radii`` [C, N, 2], ``depths`` [C, N].
+    ``rasterize_mode="antialiased"``: Mip-Splatting's 2D filter (see ``project_gaussians``). ``absgrad``: the backward
+    also sets ``means2d.absgrad`` [C, N, 2], the per-pixel gradients' absolute values summed (as gsplat's)."""
+    if rasterize_mode not in ("classic", "antialiased"):
+        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', got {rasterize_mode!r}")
     from lift3d.gaussians.sh import sh_to_color  # lazily: lift3d.gaussians imports the renderer
 
     proj = project_gaussians(means, covariance_3d(quats, scales), opacities, viewmats, Ks, width, height,
-                             eps2d=eps2d, near_plane=near_plane, far_plane=far_plane)
+                             eps2d=eps2d, near_plane=near_plane, far_plane=far_plane,
+                             antialiased=rasterize_mode == "antialiased")
     C = viewmats.shape[0]
     if sh_degree is not None:
         campos = torch.linalg.inv_ex(viewmats)[0][:, None, :3, 3]  # [C, 1, 3] (inv_ex: no GPU sync)
@@ -52,6 +59,8 @@ def rasterize_torch(
     backgrounds = torch.cat([backgrounds, backgrounds.new_zeros(C, 1)], dim=-1)
     bins = bin_gaussians(proj, width, height, tile_size, chunk_elements)
     opacity = opacities[None].expand(C, -1)
+    if proj.compensations is not None:
+        opacity = opacity * proj.compensations
     render, alpha = composite(proj.means2d, proj.conics, opacity, features, backgrounds, bins, width, height, mode,
-                              save_elements)
+                              save_elements, absgrad)
     return {"render": render, "alpha": alpha, "means2d": proj.means2d, "radii": proj.radii, "depths": proj.depths}
