@@ -111,3 +111,6 @@ def check_viewer(v: Any) -> None:
     _at_least("viewer.preview_max_side", v.preview_max_side, 16, "a render size >= 16 pixels", "256")
     if not 0 < v.max_share <= 1:
         raise ConfigError(f"viewer.max_share must be a fraction in (0, 1], got {v.max_share}: e.g. viewer.max_share=0.1")
+    from lift3d.viewer.server import check_listen
+
+    check_listen(v.host, v.port, "--viewer-host")  # before training: a host that is not this machine's fails now, not at the first step

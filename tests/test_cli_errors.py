@@ -252,6 +252,7 @@ TRAINER_CASES = [  # overrides of the sample reconstruction -> what the one line
     (["checkpoint.every_n_train_steps=-1"], "checkpoint.every_n_train_steps must be"),
     (["--gpus", GPU_FLAG], GPU_MESSAGE),
     (["--viewer", "--viewer-port", "99999"], "--viewer-port must be a TCP port 0..65535"),
+    (["--viewer", "--viewer-host", "192.0.2.1"], "the viewer cannot listen on 192.0.2.1"),  # TEST-NET: nobody's address
     # zero and negative sizes of the parts, refused when the system is built (before any training step)
     (["system.renderer.tile_size=0"], "system.renderer.tile_size must be at least 1, got 0"),
     (["system.renderer.tile_size=-4"], "system.renderer.tile_size must be at least 1, got -4"),
@@ -367,7 +368,6 @@ def test_ports_out_of_range(command, capsys, time_limit):
                                                 ("nosuchhost.invalid", "the name does not resolve")])
 def test_a_viewer_that_cannot_listen_fails_fast(host, expected, tmp_path, capsys, time_limit):
     """viser retries 1000 ports on a thread and its caller waits forever; lift3d checks the host first."""
-    pytest.importorskip("viser", reason="the viewer is an optional extra")
     from lift3d.gaussians.model import GaussianModel
     from lift3d.gaussians.ply import save_ply
 

@@ -65,10 +65,10 @@ class RenderJob:
     cameras: Any  # lift3d Cameras [1]
 
 
-def check_listen(host: str, port: int) -> None:
+def check_listen(host: str, port: int, flag: str = "--host") -> None:
     """Fail fast where viser could not listen: it tries ``port`` and the next 999 ports on a background thread and,
     when none binds (a host that is not this machine's, a name that does not resolve, a port out of range), its
-    caller waits forever. A port in use is fine (viser takes the next free one)."""
+    caller waits forever. A port in use is fine (viser takes the next free one). ``flag`` names the option to change."""
     import socket
 
     if not 0 <= port <= 65535:
@@ -76,8 +76,8 @@ def check_listen(host: str, port: int) -> None:
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError) as error:
-        raise ConfigError(f"the viewer cannot listen on {host}: the name does not resolve ({error}); use --host 127.0.0.1 "
-                          "(this machine only) or --host 0.0.0.0 (every interface)") from None
+        raise ConfigError(f"the viewer cannot listen on {host}: the name does not resolve ({error}); use {flag} 127.0.0.1 "
+                          f"(this machine only) or {flag} 0.0.0.0 (every interface)") from None
     failures = []
     for family, kind, proto, _, address in infos:
         with socket.socket(family, kind, proto) as probe:
@@ -87,7 +87,7 @@ def check_listen(host: str, port: int) -> None:
             except OSError as error:
                 failures.append(error.strerror or str(error))
     raise ConfigError(f"the viewer cannot listen on {host}: {'; '.join(sorted(set(failures)))} (not an address of this "
-                      "machine); use --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface)")
+                      f"machine); use {flag} 127.0.0.1 (this machine only) or {flag} 0.0.0.0 (every interface)")
 
 
 def require_viser() -> Any:
