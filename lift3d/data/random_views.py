@@ -62,6 +62,17 @@ class RandomViewsConfig:
     reference_background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the reference images are composited on for scoring
 
 
+def check_counts(cfg: RandomViewsConfig) -> None:
+    """Sizes and counts of at least 1 (a zero would fail deep inside a render), each refused with its key named."""
+    from lift3d.config import ConfigError
+
+    for key in ("height", "width", "batch_size", "eval_height", "eval_width", "eval_batch_size", "n_val_views", "n_test_views"):
+        value = getattr(cfg, key)
+        for v in [value] if isinstance(value, (int, float, str)) else value:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"data.{key} must be a whole number of at least 1 (or a list of them), got {value!r}")
+
+
 def _stage(values: Any, stage: int) -> int:
     if isinstance(values, (list, tuple)):
         return int(values[min(stage, len(values) - 1)])
@@ -228,6 +239,7 @@ class RandomViewsDataModule(BaseDataModule):
                              "data.reference_scene=PATH, e.g. data.reference_scene=lift3d/assets/sample_scene")
         if self.cfg.reference_scene:
             self.cfg = match_reference_cameras(self.cfg)
+        check_counts(self.cfg)
         sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
         if self.cfg.n_view < 1 or any(int(size) % self.cfg.n_view for size in sizes):
             from lift3d.config import ConfigError
