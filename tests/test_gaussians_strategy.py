@@ -180,3 +180,40 @@ def test_size_pruning_after_the_first_reset_and_the_cap():
     means = model.means.detach().clone()
     assert capped.step(model, None, 10, extent=1.0)["cloned"] == 1
     assert torch.equal(model.means[4], means[3])  # the strongest gradient is the one grown
+
+
+def test_absgrad_grows_by_the_absolute_gradient_with_its_own_threshold():
+    from lift3d.config import ConfigError
+
+    strategy = DensifyStrategy({"absgrad": True, "refine_start": 0, "refine_every": 10, "reset_every": 0})
+    model = _model(3)
+    with torch.no_grad():
+        model.log_scales.fill_(math.log(0.001))
+        model.opacity_logits.fill_(0.0)
+    optimizer = _adam_after_a_step(model)
+    out = _render_stats(3, torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))  # opposite pixels cancelled out
+    out["means2d"].absgrad = torch.tensor([[[0.0002, 0.0], [0.0001, 0.0], [0.0, 0.0]]])  # x5: 0.001, 0.0005, 0
+    strategy.update(out)
+    assert torch.allclose(strategy.grad2d, torch.tensor([0.001, 0.0005, 0.0]))
+    assert strategy.step(model, optimizer, 10, extent=1.0)["cloned"] == 1  # only 0.001 > 0.0008
+    plain = DensifyStrategy({"absgrad": True})
+    with pytest.raises(ConfigError, match="renderer.absgrad=true"):  # a renderer without absgrad says so
+        plain.update(_render_stats(3, torch.ones(1, 3, 2), torch.ones(1, 3, dtype=torch.bool)))
+
+
+def test_absgrad_statistics_from_the_torch_rasterizer():
+    """End to end on the CPU: the torch rasterizer's means2d.absgrad feeds the statistics."""
+    from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
+    from lift3d.render.splat import SplatRenderer
+
+    model = _model(30)
+    c2w = look_at(torch.tensor([[0.0, -4.0, 0.5]]), torch.zeros(1, 3), torch.tensor([0.0, 0.0, 1.0]))
+    cameras = Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.9]), 16, 12), 16, 12)
+    out = SplatRenderer({"backend": "torch", "absgrad": True, "tile_size": 8})(model, cameras)
+    (out["rgb"] - 0.5).square().sum().backward()
+    strategy = DensifyStrategy({"absgrad": True})
+    strategy.update(out)
+    plain = DensifyStrategy()
+    plain.update(out)
+    visible = plain.count > 0
+    assert bool(visible.any()) and torch.all(strategy.grad2d[visible] >= plain.grad2d[visible] - 1e-7)

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import Configurable
+from lift3d.config import ConfigError
 from lift3d.config_checks import check_minimums
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
 from lift3d.gaussians.replicas import all_reduce_sum_, world_size
@@ -52,6 +53,8 @@ class DensifyConfig:
     reset_every: int = 3000  # set every opacity to at most reset_opacity every N steps (0: never)
     reset_opacity: float = 0.01  # the opacity cap of a reset (3DGS: 2 x prune_opacity)
     max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
+    absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
+    grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
 
 
 @register("densify-3dgs")
@@ -64,7 +67,7 @@ class DensifyStrategy(Configurable):
         super().__init__(cfg)
         check_minimums("system.densify", self.cfg, {"refine_start": (0, 500), "refine_stop": (0, 15000), "refine_every": (1, 100),
                                                     "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
-                                                    "max_gaussians": (0, 0)})
+                                                    "max_gaussians": (0, 0), "grow_grad2d_abs": (0.0, 0.0008)})
         self.grad2d: Tensor | None = None  # [N] sum of normalised gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 
@@ -76,7 +79,13 @@ class DensifyStrategy(Configurable):
     def update(self, out: dict[str, Tensor]) -> None:
         """Accumulate statistics from a render whose loss has been backpropagated (no host sync)."""
         means2d = out["means2d"]
-        grad = out.get("means2d_grad", means2d.grad)  # a replayed step hands its gradient beside the render
+        if self.cfg.absgrad:  # set by the rasterizer's backward when renderer.absgrad is on
+            grad = out.get("means2d_absgrad", getattr(means2d, "absgrad", None))
+            if grad is None and means2d.grad is not None:
+                raise ConfigError("system.densify.absgrad needs the rasterizer's absolute gradients: "
+                                  "set system.renderer.absgrad=true")
+        else:
+            grad = out.get("means2d_grad", means2d.grad)  # a replayed step hands its gradient beside the render
         if grad is None:
             return
         B, H, W = out["rgb"].shape[:3]
@@ -129,7 +138,7 @@ class DensifyStrategy(Configurable):
              step: int = 0) -> dict[str, int]:
         c = self.cfg
         grads = self.grad2d / self.count.clamp_min(1)
-        high = grads > c.grow_grad2d
+        high = grads > (c.grow_grad2d_abs if c.absgrad else c.grow_grad2d)
         if c.max_gaussians > 0:  # grow only the strongest gradients when the cap is near
             room = max(c.max_gaussians - len(model), 0) // max(c.split_into - 1, 1)
             if int(high.sum()) > room:

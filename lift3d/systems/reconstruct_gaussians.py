@@ -95,6 +95,8 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         self.gaussians = self.build_part(self.cfg.gaussians_type, self.cfg.gaussians)
         self.renderer = self.build_part(self.cfg.renderer_type, self.cfg.renderer)
         self.densify = self.build_part(self.cfg.densify_type, self.cfg.densify)
+        if getattr(self.densify.cfg, "absgrad", False):  # growing by absolute gradients needs the rasterizer to sum them
+            self.renderer.cfg.absgrad = True
         self.add_unsaved_part("densify", self.densify)
         self.extent = self.cfg.scene_extent or 1.0
         self._last_render: dict[str, Tensor] | None = None

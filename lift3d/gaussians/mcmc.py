@@ -1,0 +1,262 @@
+"""MCMC densification ("3D Gaussian Splatting as Markov Chain Monte Carlo", Kheradmand et al. 2024): a Gaussian budget.
+
+Instead of the 3DGS thresholds, every ``refine_every`` steps the dead Gaussians (opacity <= ``min_opacity``) are moved
+onto live ones drawn in proportion to their opacity, new Gaussians are added the same way (``grow_rate`` more each
+time, up to ``cap_max``), and the means get noise every step, scaled by the position learning rate and strongest on
+transparent Gaussians. A Gaussian drawn N times (itself plus N - 1 copies) gets the opacity and scale that keep the
+sum of the copies' images close to the original's (the paper's Eq. 9; ``relocation``). Opacity and scale
+regularisers (mean opacity, mean scale) keep Gaussians dying and small enough to be re-used; they are added to the
+gradients here, so the system's loss does not change.
+
+On CUDA the relocation uses gsplat's kernel when gsplat is installed; elsewhere its PyTorch twin. Under DDP every rank
+makes the same draws: they come from generators that depend only on the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.base import Configurable
+from lift3d.config_checks import check_minimums
+from lift3d.gaussians.model import GaussianModel
+from lift3d.gaussians.strategy import replace_parameters
+from lift3d.registry import register
+from lift3d.render.splat_project import covariance_3d
+from lift3d.rng import step_generator
+
+log = logging.getLogger("lift3d.gaussians.mcmc")
+SAMPLE_STREAM = 43  # the random stream of relocation/addition draws
+NOISE_STREAM = 47  # ... and of the position noise
+
+
+@dataclass
+class MCMCConfig:
+    """The Gaussian budget and schedule of MCMC densification; defaults are gsplat's MCMCStrategy and trainer."""
+
+    cap_max: int = 1_000_000  # the most Gaussians there will be (the budget)
+    refine_start: int = 500  # first step (exclusive) at which Gaussians are relocated and added
+    refine_stop: int = 25000  # no relocation or addition from this step on (the noise goes on)
+    refine_every: int = 100  # relocate and add every N steps
+    grow_rate: float = 0.05  # each refine step adds this fraction of the current count (up to cap_max)
+    min_opacity: float = 0.005  # Gaussians at or below this opacity are dead: relocated onto live ones
+    noise_lr: float = 5e5  # position noise = this x the current position learning rate x covariance x randn
+    opacity_reg: float = 0.01  # weight of the mean opacity added to the loss (as a gradient)
+    scale_reg: float = 0.01  # weight of the mean scale added to the loss (as a gradient)
+    max_copies: int = 51  # the relocation formula's binomial table covers a Gaussian drawn this many times
+
+
+def binomial_table(n_max: int) -> Tensor:
+    """[n_max, n_max] float32 binomial coefficients C(n, k) (0 above the diagonal), the table gsplat's kernel reads."""
+    table = torch.zeros(n_max, n_max)
+    for n in range(n_max):
+        for k in range(n + 1):
+            table[n, k] = math.comb(n, k)
+    return table
+
+
+def relocation_torch(opacities: Tensor, scales: Tensor, ratios: Tensor, binoms: Tensor) -> tuple[Tensor, Tensor]:
+    """The opacity [N] and scales [N, 3] of each of ``ratios`` [N] copies of a Gaussian (Eq. 9 of the MCMC paper):
+    o' = 1 - (1 - o)^(1/n), s' = s o / sum_{i=1..n} sum_{k=0..i-1} C(i-1, k) (-1)^k o'^(k+1) / sqrt(k+1).
+    ``ratios`` are clamped to [1, len(binoms)], as gsplat's kernel does."""
+    n_max = binoms.shape[0]
+    n = ratios.clamp(1, n_max).to(torch.int64)
+    new_opacities = -torch.expm1(torch.log1p(-opacities) / n.to(opacities.dtype))  # 1 - (1 - o)^(1/n), no cancellation
+    k = torch.arange(n_max, device=opacities.device)
+    # sum over i of C(i-1, k) for i = k+1..n is C(n, k+1): one weight per k, but keep the table as the kernel does
+    i = torch.arange(1, n_max + 1, device=opacities.device)
+    within = (i[None, :] <= n[:, None]).to(binoms.dtype)  # [N, n_max]: rows i-1 of the table that count
+    weights = within @ binoms.to(opacities.device)  # [N, n_max]: sum over i <= n of C(i-1, k)
+    terms = (-1.0) ** k.to(opacities.dtype) / torch.sqrt(k.to(opacities.dtype) + 1)
+    powers = new_opacities[:, None] ** (k[None] + 1).to(opacities.dtype)
+    denominator = (weights * terms[None] * powers).sum(-1)
+    return new_opacities, scales * (opacities / denominator)[:, None]
+
+
+def relocation(opacities: Tensor, scales: Tensor, ratios: Tensor, binoms: Tensor) -> tuple[Tensor, Tensor]:
+    """``relocation_torch``, on CUDA through gsplat's kernel when gsplat is installed."""
+    if opacities.is_cuda:
+        try:
+            from gsplat.relocation import compute_relocation
+        except ImportError:
+            compute_relocation = None
+        if compute_relocation is not None:
+            return compute_relocation(opacities.float().contiguous(), scales.float().contiguous(),
+                                      ratios.clone().float(), binoms.to(opacities.device).float().contiguous())
+    return relocation_torch(opacities, scales, ratios, binoms)
+
+
+@register("densify-mcmc")
+class MCMCStrategy(Configurable):
+    """MCMC densification: relocate dead Gaussians, add new ones up to ``cap_max``, perturb the means."""
+
+    Config = MCMCConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        check_minimums("system.densify", self.cfg, {"cap_max": (1, 1_000_000), "refine_start": (0, 500),
+                                                    "refine_stop": (0, 25000), "refine_every": (1, 100),
+                                                    "grow_rate": (0.0, 0.05), "min_opacity": (0.0, 0.005),
+                                                    "noise_lr": (0.0, 5e5), "opacity_reg": (0.0, 0.01),
+                                                    "scale_reg": (0.0, 0.01), "max_copies": (2, 51)})
+        self.binoms = binomial_table(self.cfg.max_copies)
+
+    def active(self, step: int) -> bool:
+        """Always: the noise and the regularisers apply on every step."""
+        return True
+
+    def after_backward(self, out: dict[str, Tensor] | None, model: GaussianModel, optimizer: torch.optim.Optimizer | None,
+                       step: int, extent: float) -> dict[str, int]:
+        """One training step after its backward pass (gradients summed over DDP ranks): the regularisers' gradients,
+        relocation and addition on refine steps, then the position noise. ``out`` and ``extent`` are not needed (the
+        position learning rate already carries the extent)."""
+        if len(model) == 0:
+            return {}
+        self.add_regulariser_gradients(model)
+        report = self.step(model, optimizer, step)
+        self.inject_noise(model, optimizer, step)
+        return report
+
+    @torch.no_grad()
+    def step(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int) -> dict[str, int]:
+        """Relocate and add on refine steps; returns what changed."""
+        c = self.cfg
+        if not (c.refine_start < step < c.refine_stop and step % c.refine_every == 0):
+            return {}
+        generator = step_generator(0, step, SAMPLE_STREAM)
+        report = {"relocated": self.relocate(model, optimizer, generator)}
+        report["added"] = self.add(model, optimizer, generator)
+        log.debug("step %d: %s, now %d Gaussians", step, report, len(model))
+        return report
+
+    # ----------------------------------------------------------------------------------- moves
+    def _draw(self, model: GaussianModel, candidates: Tensor, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` indices of ``candidates`` drawn with replacement in proportion to their opacity (on the host, so every
+        DDP rank draws the same)."""
+        probs = model.opacities.detach()[candidates].float().cpu()
+        if not bool((probs > 0).any()):
+            probs = torch.ones_like(probs)
+        picks = torch.multinomial(probs, n, replacement=True, generator=generator)
+        return candidates[picks.to(candidates.device)]
+
+    def _split_values(self, model: GaussianModel, sampled: Tensor) -> tuple[Tensor, Tensor]:
+        """New (opacity logits, log scales) of the Gaussians in ``sampled`` [n], each now shared by its copies."""
+        ratios = torch.bincount(sampled, minlength=len(model))[sampled] + 1
+        opacities, scales = relocation(model.opacities.detach()[sampled], model.scales.detach()[sampled], ratios,
+                                       self.binoms)
+        eps = torch.finfo(torch.float32).eps
+        opacities = opacities.clamp(min=self.cfg.min_opacity, max=1.0 - eps)
+        return torch.logit(opacities).to(model.opacity_logits.dtype), torch.log(scales).to(model.log_scales.dtype)
+
+    @torch.no_grad()
+    def relocate(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, generator: torch.Generator) -> int:
+        """Move every dead Gaussian onto a live one drawn by opacity; the drawn ones share their opacity and scale with
+        the moved ones (Eq. 9) and the optimizer moments of both start again from zero."""
+        dead = model.opacities.detach() <= self.cfg.min_opacity
+        n = int(dead.sum())
+        if n == 0 or n == len(model):
+            return 0
+        dead_ids, alive_ids = dead.nonzero()[:, 0], (~dead).nonzero()[:, 0]
+        sampled = self._draw(model, alive_ids, n, generator)
+        logits, log_scales = self._split_values(model, sampled)
+        new = {"opacity_logits": logits, "log_scales": log_scales}
+
+        def value(name: str, p: Tensor) -> Tensor:
+            p = p.clone()
+            if name in new:
+                p[sampled] = new[name]
+            p[dead_ids] = p[sampled]
+            return p
+
+        def state(name: str, s: Tensor) -> Tensor:
+            s = s.clone()
+            s[sampled] = 0
+            s[dead_ids] = 0
+            return s
+
+        replace_parameters(model, optimizer, value, state)
+        return n
+
+    @torch.no_grad()
+    def add(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, generator: torch.Generator) -> int:
+        """Append ``grow_rate`` x the count of new Gaussians (up to ``cap_max``), copies of ones drawn by opacity that
+        share their opacity and scale with them (Eq. 9); the copies start with zero optimizer moments."""
+        current = len(model)
+        n = max(0, min(self.cfg.cap_max, int((1.0 + self.cfg.grow_rate) * current)) - current)
+        if n == 0:
+            return 0
+        sampled = self._draw(model, torch.arange(current, device=model.means.device), n, generator)
+        logits, log_scales = self._split_values(model, sampled)
+        new = {"opacity_logits": logits, "log_scales": log_scales}
+
+        def value(name: str, p: Tensor) -> Tensor:
+            p = p.clone()
+            if name in new:
+                p[sampled] = new[name]
+            return torch.cat([p, p[sampled]])
+
+        def state(name: str, s: Tensor) -> Tensor:
+            return torch.cat([s, s.new_zeros((n,) + s.shape[1:])])
+
+        replace_parameters(model, optimizer, value, state)
+        return n
+
+    @torch.no_grad()
+    def inject_noise(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int) -> None:
+        """means += lr x noise_lr x covariance @ randn, weighted by a steep sigmoid of the transparency (opacities
+        below ~0.005 get the full noise, opaque ones almost none); lr is the position group's current rate."""
+        lr = position_lr(model, optimizer)
+        if lr <= 0 or self.cfg.noise_lr <= 0:
+            return
+        opacities = model.opacities.detach()
+        weight = torch.sigmoid(100.0 * ((1.0 - opacities) - 0.995))
+        device = model.means.device
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(step_generator(0, step, NOISE_STREAM).initial_seed()))
+        noise = torch.randn(model.means.shape, generator=generator, device=device, dtype=model.means.dtype)
+        noise = noise * (weight * lr * self.cfg.noise_lr)[:, None]
+        covariance = covariance_3d(model.quats.detach(), model.scales.detach())
+        model.means.add_((covariance @ noise[..., None])[..., 0])
+
+    @torch.no_grad()
+    def add_regulariser_gradients(self, model: GaussianModel) -> None:
+        """Add the gradients of opacity_reg x mean(opacity) and scale_reg x mean(scale) to the parameters' gradients."""
+        c = self.cfg
+        if c.opacity_reg > 0:
+            s = model.opacities.detach()
+            _add_grad(model.opacity_logits, c.opacity_reg * s * (1 - s) / s.numel())
+        if c.scale_reg > 0:
+            scales = model.scales.detach()
+            _add_grad(model.log_scales, c.scale_reg * scales / scales.numel())
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """MCMC keeps no statistics between steps."""
+        return {}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Nothing to restore (see ``checkpoint_state``)."""
+
+
+def _add_grad(parameter: Tensor, grad: Tensor) -> None:
+    if not parameter.requires_grad:
+        return
+    if parameter.grad is None:
+        parameter.grad = grad.clone()
+    else:
+        parameter.grad.add_(grad)
+
+
+def position_lr(model: GaussianModel, optimizer: torch.optim.Optimizer | None) -> float:
+    """The current learning rate of the optimizer group that holds the means (0 without one)."""
+    if optimizer is None:
+        return 0.0
+    for group in optimizer.param_groups:
+        if any(p is model.means for p in group["params"]):
+            return float(group["lr"])
+    return 0.0
