@@ -78,7 +78,7 @@ class GraphedSplatStep:
             return False
         size = (cameras.width, cameras.height)
         if self._size is not None and size != self._size:
-            log.info("photos of several sizes: the training step runs kernel by kernel (no CUDA graph)")
+            log.info("training batches change size: the training step runs kernel by kernel (no CUDA graph)")
             self._off, self.step = True, None
             return False
         self._size = size
