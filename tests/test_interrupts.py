@@ -104,3 +104,31 @@ def test_time_interval_refreshes_last_ckpt_during_training(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match="every_n_minutes"):
         run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", *COMMON, "tag=bad",
                                                                  "checkpoint.every_n_minutes=-1"]), [FIT_IMAGE], [])
+
+
+@pytest.mark.slow
+def test_sigterm_to_rank_zero_stops_every_ddp_rank_at_one_step(tmp_path):
+    """`timeout` and `docker stop` signal only the main process: the ranks agree on stopping (every
+    trainer.sigterm_check_every steps), stop at the same step, and rank 0 writes the one checkpoint."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    process = subprocess.Popen([sys.executable, "-m", "lift3d", "train", str(FIT_IMAGE), "trainer.accelerator=cpu",
+                                "trainer.devices=2", f"output_root={tmp_path}", "tag=ddp", "trainer.sigterm_check_every=4",
+                                *COMMON, "trainer.max_steps=100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}, cwd=tmp_path)
+    trial = tmp_path / "fit-image" / "ddp"
+    try:
+        deadline = time.monotonic() + 240
+        while _progress(trial).get("step", 0) < 10:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, err
+    record = _progress(trial)
+    assert record["status"] == "interrupted" and record["checkpoint_step"] % 4 == 0
+    assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == record["checkpoint_step"]
+    assert len([line for line in err.splitlines() if line.startswith("lift3d: interrupted")]) == 1, err
+    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt"]
