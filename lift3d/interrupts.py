@@ -159,7 +159,7 @@ class StopAndSaveCallback(Callback):
                 self._stop(trainer)
         # Lightning writes last.ckpt at the end only when a periodic checkpoint falls on the last step
         if self.save_last and self._saved_step != trainer.global_step:
-            trainer.save_checkpoint(self.checkpoint_path(trainer.global_step))
+            trainer.save_checkpoint(self.checkpoint_path(trainer.global_step), weights_only=False)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         self._last_save = time.monotonic()
@@ -177,7 +177,7 @@ class StopAndSaveCallback(Callback):
             self.signals.signum = self.signals.signum or stop  # another rank was signalled: stop as it does
             self._stop(trainer)
         if due and not (self.periodic_steps > 0 and step % self.periodic_steps == 0):  # else ModelCheckpoint saves now
-            trainer.save_checkpoint(self.checkpoint_path(step))
+            trainer.save_checkpoint(self.checkpoint_path(step), weights_only=False)
 
     def _agree(self, trainer: L.Trainer, signum: int, due: bool) -> tuple[int, bool]:
         """The signal any rank got (0: none) and whether any rank is due, the same on every rank (one all-reduce)."""
@@ -189,5 +189,5 @@ class StopAndSaveCallback(Callback):
         step = trainer.global_step
         path = self.checkpoint_path(step)
         if not (self.save_last and self._saved_step == step):  # else last.ckpt already holds this step
-            trainer.save_checkpoint(path)  # every rank takes part; rank 0 writes (atomically, AtomicCheckpointIO)
+            trainer.save_checkpoint(path, weights_only=False)  # every rank takes part; rank 0 writes (atomically, AtomicCheckpointIO)
         raise StopRequested(self.signals.signum, step, path)
