@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from lift3d import __version__
+from lift3d import __version__, threads
 
 # sub-command -> module in lift3d.commands (each has HELP, add_arguments(parser), run(args) -> int)
 COMMAND_MODULES: dict[str, str] = {
@@ -90,9 +90,6 @@ class _DropNoise(logging.Filter):
         return not any(pattern in message for pattern in LIGHTNING_NOISE)
 
 
-_DropTips = _DropNoise  # the former name
-
-
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file=None,
                  line: str | None = None, verbose: bool = False) -> None:
     """A warning as one ``lift3d: warning: ...`` line. Without -v, library deprecation notices and WARNING_NOISE
@@ -122,7 +119,8 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def configure_logging(verbose: bool = False) -> None:
-    """lift3d's own messages as ``lift3d: ...`` lines; Lightning keeps its own handler."""
+    """lift3d's own messages as ``lift3d: ...`` lines; Lightning keeps its own handler, less LIGHTNING_NOISE, and
+    warnings come as one ``lift3d: warning:`` line each (``show_warning``); -v shows everything."""
     logger = logging.getLogger("lift3d")
     if not logger.handlers:
         handler = _StderrHandler()
@@ -209,6 +207,7 @@ def _one_line(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    threads.configure_cpu_threads()  # before anything imports torch: OpenMP reads its wait policy when it loads
     parser = build_parser()
     # overrides may come after options (``train cfg.yaml --gpus 0 seed=1``): collect the stragglers
     argv = list(sys.argv[1:] if argv is None else argv)
