@@ -38,6 +38,18 @@ class TimeCap(Callback):
             trainer.should_stop = True
 
 
+def gaussian_count(save: Path) -> int | None:
+    """The vertex count in the header of the run's exported 3DGS .ply (None when it wrote none)."""
+    for path in sorted(save.glob("**/*.ply")):
+        with path.open("rb") as f:
+            for line in f:
+                if line.startswith(b"element vertex"):
+                    return int(line.split()[-1])
+                if line.strip() == b"end_header":
+                    break
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scene", help="a posed scene folder (any layout lift3d reads), a photo folder or a video")
@@ -98,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
               "val_views": val["views"], "val_history": history, "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
               "gsplat_build_s": gsplat_build_s,
               "environment": environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))}
+    if args.method == "gaussians":
+        record["gaussians"] = gaussian_count(trial / "save")
     if torch.cuda.is_available():
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     if args.renders:
