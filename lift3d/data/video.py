@@ -48,6 +48,13 @@ def _frame_count(reader) -> int:
         return sum(1 for _ in reader)
 
 
+def ffmpeg_reason(error: BaseException) -> str:
+    """The line of an imageio-ffmpeg error that says what is wrong (ffmpeg appends its build banner and log to it)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    said = [line for line in lines if "error" in line.lower() or "invalid" in line.lower() or "no such" in line.lower()]
+    return (said[-1] if said else lines[0] if lines else type(error).__name__)[:300]
+
+
 def extract_frames(video: Path, out: Path, n_frames: int = 0) -> list[Path]:
     """Write ``n_frames`` (0: ``default_frame_count()``) sharp, evenly spaced frames of ``video`` to ``out`` as JPGs."""
     import imageio.v2 as imageio
@@ -58,7 +65,8 @@ def extract_frames(video: Path, out: Path, n_frames: int = 0) -> list[Path]:
         total = _frame_count(reader)
         reader.close()
     except Exception as error:
-        raise SceneFormatError(f"cannot read the video {video}: {error} (lift3d reads videos through imageio-ffmpeg)") from None
+        raise SceneFormatError(f"cannot read the video {video}: {ffmpeg_reason(error)}; give a video ffmpeg can play "
+                               "(.mp4, .mov) or a folder of photos") from None
     if total < 2:
         raise SceneFormatError(f"{video} has {total} frame(s): a video for structure from motion needs many")
     n_frames = min(n_frames, total)
