@@ -125,6 +125,11 @@ def test_schedule_noise_and_regularisers():
     assert torch.equal(twin.means, model.means)
 
 
+def test_regularisers_keep_the_optimizer_out_of_a_captured_step():
+    assert MCMCStrategy().edits_gradients  # graphed_splats then steps the optimizer after them
+    assert not MCMCStrategy({"opacity_reg": 0.0, "scale_reg": 0.0}).edits_gradients
+
+
 def test_bad_config_is_refused():
     from lift3d.config import ConfigError
 

@@ -106,6 +106,12 @@ class MCMCStrategy(Configurable):
                                                     "scale_reg": (0.0, 0.01), "max_copies": (2, 51)})
         self.binoms = binomial_table(self.cfg.max_copies)
 
+    @property
+    def edits_gradients(self) -> bool:
+        """Whether ``after_backward`` adds to the gradients (the regularisers): then the optimizer must step after it,
+        not inside a captured training step."""
+        return self.cfg.opacity_reg > 0 or self.cfg.scale_reg > 0
+
     def active(self, step: int) -> bool:
         """Always: the noise and the regularisers apply on every step."""
         return True
@@ -208,10 +214,10 @@ class MCMCStrategy(Configurable):
 
     @torch.no_grad()
     def inject_noise(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int) -> None:
-        """means += lr x noise_lr x covariance @ randn, weighted by a steep sigmoid of the transparency (opacities
-        below ~0.005 get the full noise, opaque ones almost none); lr is the position group's current rate."""
+        """means += lr x noise_lr x covariance @ randn, weighted by sigmoid(100 (1 - opacity - 0.995)): about 0.5 for
+        opacities near 0.005, under 0.02 above 0.05 (opaque Gaussians stay put); lr is the position group's current rate."""
         lr = position_lr(model, optimizer)
-        if lr <= 0 or self.cfg.noise_lr <= 0:
+        if self.cfg.noise_lr <= 0 or (not torch.is_tensor(lr) and lr <= 0):
             return
         opacities = model.opacities.detach()
         weight = torch.sigmoid(100.0 * ((1.0 - opacities) - 0.995))
@@ -252,11 +258,12 @@ def _add_grad(parameter: Tensor, grad: Tensor) -> None:
         parameter.grad.add_(grad)
 
 
-def position_lr(model: GaussianModel, optimizer: torch.optim.Optimizer | None) -> float:
-    """The current learning rate of the optimizer group that holds the means (0 without one)."""
+def position_lr(model: GaussianModel, optimizer: torch.optim.Optimizer | None) -> float | Tensor:
+    """The current learning rate of the optimizer group that holds the means (0 without one; a device tensor where a
+    captured optimizer keeps it so: read without waiting for the device)."""
     if optimizer is None:
         return 0.0
     for group in optimizer.param_groups:
         if any(p is model.means for p in group["params"]):
-            return float(group["lr"])
+            return group["lr"] if torch.is_tensor(group["lr"]) else float(group["lr"])
     return 0.0

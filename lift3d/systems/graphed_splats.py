@@ -155,6 +155,8 @@ class GraphedSplatStep:
         optimizer = optimizers[0]
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
+        if getattr(system.densify, "edits_gradients", False):  # e.g. MCMC's regularisers join the gradients after backward
+            return None
         if any(group.get("differentiable") for group in optimizer.param_groups):
             return None
         grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
