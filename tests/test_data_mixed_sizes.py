@@ -212,3 +212,21 @@ def test_random_view_sizes_and_counts_out_of_range_are_config_errors(key, value)
     with pytest.raises(ConfigError, match=re.escape(f"data.{key} must be a whole number of at least 1")):
         RandomViewsDataModule({key: value, **({"width": [64, 64]} if key == "height" else {})})
     assert len(RandomViewsDataModule({"height": [32, 64], "width": [32, 64], "batch_size": [2, 1]}).cfg.height) == 2
+
+
+@pytest.mark.parametrize("batch_mode", ["image", "rays"])
+def test_resident_batches_of_a_mixed_size_capture_equal_the_host_loaders(tmp_path, batch_mode):
+    """images_on_device (as on CUDA): the batches gathered from photos kept on the device carry the same loss_mask,
+    and draw the same kept pixels, as the host loader's."""
+    root = write_colmap_scene(tmp_path / "dense", "dense")
+    module = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT, "images_on_device": "always",
+                                    "batch_mode": batch_mode, "batch_size": 3, "rays_per_batch": 300})
+    module._training_device = lambda: torch.device("cpu")
+    module.train_dataloader()
+    for step in (0, 1, 7):
+        host = module.on_after_batch_transfer((module._pick_images if batch_mode == "image" else module._sample_rays)(
+            step, step_generator(module.base_seed, step)), 0)
+        resident = module.on_after_batch_transfer({"step": step}, 0)
+        assert set(resident) == set(host)
+        for key in ("rgb", "alpha", "background") + (("loss_mask",) if batch_mode == "image" else ("rays_o", "rays_d")):
+            assert torch.equal(resident[key], host[key]), (key, step)
