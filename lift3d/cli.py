@@ -223,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_arguments(argv, args)
         code = int(args._module.run(args) or 0)
+    except BrokenPipeError:
+        # the reader of our output went away (``lift3d info | head``): nothing is wrong, and nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except _user_errors() as error:
         if args.debug:
             traceback.print_exc()

@@ -470,3 +470,16 @@ def test_a_cpu_run_prints_no_device_lines_or_site_packages_paths(tmp_path):
     for noise in ("GPU available", "TPU available", "site-packages", "was configured so", "Traceback"):
         assert noise not in done.stderr, done.stderr[-3000:]
     assert "lift3d: results in" in done.stdout
+
+
+def test_a_closed_output_pipe_is_not_an_error():
+    """``lift3d info | head -1``: the reader leaves early; lift3d stops quietly with exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "lift3d", "info"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"lift3d")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "internal error" not in err and "Traceback" not in err, err
