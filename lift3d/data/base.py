@@ -70,8 +70,19 @@ def step_loader(sample: Callable[[int, torch.Generator], dict[str, Any]], seed: 
     its iterator seeds from its own generator: starting an epoch never moves the run's global RNG, so a run
     resumed from a checkpoint at an epoch's end continues the same random stream."""
     sampler = StepSampler(sample, seed, start, end, epoch_steps if epoch_steps is not None else EPOCH_STEPS)
-    return DataLoader(sampler, batch_size=None, num_workers=0, pin_memory=torch.cuda.is_available(),
+    return StepLoader(sampler, batch_size=None, num_workers=0, pin_memory=torch.cuda.is_available(),
                       generator=_own_generator(seed))
+
+
+class StepLoader(DataLoader):
+    """The training loader: resumable by construction (it starts at the restored global step), which it tells
+    Lightning through ``state_dict`` / ``load_state_dict`` (else every resume warns of unreliable results)."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next_step": int(self.dataset._next)}  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass  # the data module built this loader from the restored global step already
 
 
 def _own_generator(seed: int) -> torch.Generator:
