@@ -155,7 +155,7 @@ class GraphedSplatStep:
         optimizer = optimizers[0]
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
-        if getattr(system.densify, "edits_gradients", False):  # e.g. MCMC's regularisers join the gradients after backward
+        if getattr(getattr(system, "densify", None), "edits_gradients", False):  # e.g. MCMC's regularisers join the gradients after backward
             return None
         if any(group.get("differentiable") for group in optimizer.param_groups):
             return None
