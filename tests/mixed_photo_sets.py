@@ -54,7 +54,8 @@ def _w2c(c2w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_colmap_scene(root: Path, kind: str, seed: int = 0) -> Path:
-    """A COLMAP folder (``sparse/0`` binary + ``images/``) of the toy. ``one``, ``dense``, ``orientations``: crops of
+    """A COLMAP folder (``sparse/0`` binary + ``images/``; ``dense``: ``sparse/`` + ``stereo/`` as COLMAP's undistorter
+    writes it) of the toy. ``one``, ``dense``, ``orientations``: crops of
     one render size, one PINHOLE camera per image with its principal point moved by the crop; ``two-cameras``: half
     the views from a second camera of another size and focal length (two cameras in the model)."""
     rng = np.random.default_rng(seed)
@@ -82,7 +83,12 @@ def write_colmap_scene(root: Path, kind: str, seed: int = 0) -> Path:
             Image.fromarray(photos[i, y0 : y0 + h, x0 : x0 + w]).save(root / "images" / f"view_{i:02d}.png")
             cameras[i + 1] = ColmapCamera(i + 1, "PINHOLE", w, h, np.array([focal, focal, SIDE / 2 - x0, SIDE / 2 - y0]))
             images[i + 1] = ColmapImage(i + 1, *_w2c(c2w[i]), i + 1, f"view_{i:02d}.png")
-    write_model_binary(ColmapModel(cameras, images, {}), root / "sparse" / "0")
+    if kind == "dense":  # as `colmap image_undistorter` writes it: the model straight in sparse/, beside stereo/
+        write_model_binary(ColmapModel(cameras, images, {}), root / "sparse")
+        (root / "stereo").mkdir()
+        (root / "run-colmap-geometric.sh").write_text("# written by colmap image_undistorter\n")
+    else:
+        write_model_binary(ColmapModel(cameras, images, {}), root / "sparse" / "0")
     return root
 
 
