@@ -334,7 +334,8 @@ def _interrupted(error: BaseException, signum: int, trial_dir: Path, train: bool
     if train and rank_zero:
         from lift3d.interrupts import SIGNAL_NAMES
 
-        update_progress(trial_dir, status="interrupted", step=step, checkpoint=str(checkpoint) if checkpoint else None,
+        reached = {"step": step} if isinstance(error, StopRequested) else {}  # else the callback wrote the step reached
+        update_progress(trial_dir, status="interrupted", **reached, checkpoint=str(checkpoint) if checkpoint else None,
                         checkpoint_step=step, signal=SIGNAL_NAMES.get(signum, str(signum)), error=None)
     return Interrupted(signum, step, checkpoint, trial_dir if train else None, quiet=not rank_zero)
 
