@@ -61,9 +61,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def newest_checkpoint(folder: Path) -> Path | None:
-    """The most recently written ``*.ckpt`` in ``folder`` (None when there is none)."""
+    """The most recently written ``*.ckpt`` in ``folder``, last.ckpt on a tie (None when there is none)."""
     found = list(folder.glob("*.ckpt")) if folder.is_dir() else []
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt")) if found else None
 
 
 def checkpoint_step(path: Path | None) -> int | None:

@@ -132,3 +132,31 @@ def test_sigterm_to_rank_zero_stops_every_ddp_rank_at_one_step(tmp_path):
     assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == record["checkpoint_step"]
     assert len([line for line in err.splitlines() if line.startswith("lift3d: interrupted")]) == 1, err
     assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt"]
+
+
+def test_a_second_ctrl_c_stops_mid_step_and_names_the_newest_checkpoint(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "app-mesh.yaml"),
+                                f"output_root={tmp_path}", "tag=twice", *COMMON, "system.step_sleep_s=1.0",
+                                "checkpoint.every_n_train_steps=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, cwd=tmp_path)
+    trial = tmp_path / "app-mesh" / "twice"
+    try:
+        deadline = time.monotonic() + 120
+        while _progress(trial).get("step", 0) < 3:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)  # the step takes a second: the first asks to stop after it ...
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)  # ... the second stops now
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    record = _progress(trial)
+    kept = load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"]
+    assert record["status"] == "interrupted" and record["checkpoint_step"] == kept and kept % 2 == 0
+    assert kept <= record["step"] < STEPS
+    lines = [line for line in err.splitlines() if line.startswith("lift3d: interrupted")]
+    assert len(lines) == 1 and f"checkpoint at step {kept} kept in {trial / 'ckpts' / 'last.ckpt'}" in lines[0], err
