@@ -230,3 +230,17 @@ def test_resident_batches_of_a_mixed_size_capture_equal_the_host_loaders(tmp_pat
         assert set(resident) == set(host)
         for key in ("rgb", "alpha", "background") + (("loss_mask",) if batch_mode == "image" else ("rays_o", "rays_d")):
             assert torch.equal(resident[key], host[key]), (key, step)
+
+
+def test_ray_batches_draw_every_kept_pixel_and_nothing_else(tmp_path):
+    """Kept pixels are numbered arithmetically for padding alone and through a table with ignore-masks: both
+    number exactly the kept pixels, each once."""
+    from lift3d.data.posed_images import KeptPixels
+
+    for root, table in ((write_colmap_scene(tmp_path / "dense", "dense"), False),
+                        (write_nerfstudio_scene(tmp_path / "ns", occluded=True, per_frame_sizes=True), True)):
+        scene = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT}).train
+        kept = KeptPixels(scene)
+        assert (kept.table is not None) == table and len(kept) == int(scene.keep.sum())
+        flat = kept.flat(torch.arange(len(kept)))
+        assert torch.equal(flat, scene.keep.reshape(-1).nonzero().squeeze(1))

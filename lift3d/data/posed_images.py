@@ -204,6 +204,39 @@ class ResidentRays:
     BYTES_PER_PIXEL = 28  # a ray (origin and direction, float32) and its RGBA bytes
 
 
+class KeptPixels:
+    """The kept pixels of a padded or masked training set, numbered 0..len-1 in order, and ``flat(k)``: where the
+    k-th lies among every stored pixel. Padding alone is arithmetic (each photo's own rows); ignore-masks need a
+    table of the kept pixels (int32 where it fits: 4 bytes a kept pixel)."""
+
+    def __init__(self, scene: PosedScene) -> None:
+        assert scene.keep is not None
+        n, self.height, self.width = scene.keep.shape
+        sizes = scene.sizes if scene.sizes is not None else torch.tensor([[self.width, self.height]] * n)
+        self.widths = sizes[:, 0].clone()
+        counts = sizes[:, 0] * sizes[:, 1]
+        padding_only = bool((scene.keep.reshape(n, -1).sum(1) == counts).all())  # every pixel of every photo kept
+        self.ends = counts.cumsum(0)
+        self.starts = self.ends - counts
+        self.table: Tensor | None = None
+        if not padding_only:
+            table = scene.keep.reshape(-1).nonzero().squeeze(1)
+            self.table = table.int() if scene.keep.numel() < 2**31 else table
+        self.total = int(self.ends[-1]) if self.table is None else len(self.table)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def flat(self, k: Tensor) -> Tensor:
+        """Flat indices into every stored pixel ([N * H * W]) of kept pixels ``k`` [R]."""
+        if self.table is not None:
+            return self.table[k].long()
+        image = torch.searchsorted(self.ends, k, right=True)
+        within = k - self.starts[image]
+        width = self.widths[image]
+        return (image * self.height + within // width) * self.width + within % width
+
+
 @register("posed-images")
 class PosedImagesDataModule(BaseDataModule):
     """Serves posed photos: whole images or ray batches for training, the val split with ground truth,
@@ -250,7 +283,7 @@ class PosedImagesDataModule(BaseDataModule):
         self._val: PosedScene | None = None
         self._rays: tuple[Tensor, Tensor] | None = None
         # flat indices of the training pixels a ray batch may draw (None: every pixel): not padding, not ignored
-        self._kept_pixels = None if self.train.keep is None else self.train.keep.reshape(-1).nonzero().squeeze(1)
+        self._kept_pixels = None if self.train.keep is None else KeptPixels(self.train)
         self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
         self._resident: ResidentImages | ResidentRays | None = None  # the photos on the training device (images_on_device)
         self._log_summary(downscale)
@@ -435,7 +468,7 @@ class PosedImagesDataModule(BaseDataModule):
         kept = self._kept_pixels
         pick = torch.randint(0, self.train.rgba[..., 0].numel() if kept is None else len(kept), (self.cfg.rays_per_batch,),
                              generator=generator)
-        return (pick if kept is None else kept[pick]), self._background_for(1, generator)
+        return (pick if kept is None else kept.flat(pick)), self._background_for(1, generator)
 
     def _sample_rays(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         origins, directions = self._all_rays()
