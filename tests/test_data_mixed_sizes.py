@@ -75,16 +75,17 @@ def test_an_undistorted_dense_colmap_folder_loads_every_photo_at_its_own_size(tm
 
 
 def test_two_size_set_trains_to_within_1db_of_the_one_size_set(tmp_path):
-    """The same views cropped to one size and to every photo its own size (poses kept): held-out PSNR within 1 dB."""
-    one, _ = _gaussians(tmp_path, write_colmap_scene(tmp_path / "one", "one"), "one", 300)
-    dense, _ = _gaussians(tmp_path, write_colmap_scene(tmp_path / "dense", "dense"), "dense", 300)
-    assert one > 21.0 and abs(one - dense) < 1.0, (one, dense)
+    """The same views cropped to one size, to portrait and landscape (two sizes), and to every photo its own size
+    (poses kept): held-out PSNR within 1 dB of the one-size set's."""
+    psnr_of = {kind: _gaussians(tmp_path, write_colmap_scene(tmp_path / kind, kind), kind, 300)[0]
+               for kind in ("one", "orientations", "dense")}
+    assert psnr_of["one"] > 21.0 and all(abs(v - psnr_of["one"]) < 1.0 for v in psnr_of.values()), psnr_of
 
 
-def test_portrait_and_landscape_and_two_cameras_train(tmp_path):
-    """Portrait and landscape crops of one lens, and a model with two cameras of other sizes and focal lengths."""
+def test_two_cameras_train(tmp_path):
+    """A model with two cameras of different sizes and focal lengths."""
     results = {}
-    for kind in ("orientations", "two-cameras"):
+    for kind in ("two-cameras",):
         root = write_colmap_scene(tmp_path / kind, kind)
         module = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT})
         assert len({module.train.size(i) for i in range(len(module.train))}) == 2
