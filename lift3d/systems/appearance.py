@@ -1,0 +1,64 @@
+"""What a reconstruction system does for per-photo appearance (``lift3d.render.appearance``): size the transforms
+for the training photos when the capture calls for them, and score held-out photos under the stated protocol.
+
+A system with ``self.appearance`` (a ``PhotoAppearance``) mixes this in before ``BaseSystem``, calls
+``setup_appearance(datamodule)`` from ``setup`` and applies ``self.appearance(rgb, self.appearance_index(batch))``
+to its training renders before the photometric loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.render.appearance import PhotoAppearance
+
+log = logging.getLogger("lift3d.systems.appearance")
+
+
+def capture_format(datamodule: Any) -> str | None:
+    """The layout the data module read its photos from (blender, nerfstudio, instant-ngp, colmap), or None when
+    it serves no photo capture (generation's random views)."""
+    capture = getattr(datamodule, "capture", None)
+    return getattr(capture, "format", None)
+
+
+class AppearanceHooks:
+    """Mixin: per-photo appearance for a ``BaseSystem`` with an ``appearance`` part."""
+
+    appearance: PhotoAppearance
+    _val_scores: list[Tensor]
+    _warned_no_index = False
+
+    def setup_appearance(self, datamodule: Any) -> None:
+        """Size the transforms for ``datamodule``'s training photos when ``appearance.enabled`` says so (a run
+        without a data module, e.g. an export from a checkpoint, takes them from the checkpoint)."""
+        train = getattr(datamodule, "train", None)
+        if datamodule is None or train is None:
+            return
+        fmt = capture_format(datamodule)
+        if self.appearance.setup_for(fmt, len(train)):
+            log.info("per-photo appearance on (%s capture): %d colour transforms; held-out photos scored with "
+                     "appearance.eval=%s", fmt or "this", len(train), self.appearance.cfg.eval)
+
+    def appearance_index(self, batch: dict[str, Any]) -> Tensor | None:
+        """The training photo of each view or ray of ``batch`` (``index``), or None (warned once) when a batch
+        with appearance on carries none."""
+        index = batch.get("index")
+        if index is None and self.appearance.active and not self._warned_no_index:
+            self._warned_no_index = True
+            log.warning("training batches carry no photo index: per-photo appearance is not applied")
+        return index
+
+    def _score(self, out: dict[str, Tensor], batch: dict[str, Any]) -> None:
+        """Held-out scores under ``appearance.eval`` when appearance is on, else the plain scores."""
+        gt = batch.get("rgb")
+        if self.appearance.active and torch.is_tensor(gt) and gt.ndim == 4 and "rgb" in out:
+            scores = self.appearance.scores(out["rgb"], gt)
+            if scores is not None:
+                self._val_scores.append(scores.detach())
+                return
+        super()._score(out, batch)  # type: ignore[misc]
