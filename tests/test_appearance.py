@@ -70,6 +70,23 @@ def test_left_half_protocol_fits_on_the_left_and_scores_the_right():
         held_out_scores(render, photo, "best")
 
 
+def test_left_half_protocol_splits_each_photo_at_the_middle_of_its_own_pixels():
+    """A photo padded on the right (a mixed-size batch) is split at the middle of its own columns, and only its own
+    pixels are fitted and scored."""
+    g = torch.Generator().manual_seed(4)
+    render = torch.rand(1, 8, 20, 3, generator=g) * 0.6 + 0.2
+    photo = render * torch.tensor([0.8, 0.9, 1.1])
+    mask = torch.zeros(1, 8, 20, 1)
+    mask[:, :, :12] = 1  # the photo is 12 columns wide; the rest is padding
+    photo[:, :, 6:12] = render[:, :, 6:12]  # its right half (columns 6..11) has another look than its left
+    photo[:, :, 12:] = 0.0  # padding: never fitted nor scored
+    masked = held_out_scores(render, photo, "left-half", ridge=1e-6, mask=mask)
+    whole = held_out_scores(render, photo, "left-half", ridge=1e-6)  # without the mask the split is at column 10
+    assert masked[0, 0] < 35 and whole[0, 0] < masked[0, 0]
+    photo[:, :, 6:12] = render[:, :, 6:12] * torch.tensor([0.8, 0.9, 1.1])
+    assert held_out_scores(render, photo, "left-half", ridge=1e-6, mask=mask)[0, 0] > 60
+
+
 def test_enabled_auto_is_on_for_real_captures_only():
     for fmt in ("colmap", "nerfstudio", "instant-ngp"):
         assert resolve_enabled("auto", fmt)

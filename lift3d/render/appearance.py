@@ -70,13 +70,16 @@ def fit_affine(prediction: Tensor, target: Tensor, ridge: float = 1e-3) -> Tenso
     return solution.T.to(prediction.dtype)
 
 
-def held_out_scores(prediction: Tensor, target: Tensor, mode: str = "left-half", ridge: float = 1e-3) -> Tensor:
+def held_out_scores(prediction: Tensor, target: Tensor, mode: str = "left-half", ridge: float = 1e-3,
+                    mask: Tensor | None = None) -> Tensor:
     """PSNR and SSIM [B, 2] of renders ``prediction`` [B, H, W, 3] of held-out photos ``target`` [B, H, W, 3] when
-    training photos had their own colour transforms. The protocol (``mode``):
+    training photos had their own colour transforms, over the pixels of ``mask`` [B, H, W, 1] when given (a photo's
+    own pixels in a padded batch, less ignored ones). The protocol (``mode``):
 
     - ``left-half`` (NeRF-W's): an affine colour transform is fitted in closed form (least squares of render against
-      photo, a ``ridge`` pull towards the identity) on the left half of each held-out photo (columns ``< W // 2``),
-      applied to the render, and PSNR / SSIM are computed on the right half only: no pixel scored informed the fit.
+      photo, a ``ridge`` pull towards the identity) on the left half of each held-out photo (the columns left of
+      the middle of its pixels), applied to the render, and PSNR / SSIM are computed on the right half only: no
+      pixel scored informed the fit.
     - ``mean``: the mean training transform, which is the identity (``PhotoAppearance`` centres them), that is the
       render as it is, scored on the whole photo; nothing of the held-out photo is used.
 
@@ -85,15 +88,21 @@ def held_out_scores(prediction: Tensor, target: Tensor, mode: str = "left-half",
         raise ValueError(f"appearance.eval must be one of {', '.join(EVAL_MODES)}, got {mode!r}")
     prediction, target = prediction.clamp(0, 1).float(), target.float()
     if mode == "mean":
-        return torch.stack([psnr(prediction, target), ssim(prediction, target)], dim=-1)
-    half = prediction.shape[2] // 2
-    if half < 1:
-        raise ValueError(f"appearance.eval=left-half needs photos at least 2 pixels wide, got {prediction.shape[2]}")
-    affines = torch.stack([fit_affine(p[:, :half].reshape(-1, 3), t[:, :half].reshape(-1, 3), ridge)
-                           for p, t in zip(prediction, target)])
-    right = apply_affine(prediction[:, :, half:], affines).clamp(0, 1)
-    truth = target[:, :, half:]
-    return torch.stack([psnr(right, truth), ssim(right, truth)], dim=-1)
+        return torch.stack([psnr(prediction, target, mask), ssim(prediction, target, mask=mask)], dim=-1)
+    keep = torch.ones_like(prediction[..., :1], dtype=torch.bool) if mask is None else mask.bool()
+    columns = torch.arange(prediction.shape[2], device=prediction.device)
+    scores = []
+    for p, t, k in zip(prediction, target, keep):
+        used = columns[k.any(dim=0)[:, 0]]
+        if len(used) < 2:
+            raise ValueError("appearance.eval=left-half needs held-out photos at least 2 pixels wide")
+        middle = (int(used[0]) + int(used[-1]) + 1) // 2
+        left = k[:, :middle, 0]
+        affine = fit_affine(p[:, :middle][left], t[:, :middle][left], ridge)
+        right = apply_affine(p[None, :, middle:], affine[None]).clamp(0, 1)  # scored alone: no SSIM window sees the left
+        kept = None if mask is None else k[None, :, middle:]
+        scores.append(torch.cat([psnr(right, t[None, :, middle:], kept), ssim(right, t[None, :, middle:], mask=kept)]))
+    return torch.stack(scores)
 
 
 def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
@@ -155,12 +164,12 @@ class PhotoAppearance(BaseModule):
         return clip_straight_through(apply_affine(rgb, self.affines(index)))
 
 
-    def scores(self, prediction: Tensor, target: Tensor) -> Tensor | None:
-        """Held-out PSNR / SSIM [B, 2] under ``eval`` (see ``held_out_scores``); None when inactive (the plain
-        scores apply)."""
+    def scores(self, prediction: Tensor, target: Tensor, mask: Tensor | None = None) -> Tensor | None:
+        """Held-out PSNR / SSIM [B, 2] under ``eval`` over ``mask`` (see ``held_out_scores``); None when inactive
+        (the plain scores apply)."""
         if not self.active:
             return None
-        return held_out_scores(prediction, target, self.cfg.eval, self.cfg.fit_ridge)
+        return held_out_scores(prediction, target, self.cfg.eval, self.cfg.fit_ridge, mask)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         """Take the checkpoint's number of transforms (a run evaluated or exported without set-up has none yet)."""

@@ -57,7 +57,7 @@ class AppearanceHooks:
         """Held-out scores under ``appearance.eval`` when appearance is on, else the plain scores."""
         gt = batch.get("rgb")
         if self.appearance.active and torch.is_tensor(gt) and gt.ndim == 4 and "rgb" in out:
-            scores = self.appearance.scores(out["rgb"], gt)
+            scores = self.appearance.scores(out["rgb"], gt, batch.get("loss_mask"))
             if scores is not None:
                 self._val_scores.append(scores.detach())
                 return
