@@ -22,6 +22,7 @@ from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.saving import OutputSaver
+from lift3d.trainer_checks import check_trainer
 
 log = logging.getLogger("lift3d")
 TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
@@ -269,6 +270,7 @@ def run_experiment(
     if mode not in ("train", "validate", "test", "export"):
         raise ValueError(f"unknown mode {mode!r}")
     aftercare.reset()
+    check_trainer(cfg)  # Lightning's own refusals come as tracebacks: every entry point gets lift3d's one-line errors
     if mode != "train" and not cfg.resume:
         raise ConfigError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
     if cfg.resume:

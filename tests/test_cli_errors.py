@@ -284,9 +284,9 @@ def test_train_with_gpus_fails_before_the_config_is_used(tmp_path, capsys, time_
 
 def test_lightnings_own_refusals_are_user_errors_too(tmp_path, capsys, monkeypatch, time_limit):
     """A trainer value lift3d does not check itself still ends as one line naming Lightning's reason."""
-    import lift3d.trainer_checks
+    import lift3d.runner
 
-    monkeypatch.setattr(lift3d.trainer_checks, "check_trainer", lambda cfg: None)
+    monkeypatch.setattr(lift3d.runner, "check_trainer", lambda cfg: None)
     _fails_cleanly(["reconstruct", f"output_root={tmp_path}", "trainer.max_steps=-5"], capsys,
                    ["Lightning refused the trainer settings", "max_steps"])
 

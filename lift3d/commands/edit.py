@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runner import run_experiment
-    from lift3d.trainer_checks import check_trainer
 
     trial, parsed, checkpoint = source_run(args.run)
     from lift3d.config import allow_run_imports, refuse_imports
@@ -146,7 +145,6 @@ def run(args: argparse.Namespace) -> int:
         recipe = recipe_config(f"edit-{method}{EDITORS[args.editor]}")
         overrides = edit_overrides(trial, checkpoint, args.instruction) + overrides
         cfg = load_config(layer, recipe, overrides=overrides)
-        check_trainer(cfg)
         if args.editor == "analytic":
             print("lift3d: the analytic editor applies the colour transform of the recipe "
                   f"({recipe.name}); the instruction only names the run", flush=True)

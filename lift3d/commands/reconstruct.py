@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.data.scene import detect_format
     from lift3d.data.sfm import prepare_capture
     from lift3d.runner import run_experiment
-    from lift3d.trainer_checks import check_devices, check_trainer
+    from lift3d.trainer_checks import check_devices
 
     paths = [item for item in args.config if "=" not in item]
     overrides = [item for item in args.config if "=" in item]
@@ -123,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
         extra += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
     overrides = extra + overrides
     cfg = load_config(config, overrides=overrides)
-    check_trainer(cfg)
     trial = run_experiment("train", cfg, [config], overrides)
     print("\n".join(_summary(trial)))
     return 0

@@ -21,10 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lift3d.runner import run_experiment
-    from lift3d.trainer_checks import check_trainer
 
     cfg, paths, overrides = load_experiment(args, viewer_overrides(args))
-    check_trainer(cfg)
     trial = run_experiment(args.command, cfg, paths, overrides)
     print(f"lift3d: results in {trial}")
     return 0
