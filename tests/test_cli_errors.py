@@ -300,6 +300,9 @@ def test_partially_nan_poses_are_refused_naming_the_frames(tmp_path, capsys, tim
     (scene / "transforms_train.json").write_text(json.dumps(record))  # json writes NaN and Infinity, as numpy exports do
     _fails_cleanly(["reconstruct", str(scene), f"output_root={tmp_path}"], capsys, ["2 of 48 frames", "not finite numbers",
                                                                                       "r_3"])
+    recipe = str(Path(__file__).resolve().parents[1] / "configs" / "reconstruct-gaussians-sample.yaml")
+    _fails_cleanly(["train", recipe, f"data.root={scene}", f"output_root={tmp_path}"], capsys,  # the data module checks too
+                   ["2 of 48 frames", "not finite numbers", "r_3"])
 
 
 @pytest.fixture

@@ -51,28 +51,6 @@ def is_unbounded(layout: str) -> bool:
     return layout != "blender"
 
 
-def check_poses(scene: Path) -> None:
-    """Refuse a posed scene whose camera poses or lenses hold NaN or infinite numbers (a broken export, a failed
-    solve), naming the frames, before any training: they would turn every Gaussian or field they touch into NaN."""
-    import numpy as np
-
-    from lift3d.data.capture import SceneFormatError
-    from lift3d.data.scene import read_capture
-
-    capture, _ = read_capture(scene)
-    bad = []
-    for frame in capture.frames:
-        lens = frame.lens
-        numbers = [lens.fx, lens.fy, lens.cx, lens.cy, *lens.coeffs]
-        if not (np.isfinite(frame.c2w).all() and np.isfinite(numbers).all()):
-            bad.append(frame.name or frame.image.name)
-    if bad:
-        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
-        raise SceneFormatError(f"{len(bad)} of {len(capture.frames)} frames in {scene} have camera poses or lenses that are "
-                               f"not finite numbers (NaN or inf): {shown}; fix or remove those frames in its poses file, "
-                               f"or recover every pose again with lift3d poses {scene} --force")
-
-
 def _summary(trial: Path) -> list[str]:
     save = trial / "save"
     lines = [f"lift3d: results in {trial}"]
@@ -109,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
     scene = Path(paths[0]).expanduser().resolve() if paths else sample_scene_path()
     scene = prepare_capture(scene)  # a video or a folder of photos without poses: structure from motion first
     layout = detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
-    check_poses(scene)
     if not paths:
         print(f"lift3d: no scene given; reconstructing the built-in sample scene ({scene})", flush=True)
     gpus = parse_gpus(args.gpus)

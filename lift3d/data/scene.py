@@ -102,8 +102,24 @@ def read_capture(root: Path, format: str = "auto", downscale: int = 1) -> tuple[
             raise SceneFormatError(f"data.format={format} needs {root / 'transforms.json'}")
         capture = read_transforms_json(root)
     else:
-        return read_colmap(root, downscale)
+        capture, downscale = read_colmap(root, downscale)
+    check_finite(capture)
     return capture, downscale
+
+
+def check_finite(capture: Capture) -> None:
+    """Refuse camera poses or lenses holding NaN or infinite numbers (a broken export, a failed solve), naming the
+    frames, before any training: they would turn every Gaussian or field they touch into NaN."""
+    bad = []
+    for frame in capture.frames:
+        lens = frame.lens
+        if not (np.isfinite(frame.c2w).all() and np.isfinite([lens.fx, lens.fy, lens.cx, lens.cy, *lens.coeffs]).all()):
+            bad.append(frame.name or frame.image.name)
+    if bad:
+        shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise SceneFormatError(f"{len(bad)} of {len(capture.frames)} frames in {capture.root} have camera poses or lenses "
+                               f"that are not finite numbers (NaN or inf): {shown}; fix or remove those frames in its poses "
+                               f"file, or recover every pose again with lift3d poses {capture.root} --force")
 
 
 def check_present(capture: Capture) -> None:
