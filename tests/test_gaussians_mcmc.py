@@ -162,3 +162,27 @@ def test_relocation_twin_matches_gsplats_kernel():
     assert torch.allclose(ours[1], theirs[1], rtol=1e-3, atol=1e-6)
     through = relocation(opacities, scales, ratios, binoms)
     assert torch.allclose(through[1], theirs[1])
+
+
+def test_recipe_trains_with_mcmc_within_its_budget(tmp_path, data_dir):
+    """lego_tiny through the reconstruct-gaussians recipe with ``system.densify_type=densify-mcmc``: the 3DGS options
+    of the recipe give way to MCMC's, the count grows to the budget and no further, and PSNR rises."""
+    import csv
+    import json
+
+    from lift3d.cli import main
+
+    code = main(["reconstruct", str(data_dir / "lego_tiny"), f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
+                 "use_timestamp=false", "system.gaussians.init_points=2000", "system.renderer.tile_size=4",
+                 "system.gaussians.sh_degree=1", "data.val_split=train", "data.n_orbit_views=4", "trainer.max_steps=120",
+                 "trainer.val_check_interval=120", "trainer.num_sanity_val_steps=1", "trainer.log_every_n_steps=10",
+                 "checkpoint.every_n_train_steps=0", "system.export.formats=[]", "system.densify_type=densify-mcmc",
+                 "system.densify.cap_max=2600", "system.densify.refine_start=20", "system.densify.refine_every=20",
+                 "system.densify.grow_rate=0.1"])
+    assert code == 0
+    trial = tmp_path / "reconstruct-gaussians" / "lego_tiny"
+    record = json.loads((trial / "save" / "metrics.json").read_text())
+    assert record["val"]["psnr"] > record["history"][0]["psnr"] + 8.0, record["history"]
+    with open(trial / "csv_logs" / "metrics.csv") as handle:
+        counts = [float(r["train/gaussians"]) for r in csv.DictReader(handle) if r.get("train/gaussians")]
+    assert max(counts) == 2600 and counts[0] == 2000
