@@ -106,7 +106,8 @@ def test_enabled_auto_is_on_for_real_captures_only():
 
 
 def test_photo_appearance_state():
-    appearance = PhotoAppearance({})
+    assert not PhotoAppearance({}).setup_for("colmap", 10)  # off unless a recipe asks (editing, generation)
+    appearance = PhotoAppearance({"enabled": "auto"})
     assert not appearance.active and not list(p for p in appearance.parameters() if p.numel())
     rgb = torch.rand(2, 4, 4, 3)
     assert appearance(rgb, torch.tensor([0, 1])) is rgb

@@ -32,7 +32,7 @@ OBJECT_FORMATS = ("blender",)  # capture layouts of objects rendered on a transp
 class AppearanceConfig:
     """Whether training photos get their own colour transform, and how held-out photos are then scored."""
 
-    enabled: str = "auto"  # auto (on for real captures: COLMAP, nerfstudio / instant-ngp, photo folders, videos; off for Blender-layout objects), true or false
+    enabled: str = "false"  # auto (on for real captures: COLMAP, nerfstudio / instant-ngp, photo folders, videos; off for Blender-layout objects), true or false; the reconstruct recipes say auto
     eval: str = "left-half"  # held-out scoring when on: left-half (affine fitted on the left half, scored on the right), or mean (the mean training transform, i.e. the render as is, whole photo)
     fit_ridge: float = 1e-3  # left-half fit: pull of the fitted transform towards the identity, per pixel (keeps flat halves well posed)
 
