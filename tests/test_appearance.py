@@ -192,4 +192,15 @@ def test_hooks_score_held_out_photos_by_the_protocol():
     on._score({"rgb": render}, {"rgb": photo})
     assert torch.allclose(on._val_scores[0], held_out_scores(render, photo, "left-half"))
     assert on.appearance_index({"index": torch.tensor([1])}).tolist() == [1]
+
+    class Rays(Data):
+        class cfg:
+            batch_mode = "rays"
+
+    rays = System("true")
+    rays.setup_appearance(Rays())  # ray batches that do not say which photo each ray is from: off, warned
+    assert not rays.appearance.active
+    Rays.rays_carry_index = True
+    rays.setup_appearance(Rays())
+    assert rays.appearance.active
     assert on.appearance_index({}) is None and on._warned_no_index

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lift3d.render.appearance import PhotoAppearance
+from lift3d.render.appearance import PhotoAppearance, resolve_enabled
 
 log = logging.getLogger("lift3d.systems.appearance")
 
@@ -24,6 +24,13 @@ def capture_format(datamodule: Any) -> str | None:
     it serves no photo capture (generation's random views)."""
     capture = getattr(datamodule, "capture", None)
     return getattr(capture, "format", None)
+
+
+def batches_name_their_photos(datamodule: Any) -> bool:
+    """Whether every training batch carries ``index``, the training photo of each view (image batches) or ray (ray
+    batches, where the data module says so with ``rays_carry_index = True``)."""
+    mode = getattr(getattr(datamodule, "cfg", None), "batch_mode", "image")
+    return mode != "rays" or bool(getattr(datamodule, "rays_carry_index", False))
 
 
 class AppearanceHooks:
@@ -40,6 +47,11 @@ class AppearanceHooks:
         if datamodule is None or train is None:
             return
         fmt = capture_format(datamodule)
+        if resolve_enabled(self.appearance.cfg.enabled, fmt) and not batches_name_their_photos(datamodule):
+            log.warning("per-photo appearance is off: this data module's ray batches do not say which photo each ray "
+                        "comes from (data.batch_mode=image trains with it)")
+            self.appearance.resize(0)
+            return
         if self.appearance.setup_for(fmt, len(train)):
             log.info("per-photo appearance on (%s capture): %d colour transforms; held-out photos scored with "
                      "appearance.eval=%s", fmt or "this", len(train), self.appearance.cfg.eval)
