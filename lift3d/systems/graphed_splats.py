@@ -99,6 +99,8 @@ class GraphedSplatStep:
             inputs["background"] = batch["background"]
         if batch.get("loss_mask") is not None:  # padding of photos of several sizes, ignored pixels
             inputs["loss_mask"] = batch["loss_mask"]
+        if getattr(getattr(system, "appearance", None), "active", False):  # per-photo appearance: the batch's photos
+            inputs["index"] = batch["index"]
         params = [p for p in system.parameters() if p.requires_grad]
         ids = tuple(id(p) for p in params)
         if self.step is None:
@@ -116,8 +118,9 @@ class GraphedSplatStep:
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             views = Cameras(static["c2w"], static["intrinsics"], width, height, static["viewmats"])
+            photos = {"index": static["index"]} if "index" in static else {}
             terms, out = system.loss_terms(views, static.get("background"), static["rgb"], static.get("loss_mask"),
-                                           isect_capacity=capacity)
+                                           isect_capacity=capacity, **photos)
             kept = {k: out[k] for k in ("rgb", "radii", "means2d", "isect_count")}
             return system.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **kept}
 

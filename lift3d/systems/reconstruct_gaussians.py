@@ -24,7 +24,9 @@ from lift3d.gaussians.ply import save_ply
 from lift3d.gaussians.replicas import ReplicatedGaussians
 from lift3d.metrics import masked_prediction, ssim
 from lift3d.registry import register
+from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
 from lift3d.schedule import is_schedule
+from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.graphed_splats import GraphedSplatStep
 
@@ -55,6 +57,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
     isect_headroom: float = 1.2  # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its largest footprint), sized again at each capture
+    appearance: AppearanceConfig = field(default_factory=AppearanceConfig)  # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
@@ -85,7 +88,7 @@ def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, 
 
 
 @register("reconstruct-gaussians")
-class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
+class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSystem):
     """Optimise Gaussians so their renders match posed photos."""
 
     Config = ReconstructGaussiansConfig
@@ -103,6 +106,7 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         if self.cfg.isect_headroom < 1.0:
             raise ConfigError(f"system.isect_headroom must be at least 1 (the intersection slots hold this times the most "
                              f"any view needs), got {self.cfg.isect_headroom}")
+        self.appearance = PhotoAppearance(self.cfg.appearance)  # sized for the training photos in setup when on
         self._graphs = GraphedSplatStep(self)
 
     # ----------------------------------------------------------------------------------- set-up
@@ -115,6 +119,7 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
             self.extent = float(datamodule.extent)
             if self.extent < 1e-6:  # a single view: fall back to its distance from the scene centre
                 self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
+        self.setup_appearance(datamodule)
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage == "fit" and len(self.gaussians) == 0 and not resuming:
             self._initialize(datamodule)
@@ -184,24 +189,27 @@ class ReconstructGaussiansSystem(ReplicatedGaussians, BaseSystem):
         return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
     def loss_terms(self, cameras: Cameras, background: Tensor | None, target: Tensor, loss_mask: Tensor | None = None,
-                   **options: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+                   index: Tensor | None = None, **options: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(the photometric loss terms, the render) of one batch of views against its photos; with ``loss_mask``
         [B, H, W, 1] (1 = compare) over its pixels only: padding and ignored pixels pass no gradient, so Gaussians
-        seen only there gather no densification gradient either."""
+        seen only there gather no densification gradient either. ``index`` [B]: the training photos, whose colour
+        transforms (per-photo appearance) the render is compared through."""
         out = self.render(cameras, background, with_depth=False, **options)  # the loss reads colours only
+        rgb = self.appearance(out["rgb"], index)
         if loss_mask is None:
-            l1 = (out["rgb"] - target).abs().mean()
-            dssim = 1.0 - ssim(out["rgb"], target).mean()
+            l1 = (rgb - target).abs().mean()
+            dssim = 1.0 - ssim(rgb, target).mean()
         else:
             kept = (loss_mask.sum() * target.shape[-1]).clamp_min(1.0)
-            l1 = (masked_prediction(out["rgb"], target, loss_mask) - target).abs().sum() / kept
-            dssim = 1.0 - ssim(out["rgb"], target, mask=loss_mask).mean()
+            l1 = (masked_prediction(rgb, target, loss_mask) - target).abs().sum() / kept
+            dssim = 1.0 - ssim(rgb, target, mask=loss_mask).mean()
         return {"l1": l1, "ssim": dssim}, out
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         replayed = self._graphs.run(batch) if self._graphs.applies(batch) else None
         if replayed is None:
-            terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"], batch.get("loss_mask"))
+            terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"], batch.get("loss_mask"),
+                                         index=self.appearance_index(batch))
         else:
             terms, out = replayed
         if batch.get("loss_mask") is not None:
