@@ -204,3 +204,58 @@ def test_hooks_score_held_out_photos_by_the_protocol():
     rays.setup_appearance(Rays())
     assert rays.appearance.active
     assert on.appearance_index({}) is None and on._warned_no_index
+
+
+class _Capture:
+    format = "colmap"
+
+
+class _Photos:
+    """The two facts the systems read from a data module for appearance: the capture's layout and the photo count."""
+
+    capture = _Capture()
+    train = [0] * 3
+
+
+def _tiny_cameras(n: int = 2, size: int = 8):
+    from lift3d.data.sample_scene import sample_cameras
+
+    return sample_cameras("train", size)[torch.arange(n)]
+
+
+def test_gaussian_system_trains_the_transforms_of_its_photos():
+    from lift3d.config import load_config
+    from lift3d.recipes import recipe_config
+    from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
+
+    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=["system.renderer.backend=torch"])
+    system = ReconstructGaussiansSystem(cfg.system)
+    assert system.cfg.appearance.enabled == "auto" and not system.appearance.active
+    system.gaussians.initialize(torch.randn(50, 3) * 0.5)
+    system.setup_appearance(_Photos())
+    assert system.appearance.delta.shape == (3, 3, 4)
+    groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
+    assert groups["appearance"]["params"][0] is system.appearance.delta
+    cameras = _tiny_cameras()
+    terms, _ = system.loss_terms(cameras, torch.ones(2, 3), torch.rand(2, 8, 8, 3), index=torch.tensor([0, 2]))
+    (terms["l1"] + terms["ssim"]).backward()
+    grad = system.appearance.delta.grad
+    assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0
+
+
+def test_nerf_system_trains_the_transforms_of_its_photos():
+    from lift3d.config import load_config
+    from lift3d.recipes import recipe_config
+    from lift3d.systems.reconstruct_nerf import ReconstructNerfSystem
+
+    cfg = load_config(recipe_config("reconstruct-nerf-cpu"), overrides=["data.batch_mode=image"])
+    system = ReconstructNerfSystem(cfg.system)
+    system.setup_appearance(_Photos())
+    assert system.appearance.active
+    groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
+    assert groups["appearance"]["params"][0] is system.appearance.delta
+    batch = {"cameras": _tiny_cameras(1), "rgb": torch.rand(1, 8, 8, 3), "background": torch.ones(1, 3),
+             "index": torch.tensor([1])}
+    terms, _, _ = system.loss_terms(batch)
+    terms["rgb"].backward()
+    assert system.appearance.delta.grad[1].abs().sum() > 0

@@ -18,6 +18,8 @@ from torch import Tensor
 from lift3d.config import scheduled
 from lift3d.export import ExportConfig
 from lift3d.registry import register
+from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
+from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.field_queries import FieldQueries
 
@@ -43,13 +45,14 @@ class ReconstructNerfConfig(SystemConfig):
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
     cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit precision, one device (false: its kernels launched one by one)
+    appearance: AppearanceConfig = dataclasses.field(default_factory=AppearanceConfig)  # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
     export: ExportConfig = dataclasses.field(default_factory=lambda: ExportConfig(
         formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # what lift3d export writes by default
 
 
 @register("reconstruct-nerf")
-class ReconstructNerfSystem(FieldQueries, BaseSystem):
+class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
     """Photometric NeRF reconstruction with a hash-grid field and an occupancy-grid renderer."""
 
     Config = ReconstructNerfConfig
@@ -63,8 +66,12 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)
         self.renderer = self.build_part(c.renderer_type, c.renderer, self.field, self.material, self.background)
+        self.appearance = PhotoAppearance(c.appearance)  # sized for the training photos in setup when on
         self._captured: Any = None  # CapturedStep, made on the first step that can be captured
         self._replayed = False
+
+    def setup(self, stage: str) -> None:
+        self.setup_appearance(getattr(self.trainer, "datamodule", None) if self._trainer is not None else None)
 
     # ------------------------------------------------------------------------------ training
     def _photometric(self, prediction: Tensor, target: Tensor) -> Tensor:
@@ -80,9 +87,11 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
         0 for them, 1 for the others. (Ray batches hold kept pixels only.)"""
         if "rays_o" in batch:
             out = self.renderer.render_rays(batch["rays_o"], batch["rays_d"], background=batch.get("background"))
+            out = {**out, "rgb": self.appearance(out["rgb"], self.appearance_index(batch))}  # each ray in its photo's look
             target, target_alpha = batch["rgb"], batch.get("alpha")
         else:
             images = self.renderer(batch["cameras"], background=batch.get("background"))
+            images = {**images, "rgb": self.appearance(images["rgb"], self.appearance_index(batch))}
             out = {k: images[k].reshape(-1, images[k].shape[-1]) for k in ("rgb", "alpha")}
             out.update({k: images[k].reshape(-1) for k in ("ray_valid",) if k in images})
             out.update({k: images[k] for k in ("num_samples",) if k in images})
@@ -144,7 +153,7 @@ class ReconstructNerfSystem(FieldQueries, BaseSystem):
     def _captured_terms(self, batch: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor] | None:
         """The step's loss terms by replaying its CUDA graph (captured again when its key changes); the gradients
         wait in the graph until ``backward``. None: this step runs eagerly (the renderer has no sample budgets yet)."""
-        names = ("rays_o", "rays_d", "rgb", "alpha", "background", "loss_mask")
+        names = ("rays_o", "rays_d", "rgb", "alpha", "background", "loss_mask", "index")
         inputs = {k: v for k, v in batch.items() if torch.is_tensor(v) and k in names}
         key = self._graph_key(inputs["rays_o"].shape[0], inputs["rays_o"].device)
         if key is None:
