@@ -50,6 +50,7 @@ def test_a_two_size_capture_trains_as_well_with_the_captured_step(tmp_path):
         overrides = [f"data.root={root}", f"output_root={tmp_path}", f"data.holdout_every={HOLDOUT}", "use_timestamp=false",
                      "trainer.enable_progress_bar=false", "trainer.max_steps=600", "trainer.val_check_interval=600",
                      "trainer.accelerator=gpu", f"system.cuda_graphs={mode}", "trainer.run_test_after_fit=false",
+                     "system.gaussians.init_points=2000", "system.gaussians.sh_degree=1",  # toy photos: nothing to triangulate
                      "system.densify.refine_start=100", "system.densify.refine_every=100", "system.densify.reset_every=0",
                      "system.export.formats=[]", "system.gaussians.sh_degree_interval=100", "checkpoint.every_n_train_steps=0",
                      "trainer.num_sanity_val_steps=0"]
