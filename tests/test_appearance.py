@@ -125,6 +125,8 @@ def test_photo_appearance_state():
     fresh = PhotoAppearance({"enabled": "false"})
     fresh.load_state_dict(appearance.state_dict())
     assert fresh.active and torch.equal(fresh.delta, appearance.delta)
+    fresh.load_state_dict({})  # a checkpoint from before appearance existed
+    assert not fresh.active
     with pytest.raises(ValueError, match="appearance.eval"):
         PhotoAppearance({"eval": "whole"})
     with pytest.raises((ValueError, ConfigError)):

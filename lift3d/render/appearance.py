@@ -172,7 +172,10 @@ class PhotoAppearance(BaseModule):
         return held_out_scores(prediction, target, self.cfg.eval, self.cfg.fit_ridge, mask)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        """Take the checkpoint's number of transforms (a run evaluated or exported without set-up has none yet)."""
+        """Take the checkpoint's number of transforms (a run evaluated or exported without set-up has none yet); a
+        checkpoint written before per-photo appearance existed loads with none."""
+        if prefix + "delta" not in state_dict:
+            state_dict[prefix + "delta"] = torch.zeros(0, 3, 4)
         stored = state_dict.get(prefix + "delta")
         if stored is not None and stored.shape != self.delta.shape:
             self.resize(stored.shape[0])
