@@ -34,6 +34,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks.bench_guidance import environment  # noqa: E402
 from benchmarks.floor import count_flops, floor_fields, measure_rates, sync  # noqa: E402
+from benchmarks.records import json_lines  # noqa: E402
 from benchmarks.suite_cases import Case, Context, SkipCase, all_cases  # noqa: E402
 
 RECIPES = Path(__file__).resolve().parent / "bench_recipes.py"
@@ -102,13 +103,7 @@ def recipe_records(budget_s: float, tiny: bool) -> list[dict[str, Any]]:
         return [dict(r) for r in module.suite_records(budget_s, tiny)]
     command = [sys.executable, str(RECIPES), "--budget-s", str(int(budget_s))] + (["--tiny"] if tiny else [])
     done = subprocess.run(command, capture_output=True, text=True, timeout=budget_s + 60, cwd=REPO)
-    records = []
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    records = json_lines(done.stdout)
     if done.returncode:
         records.append({"case": "recipes", "group": "recipes", "error": (done.stderr.strip().splitlines() or ["?"])[-1][:400]})
     return records

@@ -23,6 +23,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.records import json_lines  # noqa: E402
+
 VARIANTS: dict[str, list[str]] = {
     "default": [],
     "mcmc": ["system.densify_type=densify-mcmc", "system.gaussians.init_opacity=0.5", "system.gaussians.init_scale=0.1"],
@@ -35,13 +39,7 @@ def run(command: list[str]) -> list[dict]:
     """Run a benchmark script; its JSON lines (stderr passes through)."""
     print("+ " + " ".join(command), file=sys.stderr, flush=True)
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-    records = []
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    records = json_lines(done.stdout)
     if done.returncode != 0:
         records.append({"error": f"exit status {done.returncode}", "tail": done.stdout[-2000:]})
     return records
