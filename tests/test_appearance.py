@@ -261,3 +261,20 @@ def test_nerf_system_trains_the_transforms_of_its_photos():
     terms, _, _ = system.loss_terms(batch)
     terms["rgb"].backward()
     assert system.appearance.delta.grad[1].abs().sum() > 0
+
+
+def test_ray_batches_name_the_photo_of_every_ray(tmp_path):
+    """Each ray of a batch starts at the centre of the camera its ``index`` names (photos of two sizes, padded)."""
+    from lift3d.data.posed_images import PosedImagesDataModule
+    from lift3d.rng import step_generator
+    from tests.mixed_photo_sets import HOLDOUT, write_colmap_scene
+
+    root = write_colmap_scene(tmp_path / "orientations", "orientations")
+    module = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT, "batch_mode": "rays", "rays_per_batch": 512})
+    assert PosedImagesDataModule.rays_carry_index
+    batch = module._sample_rays(3, step_generator(0, 3))
+    index = batch["index"]
+    assert index.shape == (512,) and 0 <= int(index.min()) and int(index.max()) < len(module.train)
+    assert len(set(index.tolist())) > len(module.train) // 2  # rays from many photos
+    centres = module.train.cameras.c2w[index, :3, 3]
+    assert torch.allclose(batch["rays_o"], centres, atol=1e-5)

@@ -243,6 +243,7 @@ class PosedImagesDataModule(BaseDataModule):
     and an orbit (or a split) for test."""
 
     Config = PosedImagesConfig
+    rays_carry_index = True  # ray batches name each ray's training photo (``index`` [N]): per-photo appearance needs it
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
@@ -478,7 +479,13 @@ class PosedImagesDataModule(BaseDataModule):
         rgb, alpha = self._composite(self.train.rgba.reshape(-1, 4)[pick], background)
         if self.targets is not None:
             rgb = self.targets.pixels(pick)
-        return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background, "step": step}
+        return {"rays_o": origins[pick], "rays_d": directions[pick], "rgb": rgb, "alpha": alpha, "background": background,
+                "index": self._photo_of(pick), "step": step}
+
+    def _photo_of(self, pick: Tensor) -> Tensor:
+        """The training photo [N] of each flat pixel index ``pick`` [N] (every photo spans the padded H x W)."""
+        height, width = self.train.rgba.shape[1:3]
+        return torch.div(pick, height * width, rounding_mode="floor")
 
     def _resident_rays(self, step: int) -> dict[str, Any]:
         """The ray batch of ``step`` gathered on the device from the resident rays and colours: the same pixels,
@@ -491,7 +498,7 @@ class PosedImagesDataModule(BaseDataModule):
         if self.targets is not None:  # an editing run rewrites these on the host: copied per step
             rgb = self.targets.pixels(pick.cpu()).to(rgb.device)
         return {"rays_o": r.origins.index_select(0, pick), "rays_d": r.directions.index_select(0, pick), "rgb": rgb,
-                "alpha": alpha, "background": background, "step": step}
+                "alpha": alpha, "background": background, "index": self._photo_of(pick), "step": step}
 
     def train_dataloader(self) -> DataLoader:
         device = self._training_device()
