@@ -92,8 +92,8 @@ def _exif(make: str, model: str, focal_35mm: int, orientation: int = 1) -> Image
     exif[0x010F], exif[0x0110] = make, model
     if orientation != 1:
         exif[0x0112] = orientation
-    exif.get_ifd(0x8769)[0x920A] = 4.2  # the lens's real focal length in mm, as phones write it
-    exif.get_ifd(0x8769)[0xA405] = focal_35mm
+    # the Exif sub-IFD as a dict: on Pillow 10.0 (the lowest admitted) get_ifd() of a new Exif hands out a copy
+    exif[0x8769] = {0x920A: 4.2, 0xA405: focal_35mm}  # the lens's real focal length in mm, as phones write it
     return exif
 
 

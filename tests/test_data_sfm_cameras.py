@@ -26,13 +26,15 @@ def _save(path, size, make="", model="", focal_35mm=0, focal_mm=0.0, orientation
         exif[0x010F], exif[0x0110] = make, model
     if orientation != 1:
         exif[0x0112] = orientation
-    sub = exif.get_ifd(0x8769)
+    sub = {}  # the Exif sub-IFD, assigned whole (Pillow 10.0's get_ifd() of a new Exif hands out a copy)
     if focal_mm:
         sub[0x920A] = focal_mm
     if focal_35mm:
         sub[0xA405] = focal_35mm
     if plane:
         sub[0xA20E], sub[0xA210], sub[0xA002] = plane
+    if sub:
+        exif[0x8769] = sub
     pixels = np.random.default_rng(len(path.name)).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
     Image.fromarray(pixels).save(path, exif=exif)
     return path.name

@@ -88,9 +88,23 @@ def hub_unreachable(timeout_s: float = 5.0) -> str | None:
             get_session().head(endpoint, timeout=timeout_s)
             _hub_checks[endpoint] = None
         except Exception as error:  # noqa: BLE001  (any failure to get an answer means: not reachable from here)
-            text = " ".join(str(error).split()) or type(error).__name__
-            _hub_checks[endpoint] = f"{endpoint}: {text}"
+            _hub_checks[endpoint] = f"{endpoint}: {network_reason(error)}"
     return _hub_checks[endpoint]
+
+
+def network_reason(error: BaseException) -> str:
+    """What a failed request says went wrong, in a few words: the system's own reason (``[Errno 111] Connection
+    refused`` -> ``connection refused``), a timeout, or the error's type; never the HTTP client's wrapping text (one
+    client calls every refused connection "Max retries exceeded", though it made one try)."""
+    import re
+
+    text = " ".join(str(error).split())
+    found = re.findall(r"\[Errno -?\d+\] ([^'\"()\]]+)", text)
+    if found:
+        return found[-1].strip().rstrip(".").lower()
+    if "timed out" in text.lower() or "timeout" in type(error).__name__.lower():
+        return "timed out"
+    return type(error).__name__
 
 
 def load_part(loader: Callable[..., Any], name: str, subfolder: str, local_only: bool, parts: str = SD_PARTS, *,
