@@ -103,6 +103,30 @@ def check_port(what: str, port: int, example: str) -> None:
         raise ConfigError(f"{what} must be a TCP port 0..65535 (0: any free one), got {port}: e.g. {example}")
 
 
+def check_listen(host: str, port: int, flag: str = "--host") -> None:
+    """Fail fast where viser could not listen: it tries ``port`` and the next 999 ports on a background thread and,
+    when none binds (a host that is not this machine's, a name that does not resolve, a port out of range), its
+    caller waits forever. A port in use is fine (viser takes the next free one). ``flag`` names the option to change."""
+    import socket
+
+    check_port("the viewer's port", port, "--port 8080")
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as error:
+        raise ConfigError(f"the viewer cannot listen on {host}: the name does not resolve ({error}); use {flag} 127.0.0.1 "
+                          f"(this machine only) or {flag} 0.0.0.0 (every interface)") from None
+    failures = []
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind((address[0], 0, *address[2:]))  # any free port: only whether the address is this machine's
+                return
+            except OSError as error:
+                failures.append(error.strerror or str(error))
+    raise ConfigError(f"the viewer cannot listen on {host}: {'; '.join(sorted(set(failures)))} (not an address of this "
+                      f"machine); use {flag} 127.0.0.1 (this machine only) or {flag} 0.0.0.0 (every interface)")
+
+
 def check_viewer(v: Any) -> None:
     if not v.enabled:
         return
@@ -111,6 +135,4 @@ def check_viewer(v: Any) -> None:
     _at_least("viewer.preview_max_side", v.preview_max_side, 16, "a render size >= 16 pixels", "256")
     if not 0 < v.max_share <= 1:
         raise ConfigError(f"viewer.max_share must be a fraction in (0, 1], got {v.max_share}: e.g. viewer.max_share=0.1")
-    from lift3d.viewer.server import check_listen
-
     check_listen(v.host, v.port, "--viewer-host")  # before training: a host that is not this machine's fails now, not at the first step

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from lift3d.config import ConfigError, ViewerConfig
+from lift3d.trainer_checks import check_listen
 from lift3d.viewer.camera_math import c2w_to_viser_pose, render_size, viewer_cameras, viser_pose_to_c2w
 from lift3d.viewer.models import RENDER_MODES, TrainingViews
 from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
@@ -63,31 +64,6 @@ class RenderJob:
     level: str  # preview or full
     mode: str  # rgb, depth, alpha, normal
     cameras: Any  # lift3d Cameras [1]
-
-
-def check_listen(host: str, port: int, flag: str = "--host") -> None:
-    """Fail fast where viser could not listen: it tries ``port`` and the next 999 ports on a background thread and,
-    when none binds (a host that is not this machine's, a name that does not resolve, a port out of range), its
-    caller waits forever. A port in use is fine (viser takes the next free one). ``flag`` names the option to change."""
-    import socket
-
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"the viewer's port must be 0..65535 (0: any free one), got {port}: e.g. --port 8080")
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as error:
-        raise ConfigError(f"the viewer cannot listen on {host}: the name does not resolve ({error}); use {flag} 127.0.0.1 "
-                          f"(this machine only) or {flag} 0.0.0.0 (every interface)") from None
-    failures = []
-    for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as probe:
-            try:
-                probe.bind((address[0], 0, *address[2:]))  # any free port: only whether the address is this machine's
-                return
-            except OSError as error:
-                failures.append(error.strerror or str(error))
-    raise ConfigError(f"the viewer cannot listen on {host}: {'; '.join(sorted(set(failures)))} (not an address of this "
-                      f"machine); use {flag} 127.0.0.1 (this machine only) or {flag} 0.0.0.0 (every interface)")
 
 
 def require_viser() -> Any:
