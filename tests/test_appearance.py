@@ -274,7 +274,7 @@ def test_ray_batches_name_the_photo_of_every_ray(tmp_path):
     assert PosedImagesDataModule.rays_carry_index
     batch = module._sample_rays(3, step_generator(0, 3))
     index = batch["index"]
-    assert index.shape == (512,) and 0 <= int(index.min()) and int(index.max()) < len(module.train)
+    assert index.shape == (512,) and int(index.min()) >= 0 and int(index.max()) < len(module.train)
     assert len(set(index.tolist())) > len(module.train) // 2  # rays from many photos
     centres = module.train.cameras.c2w[index, :3, 3]
     assert torch.allclose(batch["rays_o"], centres, atol=1e-5)
