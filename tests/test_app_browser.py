@@ -13,7 +13,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 
 from lift3d.app.recipes import DEFAULT_RECIPES
 from tests.conftest import REPO
+from tests.processes import stop
 from tests.tiny_diffusion import tiny_sd_path
 from tests.validators import gltf_problems, validate_gltf
 
@@ -94,13 +94,7 @@ def server(tmp_path):
     try:
         yield url, process, tmp_path
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 def _status(page) -> dict:

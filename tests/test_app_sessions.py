@@ -15,6 +15,7 @@ from lift3d.app.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, Job, JobQueue,
 from lift3d.app.recipes import AppRecipe, probe_recipe
 from lift3d.app.ui import AppState, is_private
 from tests.conftest import TEST_CONFIGS
+from tests.processes import stop
 from tests.test_app_page import NO_OPTIONS, FakeQueue
 
 LABEL = "Sphere from text"
@@ -152,7 +153,6 @@ def test_the_app_is_private_beyond_localhost():
 def test_the_server_does_not_serve_the_output_folder(tmp_path):
     """``gradio_api/file=`` used to serve every file under --output-root; now only what a page was handed."""
     import os
-    import signal
     import subprocess
     import sys
     import urllib.error
@@ -188,12 +188,7 @@ def test_the_server_does_not_serve_the_output_folder(tmp_path):
         assert refused.value.code == 403
         assert "every page sees every job (localhost); uploads up to 0.5 GiB" in log.read_text()
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def test_a_run_slow_to_stop_gets_what_it_kept_so_far(recipes, tmp_path):

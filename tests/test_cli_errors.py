@@ -82,6 +82,7 @@ import torch
 from lift3d.cli import main
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
+from tests.sample_runs import finished_sample_run
 
 RECIPE = str(recipe_config("reconstruct-gaussians-sample"))
 
@@ -90,10 +91,7 @@ RECIPE = str(recipe_config("reconstruct-gaussians-sample"))
 def run_folder(tmp_path_factory):
     """A finished two-step sample reconstruction (its folder, config and checkpoint)."""
     root = tmp_path_factory.mktemp("audit")
-    assert main(["reconstruct", f"output_root={root}", "trainer.max_steps=2", "trainer.val_check_interval=0",
-                 "trainer.run_test_after_fit=false", "system.export.formats=[]", "use_timestamp=false",
-                 "trainer.enable_progress_bar=false"]) == 0
-    return root / "reconstruct-gaussians-sample" / "sample_scene"
+    return finished_sample_run(root)
 
 
 def _cases(tmp, run):

@@ -16,6 +16,7 @@ import lift3d.config as config
 from lift3d.cli import main
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
+from tests.sample_runs import finished_sample_run
 
 RECIPE = recipe_config("reconstruct-gaussians-sample")
 
@@ -24,10 +25,7 @@ RECIPE = recipe_config("reconstruct-gaussians-sample")
 def finished_run(tmp_path_factory):
     """A finished two-step sample reconstruction, to copy into 'shared' run folders."""
     root = tmp_path_factory.mktemp("trust")
-    assert main(["reconstruct", f"output_root={root}", "trainer.max_steps=2", "trainer.val_check_interval=0",
-                 "trainer.run_test_after_fit=false", "system.export.formats=[]", "use_timestamp=false",
-                 "trainer.enable_progress_bar=false"]) == 0
-    return root / "reconstruct-gaussians-sample" / "sample_scene"
+    return finished_sample_run(root)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.processes import stop
 from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
 from tests.viewer_scene import write_gaussian_ply
 
@@ -59,12 +60,7 @@ def viewer(tmp_path):
     try:
         yield url, ply, tmp_path
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, 30)
 
 
 def _canvas(page) -> np.ndarray:
