@@ -40,11 +40,14 @@ def test_a_two_size_capture_keeps_every_step_eligible_for_capture(tmp_path, monk
 
 
 @pytest.mark.gpu
-def test_a_two_size_capture_trains_as_well_with_the_captured_step(tmp_path):
+@pytest.mark.parametrize("layout", ["orientations", "dense", "two-cameras"])
+def test_a_mixed_size_capture_trains_as_well_with_the_captured_step(tmp_path, layout):
+    """Portrait and landscape crops of one camera, COLMAP's undistorted dense layout (every photo its own size) and a
+    model with two cameras: each trains with the captured step as well as launched kernel by kernel."""
     from tests.test_splat_parity import _require_gpu_and_gsplat
 
     _require_gpu_and_gsplat()
-    root = write_colmap_scene(tmp_path / "orientations", "orientations")
+    root = write_colmap_scene(tmp_path / layout, layout)
     scores, graphs = {}, {}
     for mode in ("true", "false"):
         overrides = [f"data.root={root}", f"output_root={tmp_path}", f"data.holdout_every={HOLDOUT}", "use_timestamp=false",

@@ -48,15 +48,19 @@ class EditedTargets:
         """The unedited photo of ``view`` [H, W, 3] in 0..1 (what an editor is conditioned on)."""
         return self.original[view].float() / 255.0
 
-    def update(self, view: int, image: Tensor) -> None:
-        """Replace the target of ``view`` with ``image`` [H, W, 3] in 0..1 (resized first if its size differs)."""
+    def update(self, view: int, image: Tensor, size: tuple[int, int] | None = None) -> None:
+        """Replace the target of ``view`` with ``image`` [H, W, 3] in 0..1 (resized first if its size differs).
+        ``size`` (width, height): the photo's own size when it is stored padded to a larger one (a mixed-size
+        capture); the edit then fills that top-left region and the padding, never trained on, stays as it was."""
         height, width = self.rgb.shape[1:3]
+        if size is not None:
+            width, height = size
         if image.shape[:2] != (height, width):
             image = torch.nn.functional.interpolate(image.permute(2, 0, 1)[None].float(), size=(height, width),
                                                     mode="bilinear", align_corners=False)[0].permute(1, 2, 0)
         image = image.float().to(self.rgb.device)
         if self.alpha is not None:
-            alpha = self.alpha[view].float() / 255.0
+            alpha = self.alpha[view, :height, :width].float() / 255.0
             image = alpha * image + (1 - alpha) * self.background
-        self.rgb[view] = to_bytes(image)
+        self.rgb[view, :height, :width] = to_bytes(image)
         self.edits[view] += 1

@@ -50,6 +50,7 @@ class IterativeEditing:
     def _init_editing(self) -> None:
         self._targets: Any = None  # the data module's EditedTargets
         self._cameras: Cameras | None = None  # the training views' cameras
+        self._sizes: list[tuple[int, int]] | None = None  # each photo's (width, height) when a mixed-size capture pads them
         self._background: Tensor | None = None
         self._edits_done = 0
         self._pending_edit_state: dict[str, Any] | None = None
@@ -73,6 +74,9 @@ class IterativeEditing:
             raise ConfigError(f"{self.registered_name} trains on posed photos: set data_type: posed-images")
         self._targets = datamodule.editable_targets()
         self._cameras, self._background = datamodule.train.cameras, datamodule.background
+        train = datamodule.train
+        if getattr(train, "mixed_sizes", False):
+            self._sizes = [train.size(i) for i in range(len(train))]
         if self._pending_edit_state is not None:
             self._restore_edit_state(self._pending_edit_state)
         if self.cfg.geometry_convert_from and self.trainer.ckpt_path is None:
@@ -108,13 +112,18 @@ class IterativeEditing:
                 cameras = self._cameras[view].to(self.device)
                 render = self.render_for_edit(cameras, self._background[None].to(self.device)).float().clamp(0, 1)
                 photo = self._targets.photo(view)[None].to(self.device)
+                size = self._sizes[view] if self._sizes is not None else None
+                if size is not None:  # the editor sees the photo, not the padding that makes its batch one size
+                    render, photo = render[:, : size[1], : size[0]], photo[:, : size[1], : size[0]]
                 generator = step_generator(torch.initial_seed() % (2**31), step * n + view, EDIT_STREAM)
                 edited = editor.edit(render, photo, generator)
-                self._targets.update(view, edited[0].cpu())
+                self._targets.update(view, edited[0].cpu(), size)
                 self._edits_done += 1
                 every = self.cfg.save_edits_every
                 if every > 0 and (self._edits_done - 1) % every == 0 and self.trainer.is_global_zero:
                     target = self._targets.images([view])[0]  # the edit as stored (masked photos keep their background)
+                    if size is not None:
+                        target = target[: size[1], : size[0]]
                     self.saver.grid(f"edits/it{step:06d}-view{view:03d}.png", [("rgb", photo[0]), ("rgb", render[0]),
                                                                              ("rgb", target)])
         finally:
