@@ -209,3 +209,18 @@ def test_gaussian_sds_analytic_on_two_ranks_stays_identical(tmp_path):
     from the rank's global RNG), so here the ranks are compared with each other, not with one process."""
     two, _ = _train(tmp_path, "gaussian-sds-ddp.yaml", 2, f"data.reference_scene={SAMPLE_SCENE}")
     _assert_densified(two)
+
+
+@pytest.mark.slow
+def test_two_views_per_rank_on_two_ranks_match_one_process_seeing_all_four(tmp_path):
+    """data.batch_size=2 on each of two ranks: one gradient all-reduce serves four views a step. The ranks end
+    bit-identical, and one process rendering the four views as one batch (both ranks' draws) makes every
+    densification decision as they did (the statistics are per view: x B per rank, summed over the ranks)."""
+    scene, batch = f"data.root={SAMPLE_SCENE}", "data.batch_size=2"
+    two, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, batch, label="b2")
+    one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, batch, "data_type=test-posed-images-all-ranks",
+                    label="b2")
+    events = _assert_densified(two)
+    assert torch.equal(events, one["events"])
+    for name, p in two["params"].items():
+        assert torch.allclose(p, one["params"][name], atol=0.05), name
