@@ -6,6 +6,7 @@ into initial per-Gaussian sizes (mean distance to the 3 nearest neighbours, as 3
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
+
+log = logging.getLogger(__name__)
 
 
 def random_in_sphere(n: int, radius: float, generator: torch.Generator | None = None) -> Tensor:
@@ -125,7 +128,9 @@ def mesh_rotation(up_axis: str) -> np.ndarray:
 
 def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") -> tuple[Tensor, Tensor]:
     """``n`` points on a mesh surface (area-weighted), turned so the file's ``up_axis`` is world +z (the
-    convention of every mesh input), with the mesh's texture or vertex colours where it has them (else grey)."""
+    convention of every mesh input), coloured by what the file holds (``surface_colours``: a base-colour texture
+    and factor, vertex or face colours); grey where it holds no colour, with a warning naming the file where a colour
+    it holds cannot be read."""
     import trimesh
 
     rotation = mesh_rotation(up_axis)  # a bad axis fails before the file is read
@@ -135,17 +140,80 @@ def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") ->
     mesh = trimesh.load(str(path), force="mesh")
     if len(mesh.faces) == 0:
         raise ValueError(f"{path} holds no triangles to sample")
-    coloured = getattr(mesh.visual, "kind", None) in ("vertex", "texture", "face")
+    surface, face_index = trimesh.sample.sample_surface(mesh, n, seed=seed)[:2]
     try:
-        sampled = trimesh.sample.sample_surface(mesh, n, seed=seed, sample_color=coloured)
-    except Exception:  # a texture trimesh cannot sample (no image behind the UVs): grey, as for an uncoloured mesh
-        coloured = False
-        sampled = trimesh.sample.sample_surface(mesh, n, seed=seed)
-    points = np.asarray(sampled[0], dtype=np.float64) @ rotation.T
-    points = torch.from_numpy(points.astype(np.float32))
-    if coloured and len(sampled) > 2 and sampled[2] is not None and len(sampled[2]) == n:
-        colours = torch.from_numpy(np.asarray(sampled[2], dtype=np.float32)[:, :3] / 255.0)
-    else:
-        colours = torch.full_like(points, 0.5)
-    return points, colours
+        colours = surface_colours(mesh, np.asarray(surface, np.float64), np.asarray(face_index, np.int64))
+    except Exception as error:  # noqa: BLE001  (a material trimesh reads but lift3d cannot use: grey, said aloud)
+        log.warning("the colours of %s could not be read (%s: %s); the Gaussians start grey", path, type(error).__name__,
+                    str(error).splitlines()[0] if str(error) else "no message")
+        colours = None
+    if colours is None:
+        log.info("%s holds no colours (no texture, material colour or vertex colours); the Gaussians start grey", path)
+        colours = np.full((n, 3), 0.5, np.float32)
+    points = np.asarray(surface, dtype=np.float64) @ rotation.T
+    return torch.from_numpy(points.astype(np.float32)), torch.from_numpy(np.ascontiguousarray(colours, np.float32))
 
+
+def surface_colours(mesh, points: np.ndarray, face_index: np.ndarray) -> np.ndarray | None:
+    """Colours [n, 3] in 0..1 of a trimesh mesh at surface ``points`` [n, 3] on faces ``face_index`` [n]: a texture
+    visual's base-colour image (PBR ``baseColorTexture`` or a simple material's ``image``, at the points' UVs) times its
+    base-colour factor (PBR ``baseColorFactor``; a simple material without an image: its ``diffuse``), or vertex
+    colours (interpolated) or face colours. None when the mesh holds no colour; errors say what could not be read."""
+    import trimesh
+
+    visual = mesh.visual
+    kind = getattr(visual, "kind", None)
+    faces = np.asarray(mesh.faces)[face_index]
+    if kind == "vertex":
+        bary = trimesh.triangles.points_to_barycentric(np.asarray(mesh.vertices)[faces], points)
+        vertex = np.asarray(visual.vertex_colors, np.float32)[:, :3] / 255.0
+        return np.clip((vertex[faces] * bary[:, :, None]).sum(axis=1), 0.0, 1.0)
+    if kind == "face":
+        return np.asarray(visual.face_colors, np.float32)[face_index, :3] / 255.0
+    material = getattr(visual, "material", None)
+    if material is None:
+        return None
+    image, factor = material_base_colour(material)
+    if image is None:
+        if factor is None:
+            raise ValueError(f"its material ({type(material).__name__}) has neither a base-colour image nor a colour")
+        return np.broadcast_to(factor, (len(points), 3)).copy()
+    uv = getattr(visual, "uv", None)
+    if uv is None or len(uv) != len(mesh.vertices):
+        raise ValueError(f"its material has a base-colour image but the mesh has no texture coordinates (uv: "
+                         f"{None if uv is None else len(uv)} for {len(mesh.vertices)} vertices)")
+    bary = trimesh.triangles.points_to_barycentric(np.asarray(mesh.vertices)[faces], points)
+    uvs = (np.asarray(uv, np.float64)[faces] * bary[:, :, None]).sum(axis=1)
+    colours = sample_image(image, uvs)
+    return colours if factor is None else colours * factor
+
+
+def material_base_colour(material) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(image [H, W, 3] float in 0..1 or None, factor [3] in 0..1 or None) of a trimesh material: PBR's
+    ``baseColorTexture`` and ``baseColorFactor``, a simple material's ``image`` (or, without one, its ``diffuse``)."""
+    from PIL import Image
+
+    image = getattr(material, "baseColorTexture", None)
+    factor = getattr(material, "baseColorFactor", None)
+    if image is None and factor is None:  # SimpleMaterial (OBJ/MTL): its map_Kd, else its Kd
+        image = getattr(material, "image", None)
+        factor = None if image is not None else getattr(material, "diffuse", None)
+    if image is not None:
+        if not isinstance(image, Image.Image):
+            image = Image.fromarray(np.asarray(image))
+        image = np.asarray(image.convert("RGB"), np.float32) / 255.0
+    if factor is not None:
+        raw = np.asarray(factor)
+        factor = raw.astype(np.float32).reshape(-1)[:3]
+        factor = factor / 255.0 if raw.dtype.kind in "ui" or factor.max() > 1.0 else factor  # trimesh keeps uint8 RGBA
+    return image, factor
+
+
+def sample_image(image: np.ndarray, uvs: np.ndarray) -> np.ndarray:
+    """Nearest texels [n, 3] of ``image`` [H, W, 3] at ``uvs`` [n, 2] (u right, v up, the origin at the image's
+    bottom-left; coordinates outside 0..1 repeat, as glTF's default sampler does)."""
+    h, w = image.shape[:2]
+    uvs = np.mod(uvs, 1.0)
+    col = np.clip((uvs[:, 0] * w).astype(np.int64), 0, w - 1)
+    row = np.clip(((1.0 - uvs[:, 1]) * h).astype(np.int64), 0, h - 1)
+    return image[row, col, :3]
