@@ -25,6 +25,7 @@ _BUILTIN_PACKAGES = (
     "lift3d.meshes",
     "lift3d.render",
     "lift3d.guidance",
+    "lift3d.generators",
     "lift3d.systems",
     "lift3d.export",
 )

@@ -1,3 +1,3 @@
 """fields."""
 
-from lift3d.fields import volume  # noqa: F401  (register the implicit volume field)
+from lift3d.fields import triplane, volume  # noqa: F401  (register the implicit volume and triplane fields)
