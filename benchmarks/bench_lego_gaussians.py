@@ -114,7 +114,8 @@ def main() -> None:
     parser.add_argument("--reference", choices=["none", "plain"], default="none",
                         help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, same process")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N recipe steps (profiling.py)")
-    parser.add_argument("--profile-start", type=int, default=2000, metavar="STEP", help="the first profiled step")
+    parser.add_argument("--profile-start", default="2000", metavar="STEPS",
+                        help="the first profiled step (comma-separated: a window of --profile steps at each)")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
                         help="cProfile N recipe steps from step 3000 (and N steps of the plain loop): host time per function")
     parser.add_argument("--step-times", action="store_true",
@@ -153,9 +154,8 @@ def main() -> None:
     info["world_size"] = trainer.world_size
     evaluate = Evaluate([int(s) for s in args.eval_at.split(",")], info, args.max_minutes)
     trainer.callbacks.append(evaluate)
-    window = ProfileWindow(args.profile_start, args.profile) if args.profile else None
-    if window is not None:
-        trainer.callbacks.append(window)
+    windows = [ProfileWindow(int(start), args.profile) for start in args.profile_start.split(",")] if args.profile else []
+    trainer.callbacks.extend(windows)
     host_window = HostProfileWindow(3000, args.host_profile) if args.host_profile else None
     if host_window is not None:
         trainer.callbacks.append(host_window)
@@ -173,8 +173,9 @@ def main() -> None:
                       "train_seconds": round(evaluate.train_seconds, 1), "steps": trainer.global_step,
                       "results": [{k: r[k] for k in ("step", "val_psnr", "val_ssim", "train_seconds", "gaussians")}
                                   for r in evaluate.results], **peak_memory(), **graph_record(system), **info}), flush=True)
-    if window is not None and window.summary is not None:
-        print(json.dumps({"bench": "lego_gaussians", "profile": window.summary}), flush=True)
+    for window in windows:
+        if window.summary is not None:
+            print(json.dumps({"bench": "lego_gaussians", "profile_start": window.start, "profile": window.summary}), flush=True)
     if host_window is not None and host_window.summary is not None:
         print(json.dumps({"bench": "lego_gaussians", "host_profile": host_window.summary}), flush=True)
     if step_times is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from lift3d.config import ConfigError
 from lift3d.config_checks import check_minimums
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
 from lift3d.gaussians.replicas import all_reduce_sum_, world_size
+from lift3d.gaussians.resolution_schedule import check_schedule
 from lift3d.registry import register
 from lift3d.render.splat_project import quat_to_rotmat
 from lift3d.rng import step_generator
@@ -55,6 +56,7 @@ class DensifyConfig:
     max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
     grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
+    resolution_schedule: list = field(default_factory=list)  # [[step, factor], ...]: from step on, the CUDA-graph step trains on photos factor x smaller a side (e.g. [[0, 4], [1000, 2], [3000, 1]]; [] = full size)
 
 
 @register("densify-3dgs")
@@ -68,6 +70,7 @@ class DensifyStrategy(Configurable):
         check_minimums("system.densify", self.cfg, {"refine_start": (0, 500), "refine_stop": (0, 15000), "refine_every": (1, 100),
                                                     "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
                                                     "max_gaussians": (0, 0), "grow_grad2d_abs": (0.0, 0.0008)})
+        check_schedule(self.cfg.resolution_schedule)
         self.grad2d: Tensor | None = None  # [N] sum of normalised gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 

@@ -12,6 +12,13 @@ Where the trainer would do nothing to the gradients between backward and the opt
 scheduler, no skipping of non-finite steps), Adam's step is captured too (``capturable`` groups, learning rates as
 device tensors that ``apply_lr_schedules`` fills): the step is then one launch. Densification then follows the
 update, as in gsplat's trainer, and Lightning's own ``optimizer.step`` finds no gradients and changes nothing.
+With ``system.optimizer.visible_adam`` that captured update is Adam on the Gaussians the step's views drew only
+(``lift3d.systems.visible_adam``, gsplat's ``visible_adam``).
+
+Under a resolution schedule (``system.densify.resolution_schedule``, ``lift3d.gaussians.resolution_schedule``) the
+step trains on the batch downscaled: a few sizes, each for a stretch of steps, each captured once (slots sized for
+it). The batch is rescaled in place, so what the system reads of it after the step (the loss mask) matches the
+render. Steps that are not replayed (the first, the CPU) train at full size.
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
+from lift3d.gaussians.resolution_schedule import scaled_batch
 from lift3d.render.splat import choose_backend
 from lift3d.systems.captured_step import CapturedStep
+from lift3d.systems.visible_adam import supports as visible_adam_supports
+from lift3d.systems.visible_adam import visibility, visible_adam_step
 
 log = logging.getLogger("lift3d.systems.graphed_splats")
 CHECK_EVERY = 100  # steps between reads of the intersection peak
@@ -48,9 +58,10 @@ class GraphedSplatStep:
         self.capacity = 0  # intersection slots of the captured render
         self.resized_after_overflow = 0  # how often a check found a render that needed more slots
         self._peak: Tensor | None = None  # the most intersections a replayed render had since the slots were sized
+        self._slots_size: tuple[int, int] | None = None  # the image size the slots were sized for
         self._param_ids: tuple[int, ...] = ()
         self._size: tuple[int, int] | None = None
-        self._views: tuple[Tensor, Tensor] | None = None
+        self._views: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # every training view at each size
         self._off = False
         self._replayed = False
         self._updated = False  # the last replay also ran the optimizer's step
@@ -92,6 +103,9 @@ class GraphedSplatStep:
         """Replay the step on ``batch`` (capturing it first when the Gaussians, slots or options changed) ->
         (loss terms, render with ``means2d_grad``), the gradients waiting for ``assign_gradients``."""
         system = self.system
+        schedule = getattr(getattr(getattr(system, "densify", None), "cfg", None), "resolution_schedule", None)
+        if schedule:
+            batch.update(scaled_batch(batch, schedule, system.true_global_step))
         cameras = batch["cameras"]
         inputs = {"c2w": cameras.c2w, "intrinsics": cameras.intrinsics, "viewmats": cameras.w2c_opencv(),
                   "rgb": batch["rgb"]}
@@ -99,7 +113,8 @@ class GraphedSplatStep:
             inputs["background"] = batch["background"]
         if batch.get("loss_mask") is not None:  # padding of photos of several sizes, ignored pixels
             inputs["loss_mask"] = batch["loss_mask"]
-        if getattr(getattr(system, "appearance", None), "active", False):  # per-photo appearance: the batch's photos
+        per_photo = [getattr(getattr(system, part, None), "active", False) for part in ("appearance", "pose_refinement")]
+        if any(per_photo):  # per-photo appearance or pose corrections: the batch's photos
             inputs["index"] = batch["index"]
         params = [p for p in system.parameters() if p.requires_grad]
         ids = tuple(id(p) for p in params)
@@ -108,13 +123,15 @@ class GraphedSplatStep:
                                      "kernel by kernel", rewarm_steps=1)
         elif ids != self._param_ids:
             self.step.set_params(params)
-        if ids != self._param_ids or system.true_global_step % CHECK_EVERY == 0:
-            peak = self._overflow()
-            if ids != self._param_ids or peak:
+        width, height = cameras.width, cameras.height
+        resized = (width, height) != self._slots_size
+        if ids != self._param_ids or resized or system.true_global_step % CHECK_EVERY == 0:
+            peak = 0 if resized else self._overflow()
+            if ids != self._param_ids or resized or peak:
                 self._size_slots(cameras, at_least=peak)
         self._param_ids = ids
-        width, height = cameras.width, cameras.height
         capacity = self.capacity
+        drawn: dict[str, Tensor] = {}  # the radii of the captured render, for a visible-only update
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             views = Cameras(static["c2w"], static["intrinsics"], width, height, static["viewmats"])
@@ -122,13 +139,19 @@ class GraphedSplatStep:
             terms, out = system.loss_terms(views, static.get("background"), static["rgb"], static.get("loss_mask"),
                                            isect_capacity=capacity, **photos)
             kept = {k: out[k] for k in ("rgb", "radii", "means2d", "isect_count")}
+            drawn["radii"] = out["radii"]
             return system.weighted_sum(terms), {**{f"term:{k}": v for k, v in terms.items()}, **kept}
 
         weights = tuple((name, system.loss_weight(name)) for name in ("l1", "ssim"))
         optimizer = self._graphed_optimizer(params)
         state = () if optimizer is None else _state_pointers(optimizer, params)
-        key = (capacity, system.gaussians.active_sh_degree, weights, width, height, state)
-        outputs = self.step.run(key, inputs, compute, update=None if optimizer is None else optimizer.step)
+        visible_only = optimizer is not None and self.visible_adam and visible_adam_supports(optimizer)
+        update = None if optimizer is None else optimizer.step
+        if visible_only:
+            def update() -> None:
+                visible_adam_step(optimizer, visibility(drawn["radii"]))
+        key = (capacity, system.gaussians.active_sh_degree, weights, width, height, state, visible_only)
+        outputs = self.step.run(key, inputs, compute, update=update)
         self._replayed, self._updated = True, optimizer is not None
         torch.maximum(self._peak, outputs["isect_count"], out=self._peak)
         terms = {k[len("term:"):]: v for k, v in outputs.items() if k.startswith("term:")}
@@ -172,6 +195,11 @@ class GraphedSplatStep:
         return optimizer
 
     @property
+    def visible_adam(self) -> bool:
+        """Whether a captured Adam update skips the Gaussians outside the step's views (``system.optimizer.visible_adam``)."""
+        return bool(getattr(getattr(self.system.cfg, "optimizer", None), "visible_adam", False))
+
+    @property
     def optimizer_captured(self) -> bool:
         """Whether the last replay also ran the optimizer's step."""
         return self._updated
@@ -182,18 +210,22 @@ class GraphedSplatStep:
 
     # ----------------------------------------------------------------------------------- slots
     def _training_views(self, cameras: Cameras) -> tuple[Tensor, Tensor]:
-        """World-to-camera matrices and intrinsics of every training view on the GPU (the batch's views when the
-        data module has no training set)."""
-        if self._views is None:
+        """World-to-camera matrices and intrinsics of every training view on the GPU at the batch's size (the
+        training set's photos downscaled alike, under a resolution schedule); the batch's views when the data module
+        has no training set or its photos have another shape."""
+        size = (cameras.width, cameras.height)
+        if size not in self._views:
             datamodule = getattr(self.system.trainer, "datamodule", None)
             train = getattr(datamodule, "train", None)
             every = getattr(train, "cameras", None)
-            if isinstance(every, Cameras) and (every.width, every.height) == (cameras.width, cameras.height):
-                every = every.to(cameras.device)
-                self._views = (every.w2c_opencv(), every.intrinsics)
-            else:
+            if not isinstance(every, Cameras) or abs(every.width * cameras.height - every.height * cameras.width) > \
+                    max(every.width, every.height):
                 return cameras.w2c_opencv(), cameras.intrinsics
-        return self._views
+            every = every.to(cameras.device)
+            if (every.width, every.height) != size:
+                every = every.resized(*size)
+            self._views[size] = (every.w2c_opencv(), every.intrinsics)
+        return self._views[size]
 
     def _size_slots(self, cameras: Cameras, at_least: int = 0) -> None:
         """Slots for the current Gaussians: ``isect_headroom`` x the most any training view needs, or than
@@ -212,6 +244,7 @@ class GraphedSplatStep:
                                     eps2d=options.eps2d)
         most = max(int(counts.max()) if len(counts) else 0, at_least)
         self.capacity = max(math.ceil(most * system.cfg.isect_headroom / SLOT_GRAIN), 1) * SLOT_GRAIN
+        self._slots_size = (cameras.width, cameras.height)
         self._peak = torch.zeros((), dtype=torch.int64, device=cameras.device)
 
     def _overflow(self) -> int:
