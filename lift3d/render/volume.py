@@ -33,6 +33,7 @@ from lift3d.config_checks import check_minimums
 from lift3d.registry import register
 from lift3d.render.compositing import accumulate, render_weights
 from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
+from lift3d.render.proposal import ProposalConfig, ProposalSampler
 from lift3d.render.sampling import (
     Packed,
     compact,
@@ -51,7 +52,8 @@ from lift3d.render.sampling import (
 class VolumeRendererConfig:
     """How rays are sampled and composited."""
 
-    sampler: str = "occupancy"  # occupancy (Instant-NGP marching with empty-space skipping) or importance (NeRF-style)
+    sampler: str = "occupancy"  # occupancy (Instant-NGP marching with empty-space skipping), importance (NeRF-style) or proposal (nerfacto)
+    proposal: ProposalConfig = field(default_factory=ProposalConfig)  # sampler proposal: networks and samples (lift3d.render.proposal)
     steps_per_diagonal: int = 1024  # occupancy: marching step = box diagonal / this
     occupancy: OccupancyGridConfig = field(default_factory=OccupancyGridConfig)  # the grid (also masks importance samples)
     early_stop_eps: float = 1e-4  # occupancy: drop samples once transmittance falls below this (0: keep all)
@@ -90,8 +92,8 @@ class VolumeRenderer(BaseModule):
     def __init__(self, cfg: Any, field: Any, material: Any, background: Any) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.sampler not in ("occupancy", "importance"):
-            raise ValueError(f"renderer sampler must be occupancy or importance, got '{c.sampler}'")
+        if c.sampler not in ("occupancy", "importance", "proposal"):
+            raise ValueError(f"renderer sampler must be occupancy, importance or proposal, got '{c.sampler}'")
         if c.sample_budget not in ("auto", "always", "never"):
             raise ValueError(f"renderer sample_budget must be auto, always or never, got '{c.sample_budget}'")
         if c.fuse_field_pass not in ("auto", "never"):
@@ -125,6 +127,8 @@ class VolumeRenderer(BaseModule):
         if self.unbounded:  # every ray spans the same step counts, from the near to the far plane
             span = step_index(torch.tensor([c.near_plane, c.far_plane], dtype=torch.float64), self.step_size, c.disparity_from)
             self.unbounded_steps = n_marching_steps(float(span[1] - span[0]), 1.0)
+        self.proposal = None if c.sampler != "proposal" else ProposalSampler(
+            c.proposal, float(field.bbox[1, 0] - field.bbox[0, 0]) / 2, self.contraction, self.step_size, c.disparity_from)
         self._per_ray: dict[str, float] = {}  # recent samples per ray of each pass, sizes the budgets
         self._readback: tuple[Tensor, Any] | None = None
         self._pending = False
@@ -139,7 +143,7 @@ class VolumeRenderer(BaseModule):
         return self.parts.field
 
     def update_step(self, epoch: int, global_step: int) -> None:
-        if self.training and self.occupancy.should_update(global_step):
+        if self.training and self.proposal is None and self.occupancy.should_update(global_step):
             self.occupancy.update(self.field.density, self.step_size, global_step)
 
     # ------------------------------------------------------------------------------ sample budgets
@@ -210,8 +214,8 @@ class VolumeRenderer(BaseModule):
         """What fixes the shapes of a training render of ``n_rays`` rays, for capturing the step as a CUDA graph:
         the sample budgets of every chunk; None where the render needs the host (no budgets yet, or exact
         compaction) and so cannot be captured."""
-        if self.cfg.sampler == "importance":
-            return ("importance",)
+        if self.cfg.sampler != "occupancy":  # fixed samples a ray: static shapes
+            return (self.cfg.sampler,)
         if not self._use_budget(device, True):
             return None
         self._refresh_budgets()
@@ -466,6 +470,8 @@ class VolumeRenderer(BaseModule):
         need_normals = compute_normals or material.requires_normals
         if self.cfg.sampler == "occupancy":
             samples = self._march(rays_o, rays_d, t_near, t_far, training, fuse=not need_normals and self.cfg.fuse_field_pass == "auto")
+        elif self.proposal is not None:
+            samples = self.proposal.sample(rays_o, rays_d, t_near, t_far, training)
         else:
             samples = self._importance(rays_o, rays_d, t_near, t_far, training)
         ray, lo, hi, valid = samples["ray"], samples["lo"], samples["hi"], samples["valid"]
@@ -502,6 +508,8 @@ class VolumeRenderer(BaseModule):
             result["sample_directions"] = dirs
         if samples["ray_ok"] is not None:
             result["ray_valid"] = samples["ray_ok"]
+        if "proposal" in samples and training:  # per-ray interlevel and distortion losses
+            result.update(self.proposal.losses(samples["proposal"], weights))
         return result
 
     def _field(self, positions: Tensor, with_normal: bool, training: bool, encoding: Tensor | None = None) -> dict[str, Tensor]:

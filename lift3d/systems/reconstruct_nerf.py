@@ -29,6 +29,8 @@ class ReconstructNerfLoss(LossConfig):
     lambda_rgb: Any = scheduled(1.0)  # photometric loss on the composited colour
     lambda_alpha: Any = scheduled(0.0)  # MSE between rendered opacity and the photo's alpha (object masks)
     lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (discourages floaters)
+    lambda_interlevel: Any = scheduled(1.0)  # renderer sampler proposal: the proposal networks' histogram loss (their only training signal)
+    lambda_distortion: Any = scheduled(0.0)  # renderer sampler proposal: Mip-NeRF 360's distortion loss (pulls each ray's weight together)
 
 
 @dataclass
@@ -93,7 +95,7 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
             images = self.renderer(batch["cameras"], background=batch.get("background"))
             images = {**images, "rgb": self.appearance(images["rgb"], self.appearance_index(batch))}
             out = {k: images[k].reshape(-1, images[k].shape[-1]) for k in ("rgb", "alpha")}
-            out.update({k: images[k].reshape(-1) for k in ("ray_valid",) if k in images})
+            out.update({k: images[k].reshape(-1) for k in ("ray_valid", "interlevel", "distortion") if k in images})
             out.update({k: images[k] for k in ("num_samples",) if k in images})
             target = batch["rgb"].reshape(-1, 3)
             target_alpha = batch["alpha"].reshape(-1, 1) if "alpha" in batch else None
@@ -108,6 +110,9 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
             terms["alpha"] = (((out["alpha"] - target_alpha) ** 2).reshape(-1) * weight).sum() / count
         if self.loss_weight("sparsity") != 0:
             terms["sparsity"] = out["alpha"].mean()
+        for name in ("interlevel", "distortion"):  # per-ray terms of the proposal sampler
+            if name in out and self.loss_weight(name) != 0:
+                terms[name] = (out[name] * weight).sum() / count
         rays = {k: out[k] for k in ("rgb", "alpha", "num_samples") if k in out}
         return terms, {**rays, "weight": weight}, target
 
@@ -145,7 +150,7 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
         renderer_key = self.renderer.graph_key(n_rays, device)
         if renderer_key is None:
             return None
-        weights = tuple((name, self.loss_weight(name)) for name in ("rgb", "alpha", "sparsity"))
+        weights = tuple((name, self.loss_weight(name)) for name in ("rgb", "alpha", "sparsity", "interlevel", "distortion"))
         parts = (getattr(getattr(self.field, "encoding", None), "active_levels", None),
                  getattr(self.material, "training_shading", None))
         return renderer_key, weights, parts
