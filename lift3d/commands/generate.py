@@ -3,6 +3,8 @@
 
 ``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
 one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
+``lift3d generate --image PHOTO --method triposr [--refine]``: a feed-forward generator's field in one forward
+pass (seconds to a textured .glb); ``--refine`` continues from it with Zero123 distillation.
 ``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides...]`` makes one asset per line of FILE,
 sharded across the GPUs (``lift3d.multi_prompt``)."""
 
@@ -32,7 +34,9 @@ IMAGE_METHODS = {  # --image --method -> (first stage, refine stage)
     "dreamgaussian": ("dreamgaussian-image", "dreamgaussian-image-texture"),
     "zero123-nerf": ("zero123-nerf", ""),
     "magic123": ("magic123", "magic123-refine"),
+    "triposr": ("triposr", "triposr-refine"),
 }
+FEED_FORWARD = ("triposr",)  # --image methods whose refine stage runs only with --refine
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -48,11 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                              "multi-view MVDream model: no multi-face objects; needs its weights), dreamfusion-if (NeRF + DeepFloyd IF) or "
                              "magic3d-if (NeRF with DeepFloyd IF, then a mesh with Stable Diffusion); --image: dreamgaussian (Gaussians then "
                              "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
-                             "a text prompt)")
+                             "a text prompt) or triposr (the TripoSR feed-forward model: a .glb in seconds; --refine then "
+                             "distils with Zero123 from it)")
     parser.add_argument("--image", metavar="PHOTO", default=None,
                         help="make the asset from this photo (RGBA cut-out, or a photo whose background is removed)")
     parser.add_argument("--elevation", type=float, default=0.0, metavar="DEG",
                         help="--image: the photo's camera elevation above the object's horizon, degrees (default 0)")
+    parser.add_argument("--refine", action="store_true",
+                        help="--method triposr: refine the generated object with Zero123 distillation (triposr-refine)")
     parser.add_argument("--refine-steps", type=int, default=None, metavar="N",
                         help="--image or magic3d-if: steps of the mesh stage (default: its recipe's; 0 skips it)")
     parser.add_argument("--refine-set", action="append", default=[], metavar="KEY=VALUE",
@@ -164,6 +171,11 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
         raise ConfigError('magic123 adds a text prior: give a prompt, e.g. lift3d generate --image photo.png --method magic123 '
                           '"a DSLR photo of a teddy bear"')
     first, refine = IMAGE_METHODS[method]
+    if method in FEED_FORWARD and not getattr(args, "refine", False):
+        refine = ""
+    elif getattr(args, "refine", False) and method not in FEED_FORWARD:
+        raise ConfigError(f"--refine continues a feed-forward method ({', '.join(FEED_FORWARD)}); {method} always runs its "
+                          "refine stage (skip it with --refine-steps 0)")
     user = list(args.config)
     prompt = args.prompt
     if prompt and re.fullmatch(r"[A-Za-z_][\w.\\]*=.*", prompt):  # argparse hands the first override to the prompt
@@ -175,7 +187,8 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     if bad:
         raise ConfigError(f"overrides are KEY=VALUE, got {' '.join(bad)}")
     base = image_overrides(args.image, args.elevation, prompt)
-    notice = cuda_notice(first, image=True)
+    # a feed-forward model runs on the CPU too (slowly); its refinement runs a diffusion model
+    notice = cuda_notice(refine or first, image=True) if method not in FEED_FORWARD or refine else None
     if notice:
         print(f"lift3d: warning: {notice}", file=sys.stderr, flush=True)
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
@@ -188,7 +201,8 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
         steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
         overrides = [*base, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps,
                      *[item for item in user if _applies_to(item, plain)], *args.refine_set]
-        trial = train_stage(config, overrides, f"mesh stage {config.name} ({{steps}} steps) from {trial}")
+        stage = "refinement" if method in FEED_FORWARD else "mesh stage"
+        trial = train_stage(config, overrides, f"{stage} {config.name} ({{steps}} steps) from {trial}")
     print_assets(trial)
     return 0
 

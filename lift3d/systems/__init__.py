@@ -4,6 +4,7 @@ from lift3d.systems import (  # noqa: F401  (register the recipes)
     dreamfusion,
     edit,
     gaussian_sds,
+    generated,
     image_to_3d,
     mesh_stages,
     reconstruct_gaussians,

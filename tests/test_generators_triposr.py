@@ -1,0 +1,238 @@
+"""TripoSR as a lift3d generator: a tiny random model of the real architecture, saved as the release is laid out
+(config.yaml + model.safetensors under the released weight names), loads through the real path into a
+triplane-nerf field that lift3d's renderer and exporters use; broken releases get one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at, spherical_to_position
+from lift3d.generators.base import GeneratorLoadError
+from lift3d.generators.triposr import TripoSRGenerator, prepare_image, released_state_dict
+from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork
+from lift3d.registry import find
+
+# the sizes of the tiny model: the released architecture with small widths, one layer each, 4x4 tokens per plane
+TINY = dict(cond_image_size=32, plane_size=4, num_channels=32, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+            cross_attention_dim=16, norm_num_groups=4, out_channels=4, n_neurons=8, n_hidden_layers=2)
+TINY_FIELD = {"plane_channels": 4, "plane_size": 8, "n_neurons": 8, "n_hidden_layers": 2}
+VIT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=32, patch_size=16)
+
+# the weight names of TripoSR's module tree (tsr/system.py TSR.configure: image_tokenizer, tokenizer, backbone,
+# post_processor, decoder; transformers 4.x ViTModel names; diffusers-style Transformer1D blocks; NeRFMLP's
+# Sequential of Linear/activation), written out for a 1-block backbone, a 1-layer ViT and a 2-hidden-layer decoder
+VIT_LAYER = [f"attention.attention.{p}.{w}" for p in ("query", "key", "value") for w in ("weight", "bias")] + [
+    "attention.output.dense.weight", "attention.output.dense.bias", "intermediate.dense.weight", "intermediate.dense.bias",
+    "output.dense.weight", "output.dense.bias", "layernorm_before.weight", "layernorm_before.bias",
+    "layernorm_after.weight", "layernorm_after.bias"]
+BLOCK = [f"{n}.{w}" for n in ("norm1", "norm2", "norm3") for w in ("weight", "bias")] + [
+    f"{a}.{p}.weight" for a in ("attn1", "attn2") for p in ("to_q", "to_k", "to_v", "to_out.0")] + [
+    "attn1.to_out.0.bias", "attn2.to_out.0.bias", "ff.net.0.proj.weight", "ff.net.0.proj.bias", "ff.net.2.weight", "ff.net.2.bias"]
+OFFICIAL_NAMES = {
+    *(f"image_tokenizer.model.{k}" for k in (
+        "embeddings.cls_token", "embeddings.position_embeddings", "embeddings.patch_embeddings.projection.weight",
+        "embeddings.patch_embeddings.projection.bias", "layernorm.weight", "layernorm.bias", "pooler.dense.weight",
+        "pooler.dense.bias")),
+    *(f"image_tokenizer.model.encoder.layer.0.{k}" for k in VIT_LAYER),
+    "tokenizer.embeddings",
+    "backbone.norm.weight", "backbone.norm.bias", "backbone.proj_in.weight", "backbone.proj_in.bias",
+    "backbone.proj_out.weight", "backbone.proj_out.bias",
+    *(f"backbone.transformer_blocks.0.{k}" for k in BLOCK),
+    "post_processor.upsample.weight", "post_processor.upsample.bias",
+    *(f"decoder.layers.{i}.{w}" for i in (0, 2, 4) for w in ("weight", "bias")),
+}
+
+
+def tiny_network(seed: int = 0) -> TripoSRNetwork:
+    from transformers import ViTConfig
+
+    torch.manual_seed(seed)
+    network = TripoSRNetwork(TripoSRArchitecture(**TINY), ViTConfig(**VIT)).eval()
+    with torch.no_grad():  # random densities barely vary in space: steepen them, so the field has surfaces to mesh
+        network.decoder.layers[-1].weight[0] *= 100.0
+    return network
+
+
+def save_release(folder: Path, network: TripoSRNetwork, weights: str = "model.safetensors") -> Path:
+    """``folder`` as the TripoSR release lays it out: config.yaml (with the official class names and an
+    interpolation, as released) + weights; the ViT's config.json in its own folder, named by the config."""
+    from safetensors.torch import save_file
+    from transformers import ViTConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    ViTConfig(**VIT).save_pretrained(folder / "dino")
+    t = TINY
+    (folder / "config.yaml").write_text(f"""cond_image_size: {t['cond_image_size']}
+image_tokenizer_cls: tsr.models.tokenizers.image.DINOSingleImageTokenizer
+image_tokenizer:
+  pretrained_model_name_or_path: "{folder / 'dino'}"
+tokenizer_cls: tsr.models.tokenizers.triplane.Triplane1DTokenizer
+tokenizer:
+  plane_size: {t['plane_size']}
+  num_channels: {t['num_channels']}
+backbone_cls: tsr.models.transformer.transformer_1d.Transformer1D
+backbone:
+  in_channels: ${{tokenizer.num_channels}}
+  num_attention_heads: {t['num_attention_heads']}
+  attention_head_dim: {t['attention_head_dim']}
+  num_layers: {t['num_layers']}
+  cross_attention_dim: {t['cross_attention_dim']}
+  norm_num_groups: {t['norm_num_groups']}
+post_processor_cls: tsr.models.network_utils.TriplaneUpsampleNetwork
+post_processor:
+  in_channels: {t['num_channels']}
+  out_channels: {t['out_channels']}
+decoder_cls: tsr.models.network_utils.NeRFMLP
+decoder:
+  in_channels: {3 * t['out_channels']}
+  n_neurons: {t['n_neurons']}
+  n_hidden_layers: {t['n_hidden_layers']}
+  activation: silu
+renderer_cls: tsr.models.nerf_renderer.TriplaneNeRFRenderer
+renderer:
+  radius: 0.87
+  feature_reduction: concat
+  density_activation: exp
+  density_bias: -1.0
+  num_samples_per_ray: 128
+""")
+    state = {k: v.contiguous() for k, v in released_state_dict(network).items()}
+    if weights.endswith(".safetensors"):
+        save_file(state, str(folder / weights))
+    else:
+        torch.save(state, folder / weights)
+    return folder
+
+
+def photo(height: int = 40, width: int = 60) -> torch.Tensor:
+    """An RGBA cut-out [H, W, 4] of a red disc off-centre on a transparent, non-square canvas."""
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    inside = ((ys - 15) ** 2 + (xs - 40) ** 2 < 10**2).float()
+    return torch.stack([inside, 0.1 * inside, 0.1 * inside, inside], -1)
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> tuple[Path, TripoSRNetwork]:
+    network = tiny_network()
+    return save_release(tmp_path_factory.mktemp("triposr"), network), network
+
+
+def test_weight_names_are_the_released_module_trees():
+    assert set(released_state_dict(tiny_network())) == OFFICIAL_NAMES
+
+
+def test_prepare_image_recentres_the_object_on_grey():
+    image = prepare_image(photo(), size=64, foreground_ratio=0.85, background=0.5)
+    assert image.shape == (64, 64, 3)
+    assert torch.allclose(image[0, 0], torch.tensor([0.5, 0.5, 0.5]))  # grey surround
+    red = (image[..., 0] > 0.75) & (image[..., 1] < 0.3)
+    ys, xs = torch.nonzero(red, as_tuple=True)
+    assert abs(float(xs.float().mean()) - 31.5) < 1.5 and abs(float(ys.float().mean()) - 31.5) < 1.5  # centred
+    span = int(xs.max() - xs.min() + 1) / 64
+    assert 0.75 < span < 0.9  # the disc spans about foreground_ratio of the side
+
+
+def test_release_loads_into_a_field_that_renders(release):
+    folder, network = release
+    generator = find("triposr")({"pretrained_model_name_or_path": str(folder)})
+    assert isinstance(generator, TripoSRGenerator)
+    generated = generator.load("cpu").generate(photo())
+    expected = network(prepare_image(photo(), 32).permute(2, 0, 1)[None])[0]  # the saved weights, run directly
+    assert torch.allclose(generated.state["triplane"], expected, atol=1e-5)
+    field = generated.build()
+    assert tuple(field.triplane.shape) == (3, 4, 8, 8)
+    points = torch.rand(100, 3) * 1.7 - 0.85
+    out = field(points, with_normal=True)
+    assert out["density"].shape == (100,) and out["features"].shape == (100, 3) and out["normal"].shape == (100, 3)
+    assert bool((out["density"] > 0).all())
+    material, background = find("emission")({}), find("solid-color")({"color": [1.0, 1.0, 1.0]})
+    renderer = find("volume-renderer")({"occupancy": {"enabled": False}, "steps_per_diagonal": 64}, field, material, background)
+    renderer.eval()
+    c2w = look_at(spherical_to_position(torch.tensor([0.2]), torch.tensor([0.5]), torch.tensor([1.9])), torch.zeros(1, 3),
+                  torch.tensor([[0.0, 0.0, 1.0]]))
+    with torch.no_grad():
+        render = renderer(Cameras(c2w, intrinsics_from_fovy(torch.deg2rad(torch.tensor([40.0])), 32, 24), 32, 24))
+    assert render["rgb"].shape == (1, 24, 32, 3) and render["alpha"].shape == (1, 24, 32, 1)
+    assert bool(render["alpha"].max() > 0.01) and bool(((render["rgb"] >= 0) & (render["rgb"] <= 1)).all())
+
+
+def test_pytorch_checkpoint_layout_loads_too(tmp_path, release):
+    _, network = release
+    folder = save_release(tmp_path / "ckpt", network, weights="model.ckpt")
+    generated = TripoSRGenerator({"pretrained_model_name_or_path": str(folder)}).generate(photo())
+    assert generated.state["triplane"].shape == (3, 4, 8, 8)
+
+
+def one_line_error(folder: Path) -> str:
+    with pytest.raises(GeneratorLoadError) as error:
+        TripoSRGenerator({"pretrained_model_name_or_path": str(folder)}).load()
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+def test_missing_files_are_one_line_errors(tmp_path, release):
+    message = one_line_error(tmp_path / "nowhere")
+    assert str(tmp_path / "nowhere") in message and "does not exist" in message
+    folder = save_release(tmp_path / "no-weights", release[1])
+    (folder / "model.safetensors").unlink()
+    message = one_line_error(folder)
+    assert "model.safetensors or model.ckpt" in message and str(folder) in message
+
+
+def test_mismatched_weights_are_one_line_errors(tmp_path, release):
+    from safetensors.torch import load_file, save_file
+
+    folder = save_release(tmp_path / "renamed", release[1])
+    state = load_file(str(folder / "model.safetensors"))
+    state["decoder.layers.9.weight"] = state.pop("decoder.layers.4.weight")
+    state["tokenizer.embeddings"] = torch.zeros(3, 32, 5, 5)
+    save_file(state, str(folder / "model.safetensors"))
+    message = one_line_error(folder)
+    assert "1 missing (decoder.layers.4.weight)" in message and "1 unexpected (decoder.layers.9.weight)" in message
+    assert "tokenizer.embeddings: (3, 32, 5, 5) in the file, (3, 32, 4, 4) in the model" in message
+    config = (folder / "config.yaml").read_text().replace("NeRFMLP", "OtherMLP")
+    (folder / "config.yaml").write_text(config)
+    assert "decoder_cls is 'tsr.models.network_utils.OtherMLP'" in one_line_error(folder)
+
+
+def test_generate_command_writes_a_valid_glb(tmp_path, release, capsys):
+    from lift3d.cli import main
+    from tests.validators import validate_gltf
+
+    folder, _ = release
+    image = tmp_path / "cat.png"
+    Image.fromarray((photo(48, 64).numpy() * 255).astype(np.uint8), "RGBA").save(image)
+    overrides = [f"output_root={tmp_path / 'out'}", f"system.generator.pretrained_model_name_or_path={folder}",
+                 *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items()), "data.reference_size=32",
+                 "data.eval_height=16", "data.eval_width=16", "data.n_test_views=2", "system.export.resolution=24",
+                 "system.export.texture_size=64", "system.export.threshold=null", "system.export.keep_components=0",
+                 "system.renderer.occupancy.enabled=false", "system.renderer.steps_per_diagonal=32", "trainer.accelerator=cpu"]
+    assert main(["generate", "--image", str(image), "--method", "triposr", *overrides]) == 0
+    glbs = sorted((tmp_path / "out").glob("triposr/*/save/it*.glb"))
+    assert len(glbs) == 1
+    report = validate_gltf(glbs[0])[0]
+    assert report["issues"]["numErrors"] == 0 and report["info"]["totalTriangleCount"] > 0
+
+
+def test_generate_command_reports_a_missing_release_in_one_line(tmp_path, capsys):
+    from lift3d.cli import main
+
+    image = tmp_path / "cat.png"
+    Image.fromarray((photo().numpy() * 255).astype(np.uint8), "RGBA").save(image)
+    code = main(["generate", "--image", str(image), "--method", "triposr", f"output_root={tmp_path / 'out'}",
+                 f"system.generator.pretrained_model_name_or_path={tmp_path / 'missing'}", "trainer.accelerator=cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and any(str(tmp_path / "missing") in line and "does not exist" in line for line in err)
+    assert not any(line.startswith("Traceback") for line in err)
+
+
+def test_field_config_names_the_generators_sizes(release):
+    generator = TripoSRGenerator({"pretrained_model_name_or_path": str(release[0])}).load()
+    assert {k: generator.field_config()[k] for k in TINY_FIELD} == TINY_FIELD
+    assert json.dumps(generator.field_config())  # plain data: it goes into configs as is
