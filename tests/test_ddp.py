@@ -41,6 +41,28 @@ def test_two_ranks_train_on_their_own_views_and_one_writes(tmp_path):
     assert sorted(p.name for p in (trial / "save").iterdir()) == ["it12-test", "it12-test.mp4", "it12-val", "it6-val"]
 
 
+@pytest.mark.slow
+def test_two_ranks_finish_cleanly_without_ffmpeg_when_the_test_video_is_a_gif(tmp_path):
+    """CPU twin of tests/test_ddp_gpu.py's NCCL run on a machine without imageio-ffmpeg (hidden here through a
+    sitecustomize that every rank loads): with the probe's test video as a GIF the run exits 0 (an .mp4 would end it
+    "trained, with problems", exit code 3)."""
+    hide = tmp_path / "no_ffmpeg"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['imageio_ffmpeg'] = None\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(hide), str(TEST_CONFIGS.parents[1]), *filter(None, [env.get("PYTHONPATH")])]))
+    probe = subprocess.run([sys.executable, "-c", "from lift3d.aftercare import require_ffmpeg; require_ffmpeg()"],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert probe.returncode != 0 and "imageio-ffmpeg" in probe.stderr  # the writer is missing in these processes
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "fit-image-ddp.yaml"), "trainer.accelerator=cpu",
+               "trainer.devices=2", f"output_root={out}", f"system.probe_dir={tmp_path / 'probe'}", "system.test_video=gif"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = list((out / "fit-image-ddp").iterdir())
+    assert sorted(p.name for p in (trial / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
+
+
 def test_multi_device_runs_use_ddp_and_no_distributed_sampler(tmp_path):
     cfg = load_config(TEST_CONFIGS / "fit-image.yaml", overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu"])
     trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)

@@ -19,16 +19,22 @@ FitImageSystem = find("test-fit-image")  # imported before this plugin (see test
 @dataclass
 class DDPProbeConfig(FitImageSystem.Config):
     probe_dir: str = ""  # where each rank writes rank<r>.json (outside the trial folder)
+    test_video: str = "mp4"  # the test video's format: mp4 (needs imageio-ffmpeg) or gif (Pillow only: a machine without ffmpeg)
 
 
 class RecordingSaver(OutputSaver):
     """An OutputSaver that notes the name of every file it writes, for the probe."""
 
     written: list[str] = []
+    video_suffix = ".mp4"
 
     def path(self, name: str) -> Path:
         RecordingSaver.written.append(name)
         return super().path(name)
+
+    def video(self, name: str, frames: list, fps: int = 30) -> Path:
+        """The test video in the probe's format (``system.test_video``) whatever name the system gives it."""
+        return super().video(str(Path(name).with_suffix(self.video_suffix)), frames, fps)
 
 
 @register("test-ddp-probe")
@@ -41,7 +47,9 @@ class DDPProbeSystem(FitImageSystem):
 
     @property
     def saver(self) -> OutputSaver:
-        return RecordingSaver(self._save_dir)
+        saver = RecordingSaver(self._save_dir)
+        saver.video_suffix = f".{self.cfg.test_video}"
+        return saver
 
     def training_step(self, batch: dict[str, Any], batch_idx: int):
         position = batch["cameras"].c2w[0, :3, 3]
