@@ -1,5 +1,6 @@
 """glTF with KHR_gaussian_splatting: the extension's attribute layout, round trips to float32 rounding, glTF's
-+y-up axes, the Khronos validator, splat-transform's .glb read by our reader, and clear errors for bad files."""
+left-up-front axes (the .ply's right-down-front turned half about z, as splat-transform turns it), the Khronos
+validator, splat-transform's .glb read by our reader with the Gaussians of the .ply it came from, and clear errors."""
 
 import json
 import struct
@@ -11,9 +12,8 @@ import torch
 from lift3d.export.mesh import Mesh
 from lift3d.export.writers import srgb_to_linear, write_glb
 from lift3d.gaussians.gltf_splat import GltfSplatError, encode_gltf_splat, load_gltf_splat, save_gltf_splat
-from lift3d.gaussians.ply import save_ply
+from lift3d.gaussians.ply import load_ply, save_ply
 from lift3d.gaussians.sh import Y0
-from lift3d.gaussians.transform import rotate_gaussians
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import gltf_problems, splat_transform, validate_gltf
 
@@ -67,10 +67,10 @@ def test_attributes_follow_the_extension_and_glTF_axes(tmp_path):
     expected = ["POSITION", "COLOR_0", f"{EXT}:ROTATION", f"{EXT}:SCALE", f"{EXT}:OPACITY", f"{EXT}:SH_DEGREE_0_COEF_0"]
     expected += [f"{EXT}:SH_DEGREE_{l}_COEF_{n}" for l in (1, 2) for n in range(2 * l + 1)]  # noqa: E741
     assert sorted(primitive["attributes"]) == sorted(expected)
-    # glTF is +y up: lift3d's (x, y, z) is stored as (x, z, -y), as lift3d's .glb meshes are
+    # glTF is left-up-front, the .ply frame right-down-front: lift3d's (x, y, z) is stored as (-x, -y, z)
     x, y, z = params["means"].double().unbind(1)
     position = torch.from_numpy(attribute(document, blob, "POSITION").astype(np.float64))
-    assert torch.allclose(position, torch.stack([x, z, -y], 1), atol=EPS)
+    assert torch.allclose(position, torch.stack([-x, -y, z], 1), atol=EPS)
     accessor = document["accessors"][primitive["attributes"]["POSITION"]]
     assert np.allclose(accessor["min"], position.min(0).values) and np.allclose(accessor["max"], position.max(0).values)
     scale = attribute(document, blob, f"{EXT}:SCALE")
@@ -105,17 +105,39 @@ def test_the_khronos_validator_finds_nothing_but_the_extension_it_does_not_know(
     assert twin["issues"]["numErrors"] == 0 and twin["issues"]["numWarnings"] == 0, gltf_problems(twin)
 
 
-def test_splat_transforms_glb_reads_back_exactly(tmp_path):
+def test_splat_transforms_glb_reads_back_with_the_gaussians_of_its_ply(tmp_path):
     params = random_params(100, degree=3, seed=11)
     save_ply(tmp_path / "g.ply", params)
     splat_transform(tmp_path / "g.ply", tmp_path / "theirs.glb")  # PlayCanvas's own KHR_gaussian_splatting writer
-    back = load_gltf_splat(tmp_path / "theirs.glb", up_axis="z")  # the file's axes, as stored
-    # splat-transform reads a .ply as right-down-front and writes glTF's left-up-front: a half turn about z
-    expected = rotate_gaussians(params, torch.diag(torch.tensor([-1.0, -1.0, 1.0])))
+    back, source = load_gltf_splat(tmp_path / "theirs.glb"), load_ply(tmp_path / "g.ply")
     for name in ("means", "log_scales", "sh0", "shN", "opacity_logits"):
-        assert torch.allclose(back[name], expected[name], rtol=1e-5, atol=1e-5), name
+        assert torch.allclose(back[name], source[name], rtol=1e-5, atol=1e-5), name
     # (splat-transform stores the .ply's quaternions unnormalised, where the extension asks for unit ones)
-    assert torch.allclose(same_sign(unit(expected["quats"]), unit(back["quats"])), unit(expected["quats"]), atol=1e-6)
+    assert torch.allclose(same_sign(unit(source["quats"]), unit(back["quats"])), unit(source["quats"]), atol=1e-6)
+    # both tools' .glb of one .ply hold the same numbers in every attribute of the extension
+    ours = chunks(save_gltf_splat(tmp_path / "ours.glb", source).read_bytes())
+    theirs = chunks((tmp_path / "theirs.glb").read_bytes())
+    semantics = ours[0]["meshes"][0]["primitives"][0]["attributes"]
+    assert sorted(semantics) == sorted(theirs[0]["meshes"][0]["primitives"][0]["attributes"])
+    for semantic in semantics:
+        a, b = attribute(*ours, semantic).astype(np.float64), attribute(*theirs, semantic).astype(np.float64)
+        if semantic == f"{EXT}:ROTATION":
+            a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1, keepdims=True)
+            b *= np.where((a * b).sum(1, keepdims=True) < 0, -1.0, 1.0)
+        if semantic == "COLOR_0":  # the point-cloud fallback: ours linear (glTF colours are), theirs the sRGB values
+            continue
+        assert np.allclose(a, b, rtol=1e-5, atol=1e-5), semantic
+    bounds = [doc["accessors"][doc["meshes"][0]["primitives"][0]["attributes"]["POSITION"]] for doc, _ in (ours, theirs)]
+    assert all(np.allclose(bounds[0][key], bounds[1][key], atol=1e-5) for key in ("min", "max"))
+
+
+def test_gaussians_of_a_y_down_ply_stand_up_in_gltf(tmp_path):
+    """A column of Gaussians along the .ply's up (-y, right-down-front) stands along glTF's +y."""
+    params = random_params(20, degree=0, seed=12)
+    params["means"] = torch.stack([torch.zeros(20), -torch.linspace(0, 2, 20), torch.zeros(20)], dim=1)
+    document, blob = chunks(save_gltf_splat(tmp_path / "g.glb", params).read_bytes())
+    position = attribute(document, blob, "POSITION")
+    assert np.allclose(position[:, 1], np.linspace(0, 2, 20), atol=EPS) and np.allclose(position[:, [0, 2]], 0, atol=EPS)
 
 
 def _without(semantic: str):

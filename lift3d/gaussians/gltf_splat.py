@@ -17,9 +17,13 @@ and the primitive's extension object ``{"kernel": "ellipse", "colorSpace": "srgb
 "projection": "perspective", "sortingMethod": "cameraDistance"}``; the extension is listed in
 ``extensionsUsed`` (not required: a viewer without it shows the coloured points).
 
-Axes: glTF is +y up, lift3d's world +z up. With ``up_axis="y"`` (the default, as for lift3d's .glb meshes)
-the Gaussians are turned -90 degrees about x, (x, y, z) -> (x, z, -y), positions, rotations and SH
-alike (the extension asks for data already in glTF axes), and the reader turns them back.
+Axes: lift3d's Gaussian files hold the frame of 3DGS .ply files, right-down-front (as COLMAP-trained splats are,
+and as the .spz conversion reads them); glTF is left-up-front (+y up, the asset's front facing +z and its left +x:
+glTF 2.0, "Coordinate System and Units"), and the extension asks for data already in glTF's axes. With ``up_axis="y"``
+(the default) the Gaussians are turned a half turn about z, (x, y, z) -> (-x, -y, z), positions, rotations and SH
+alike, and the reader turns them back: the conversion PlayCanvas's splat-transform makes (and Niantic's
+CoordinateSystem names: RDF "PLY", LUF "GLB"), so either tool's .glb of one .ply holds the same numbers.
+``up_axis="z"`` stores lift3d's axes as they are.
 """
 
 from __future__ import annotations
@@ -34,13 +38,15 @@ from torch import Tensor
 
 from lift3d.gaussians.ply import PlyFormatError, pruned
 from lift3d.gaussians.sh import Y0, degree_of
-from lift3d.gaussians.transform import Z_UP_TO_Y_UP, rotate_gaussians
+from lift3d.gaussians.transform import rotate_gaussians
 from lift3d.saving import atomic_write_bytes
 
 EXTENSION = "KHR_gaussian_splatting"
 GLB_MAGIC, JSON_CHUNK, BIN_CHUNK = 0x46546C67, 0x4E4F534A, 0x004E4942
 FLOAT, UNSIGNED_BYTE = 5126, 5121
 WIDTHS = {"SCALAR": 1, "VEC3": 3, "VEC4": 4}
+# right-down-front (the .ply frame) to glTF's left-up-front: a half turn about z, (x, y, z) -> (-x, -y, z)
+PLY_TO_GLTF = ((-1.0, 0.0, 0.0), (0.0, -1.0, 0.0), (0.0, 0.0, 1.0))
 
 
 class GltfSplatError(PlyFormatError):
@@ -55,8 +61,8 @@ def _axes(up_axis: str) -> Tensor | None:
     if up_axis == "z":
         return None
     if up_axis != "y":
-        raise ValueError(f"up_axis must be 'y' (glTF convention) or 'z' (lift3d's world as is), got {up_axis!r}")
-    return torch.tensor(Z_UP_TO_Y_UP, dtype=torch.float64)
+        raise ValueError(f"up_axis must be 'y' (glTF's axes) or 'z' (lift3d's axes as they are), got {up_axis!r}")
+    return torch.tensor(PLY_TO_GLTF, dtype=torch.float64)
 
 
 def encode_gltf_splat(params: dict[str, Tensor], up_axis: str = "y") -> bytes:
