@@ -56,15 +56,16 @@ def test_lift3d_export_converts_between_every_gaussian_file(tmp_path, capsys):
     params = random_params(120, degree=2, seed=3)
     save_ply(tmp_path / "model.ply", params)
     assert main(["export", str(tmp_path / "model.ply"), "--format", "spz", "sog", "gltf-splat"]) == 0, capsys.readouterr().err
-    assert "model.spz" in capsys.readouterr().out
-    for name in ("model.spz", "model.sog", "model-gaussians.glb"):
+    assert "model-ply.spz" in capsys.readouterr().out
+    for name in ("model-ply.spz", "model-ply.sog", "model-ply-gaussians.glb"):
         assert load_gaussian_file(tmp_path / name)["shN"].shape == (120, 8, 3)
-    # each new file converts back to a 3DGS .ply (written beside it as <stem>-gaussians.ply)
-    assert main(["export", str(tmp_path / "model.sog"), "--format", "3dgs-ply"]) == 0
-    again = load_gaussian_file(tmp_path / "model-gaussians.ply")
-    assert torch.equal(again["means"], load_gaussian_file(tmp_path / "model.sog")["means"])
-    # a KHR_gaussian_splatting .glb converts too, but its mesh would overwrite it: a clear error, not a lost file
-    assert main(["export", str(tmp_path / "model-gaussians.glb")]) == 2
+    # each new file converts back to a 3DGS .ply (written beside it as <stem>-<format>-gaussians.ply)
+    assert main(["export", str(tmp_path / "model-ply.sog"), "--format", "3dgs-ply"]) == 0
+    again = load_gaussian_file(tmp_path / "model-ply-sog-gaussians.ply")
+    assert torch.equal(again["means"], load_gaussian_file(tmp_path / "model-ply.sog")["means"])
+    # a name that would overwrite the file itself is a clear error, not a lost file
+    assert main(["export", str(tmp_path / "model-ply-gaussians.glb"), "--format", "glb",
+                 "system.export.stem=model-ply-gaussians"]) == 2
     assert "would overwrite it" in capsys.readouterr().err
 
 
@@ -85,7 +86,7 @@ def test_a_model_starts_from_each_new_file(tmp_path, suffix):
     params = random_params(64, degree=1, seed=4)
     save_ply(tmp_path / "model.ply", params)
     assert main(["export", str(tmp_path / "model.ply"), "--format", {".spz": "spz", ".sog": "sog", ".glb": "gltf-splat"}[suffix]]) == 0
-    path = tmp_path / ("model-gaussians.glb" if suffix == ".glb" else f"model{suffix}")
+    path = tmp_path / ("model-ply-gaussians.glb" if suffix == ".glb" else f"model-ply{suffix}")
     model = GaussianModel({"sh_degree": 2})
     assert model.load_gaussian_file(path) == 1 and len(model) == 64
     assert model.shN.shape == (64, 8, 3) and not model.shN[:, 3:].any()  # degree 2 asked: the missing band is zero

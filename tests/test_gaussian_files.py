@@ -96,16 +96,17 @@ def test_lift3d_export_converts_a_file_with_no_run_behind_it(tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "beside" in out.out
-    splat = read_splat(tmp_path / "point_cloud.splat")
+    splat = read_splat(tmp_path / "point_cloud-ply.splat")
     order = torch.cdist(splat.means, params["means"]).argmin(dim=1)  # .splat sorts by visibility
     assert torch.allclose(splat.means, params["means"][order]) and len(order.unique()) == 300
     assert torch.allclose(splat.scales, params["log_scales"][order].exp(), rtol=1e-6)
-    assert validate_gltf(tmp_path / "point_cloud.glb")[0]["issues"]["numErrors"] == 0
-    again = load_ply(tmp_path / "point_cloud-gaussians.ply")  # the Gaussians rewritten in lift3d's own writer
+    assert validate_gltf(tmp_path / "point_cloud-ply.glb")[0]["issues"]["numErrors"] == 0
+    again = load_ply(tmp_path / "point_cloud-ply-gaussians.ply")  # the Gaussians rewritten in lift3d's own writer
     assert all(torch.equal(again[name], params[name]) for name in params)
     # a .splat from another tool converts the same way (SH 0: its colours)
+    (tmp_path / "point_cloud-ply.splat").rename(tmp_path / "point_cloud.splat")
     assert main(["export", str(tmp_path / "point_cloud.splat"), "--format", "3dgs-ply"]) == 0
-    from_splat = load_ply(tmp_path / "point_cloud-gaussians.ply")
+    from_splat = load_ply(tmp_path / "point_cloud-splat-gaussians.ply")
     assert torch.allclose(from_splat["means"], splat.means) and from_splat["shN"].shape[1] == 0
 
 
@@ -185,12 +186,12 @@ def test_gaussian_files_can_be_pruned_for_size(tmp_path):
     importance = torch.where(opacity >= 0.5, params["log_scales"].exp().prod(-1) * opacity, torch.tensor(-1.0))
     expected = importance.topk(100).indices.sort().values  # the 100 most visible of those at least half opaque
     assert int((opacity >= 0.5).sum()) > 100  # so the count cap, not only the floor, decided
-    pruned = load_ply(tmp_path / "model-gaussians.ply")
+    pruned = load_ply(tmp_path / "model-ply-gaussians.ply")
     assert pruned["shN"].shape == (100, 0, 3)  # SH degree 0: the file lost its 45 rest coefficients
     kept = torch.cdist(pruned["means"], params["means"]).argmin(dim=1).sort().values
     assert torch.equal(kept, expected)
     assert torch.equal(pruned["sh0"], params["sh0"][torch.cdist(pruned["means"], params["means"]).argmin(dim=1)])
-    splat = read_splat(tmp_path / "model.splat")
+    splat = read_splat(tmp_path / "model-ply.splat")
     assert len(splat.means) == 100 and float(splat.opacities.min()) >= 0.5 - 1 / 255
     assert torch.equal(torch.cdist(splat.means, params["means"]).argmin(dim=1).sort().values, expected)
 

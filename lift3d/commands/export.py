@@ -12,7 +12,7 @@ log = logging.getLogger("lift3d.export")
 
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video) into the trial's save/, or convert a 3DGS .ply, "
         ".splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it)")
-GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians
+GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
@@ -77,8 +77,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _gaussian_file(items: list[str]) -> Path | None:
     """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
+    from lift3d.gaussians.files import READERS
+
     paths = [Path(item) for item in items if "=" not in item]
-    if len(paths) == 1 and paths[0].suffix.lower() in GAUSSIAN_FILE_SUFFIXES:
+    if len(paths) == 1 and paths[0].suffix.lower() in (*GAUSSIAN_FILE_SUFFIXES, *READERS):
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
         return paths[0]
@@ -88,21 +90,24 @@ def _gaussian_file(items: list[str]) -> Path | None:
 def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
     """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
     its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
-    table as ``<stem>.<format>`` beside the file."""
+    table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
+    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
     from lift3d.config import load_config
-    from lift3d.export.formats import export_formats
+    from lift3d.export.formats import ExportFormatError, export_formats
+    from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
     from lift3d.gaussians.files import load_gaussian_file
     from lift3d.gaussians.sh import degree_of
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
     from lift3d.saving import OutputSaver
 
-    if path.suffix.lower() == ".glb" and "glb" in [str(f).lower().lstrip(".") for f in formats] and not any(
-            item.startswith("system.export.stem=") for item in overrides):
-        from lift3d.export.formats import ExportFormatError
-
-        raise ExportFormatError(f"exporting the mesh of {path} as glb would overwrite it: pick other formats (e.g. "
-                                "--format spz sog) or another file name with system.export.stem=NAME")
+    stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
+    stem = stems[-1] if stems and stems[-1] else converted_stem(path)
+    for fmt in formats:
+        fmt = str(fmt).lower().lstrip(".")
+        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+            raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
+                                    "system.export.stem=NAME")
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
     fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
@@ -110,4 +115,4 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     system = find(cfg.system_type)(cfg.system)
     system.gaussians.set_parameters(params)
     log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, system.export_sources(), stem=path.stem)
+    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, system.export_sources(), stem=stem)

@@ -15,9 +15,10 @@ from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.grid import BboxLike, ColourFn, DensityFn
 from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.naming import export_name
 from lift3d.export.splat import write_splat
 from lift3d.export.texture import bake_texture
-from lift3d.export.video import orbit_cameras, render_frames
+from lift3d.export.video import framed_orbit_cameras, orbit_cameras, render_frames
 from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.gltf_splat import save_gltf_splat
 from lift3d.gaussians.sog import save_sog
@@ -56,10 +57,8 @@ def format_status() -> dict[str, str]:
     return status
 
 
-# format -> (file-name ending after the stem, writer(path, params, keep=mask, sh_degree=int))
-COMPACT_WRITERS: dict[str, tuple[str, Callable[..., Path]]] = {
-    "spz": (".spz", save_spz), "sog": (".sog", save_sog), "gltf-splat": ("-gaussians.glb", save_gltf_splat),
-}
+# format -> writer(path, params, keep=mask, sh_degree=int); file names from lift3d.export.naming
+COMPACT_WRITERS: dict[str, Callable[..., Path]] = {"spz": save_spz, "sog": save_sog, "gltf-splat": save_gltf_splat}
 
 
 class ExportFormatError(ValueError):
@@ -88,7 +87,9 @@ class ExportConfig:
     video_frames: int = 120  # turntable: frames in a full turn
     video_fps: int = 30  # turntable: frames per second
     video_elevation_deg: float = 15.0  # turntable: camera elevation above the xy-plane
-    video_distance: float = 3.0  # turntable: camera distance from the origin
+    video_framing: str = "content"  # turntable: content (orbit the content's centre, its bounds in view) or fixed
+    video_fill: float = 0.9  # turntable, framing=content: share of the frame's half-height the content's bounds span
+    video_distance: float = 3.0  # turntable: camera distance from the origin (framing=fixed, or a run without content points)
     video_fovy_deg: float = 40.0  # turntable: vertical field of view
     video_width: int = 512  # turntable: frame width in pixels
     video_height: int = 512  # turntable: frame height in pixels
@@ -110,6 +111,12 @@ class ExportConfig:
             "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "gaussian_min_opacity": (0.0, 0.0),
         })
         check_video_size(self.video_width, self.video_height, "system.export.video_width", "system.export.video_height")
+        from lift3d.config import ConfigError
+
+        if self.video_framing not in ("content", "fixed"):
+            raise ConfigError(f"system.export.video_framing must be content or fixed, got {self.video_framing!r}")
+        if not 0.0 < self.video_fill <= 1.0:
+            raise ConfigError(f"system.export.video_fill must be in (0, 1] (a share of the frame), got {self.video_fill}")
 
 
 @dataclass
@@ -122,6 +129,7 @@ class ExportSources:
     write_3dgs_ply: Callable[..., Any] | None = None  # the model's 3DGS .ply writer: (path, keep=mask, sh_degree=int)
     gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None  # pre-activation parameters, every SH band (spz, sog, gltf-splat)
     render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
+    content_points: Callable[[], torch.Tensor] | None = None  # points [N, 3] whose bounds frame turntables (None: fixed orbit)
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
 
@@ -187,30 +195,28 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         return Mesh(frame.to_file(m.vertices), m.faces, m.vertex_colours, normals, m.uvs, m.texture)
 
     def write(fmt: str) -> list[Path]:
+        path = saver.path(export_name(stem, fmt))
         if fmt == "glb":
-            return write_glb(placed(mesh_for_files()), saver.path(f"{stem}.glb"), up_axis)
+            return write_glb(placed(mesh_for_files()), path, up_axis)
         if fmt == "obj":
-            return write_obj(placed(mesh_for_files()), saver.path(f"{stem}.obj"), up_axis)
+            return write_obj(placed(mesh_for_files()), path, up_axis)
         if fmt == "mesh-ply":
-            return write_ply(placed(mesh()), saver.path(f"{stem}-mesh.ply"), up_axis)
+            return write_ply(placed(mesh()), path, up_axis)
         if fmt == "3dgs-ply":
-            path = saver.path(f"{stem}-gaussians.ply")
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
             sources.write_3dgs_ply(path, keep=kept_gaussians(), sh_degree=degree)
             return [path]
         if fmt == "splat":
             keep = kept_gaussians()
-            return write_splat(saver.path(f"{stem}.splat"), sources.gaussians if keep is None else sources.gaussians.select(keep))
+            return write_splat(path, sources.gaussians if keep is None else sources.gaussians.select(keep))
         if fmt in COMPACT_WRITERS:
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
-            name, writer = COMPACT_WRITERS[fmt]
             options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
-            return [writer(saver.path(f"{stem}{name}"), sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
+            return [COMPACT_WRITERS[fmt](path, sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
-            cameras = orbit_cameras(cfg.video_frames, cfg.video_elevation_deg, cfg.video_distance, cfg.video_fovy_deg,
-                                    cfg.video_width, cfg.video_height, device=sources.device)
+            cameras = turntable_cameras(cfg, sources.content_points, cfg.video_frames, cfg.video_elevation_deg, device=sources.device)
             frames.extend(render_frames(sources.render_fn, cameras, cfg.render_batch))
-        return [saver.video(f"{stem}-orbit.{fmt}", frames, fps=cfg.video_fps)]
+        return [saver.video(path.name, frames, fps=cfg.video_fps)]
 
     for fmt in formats:  # each format succeeds or warns on its own: one missing writer does not cost the others
         paths = attempt(f"the {fmt} export", write, fmt) or []
@@ -238,13 +244,26 @@ def mesh_from_field(
     )
 
 
-def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu") -> Any:
-    """Views for colour back-projection: two rings around the object (elevations +30 and -15 degrees)."""
+def turntable_cameras(cfg: ExportConfig, content_points: Callable[[], torch.Tensor] | None, n_frames: int,
+                      elevation_deg: float, start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu") -> Any:
+    """An orbit of ``n_frames`` cameras as the config frames it: around the content's centre at the distance its bounds
+    need (``video_framing=content``, when the sources give content points; ``lift3d.framing``, the viewer's rule), else
+    at ``video_distance`` around the origin."""
+    if cfg.video_framing == "content" and content_points is not None:
+        return framed_orbit_cameras(content_points(), n_frames, elevation_deg, cfg.video_fovy_deg, cfg.video_width,
+                                    cfg.video_height, cfg.video_fill, start_azimuth_deg, device=device)
+    return orbit_cameras(n_frames, elevation_deg, cfg.video_distance, cfg.video_fovy_deg, cfg.video_width,
+                         cfg.video_height, start_azimuth_deg=start_azimuth_deg, device=device)
+
+
+def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu",
+                        content_points: Callable[[], torch.Tensor] | None = None) -> Any:
+    """Views for colour back-projection: two rings around the object (elevations +30 and -15 degrees), framed as the
+    turntable is (``turntable_cameras``)."""
     from lift3d.cameras import Cameras
 
     half = max(1, cfg.backproject_views // 2)
-    rings = [orbit_cameras(half, elevation, cfg.video_distance, cfg.video_fovy_deg, cfg.video_width, cfg.video_height,
-                           start_azimuth_deg=offset, device=device)
+    rings = [turntable_cameras(cfg, content_points, half, elevation, offset, device)
              for elevation, offset in ((30.0, 0.0), (-15.0, 180.0 / half))]
     return Cameras.cat(rings)
 
@@ -264,7 +283,8 @@ def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: Rende
 
     def rendered(points: torch.Tensor) -> torch.Tensor:
         if "fn" not in cache:
-            cache["fn"] = RenderedColours(render_fn, backproject_cameras(cfg, device), cfg.render_batch, fallback=field.colour)
+            cameras = backproject_cameras(cfg, device, lambda: field.gaussians.means)
+            cache["fn"] = RenderedColours(render_fn, cameras, cfg.render_batch, fallback=field.colour)
         return cache["fn"](points)
 
     return rendered
@@ -281,19 +301,33 @@ def gaussian_sources(
     caller already built it (with cfg.gaussian_cutoff_sigma); ``gaussian_params``: the model's pre-activation
     parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat)."""
     device = gaussians.means.device if device is None else torch.device(device)
-    field = (field if field is not None else GaussianField(gaussians, cfg.gaussian_cutoff_sigma)).to(device)
-    colour_fn = gaussian_colour_fn(field, cfg, render_fn, device)
+    if cfg.gaussian_colours not in ("query", "render"):
+        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
+    if cfg.gaussian_colours == "render" and render_fn is None:
+        raise ValueError("export.gaussian_colours=render needs the system's render function")
+    built: dict[str, Any] = {}  # the density field and its colours, made on first need (the Gaussian files need neither)
+
+    def density_field() -> GaussianField:
+        if "field" not in built:
+            built["field"] = (field if field is not None else GaussianField(gaussians, cfg.gaussian_cutoff_sigma)).to(device)
+        return built["field"]
+
+    def colour_fn(points: torch.Tensor) -> torch.Tensor:
+        if "colour" not in built:
+            built["colour"] = gaussian_colour_fn(density_field(), cfg, render_fn, device)
+        return built["colour"](points)
 
     def mesh() -> Mesh:
         box = cfg.bbox if cfg.bbox is not None else gaussian_bbox(gaussians, cfg.gaussian_cutoff_sigma)
         return extract_mesh(
-            field.density, box, cfg.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
+            density_field().density, box, cfg.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
             keep_components=cfg.keep_components, target_faces=cfg.target_faces, fill_holes=cfg.fill_holes,
-            opacity_scale=field.opacity_scale, device=device,
+            opacity_scale=GaussianField.opacity_scale, device=device,
         )
 
     return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
-                         gaussian_params=gaussian_params, render_fn=render_fn, device=device)
+                         gaussian_params=gaussian_params, render_fn=render_fn, device=device,
+                         content_points=lambda: gaussians.means)
 
 
 def gaussian_keep_mask(gaussians: GaussianTensors, min_opacity: float, max_count: int) -> torch.Tensor | None:

@@ -11,7 +11,9 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.export.backproject import RenderFn
+from lift3d.framing import content_bounds, framing_distance
 from lift3d.imaging import to_numpy_image
+from lift3d.progress import Stage
 from lift3d.saving import OutputSaver
 
 MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
@@ -31,25 +33,42 @@ def check_video_size(width: int, height: int, width_key: str, height_key: str, f
 
 def orbit_cameras(
     n_frames: int, elevation_deg: float, distance: float, fovy_deg: float, width: int, height: int,
-    start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu",
+    start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu", target: tuple[float, float, float] | None = None,
 ) -> Cameras:
-    """``n_frames`` cameras evenly spaced around a full turn, looking at the origin (+z up)."""
+    """``n_frames`` cameras evenly spaced around a full turn, looking at ``target`` (default the origin; +z up)."""
     if n_frames < 1:
         raise ValueError(f"an orbit needs at least one frame, got {n_frames}")
     c2w = orbit_c2w(n_frames, elevation_deg, distance, start_azimuth_deg)
+    if target is not None:  # the same orbit, moved to circle the target
+        c2w[:, :3, 3] += torch.tensor(target, dtype=c2w.dtype)
     intrinsics = intrinsics_from_fovy(torch.full((n_frames,), math.radians(fovy_deg)), width, height)
     return Cameras(c2w, intrinsics, width, height).to(device)
+
+
+def framed_orbit_cameras(
+    points: torch.Tensor, n_frames: int, elevation_deg: float, fovy_deg: float, width: int, height: int,
+    fill: float = 0.9, start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu",
+) -> Cameras:
+    """An orbit that frames ``points`` [N, 3] as the viewer does (``lift3d.framing``): around the centre of their
+    bounds, at the distance where the bounds span ``fill`` of the frame's height (or width, in a portrait frame)."""
+    bounds = content_bounds(points)
+    fov_deg = min(fovy_deg, math.degrees(2 * math.atan(math.tan(math.radians(fovy_deg) / 2) * width / height)))
+    distance = framing_distance(bounds.radius, fov_deg, fill)
+    return orbit_cameras(n_frames, elevation_deg, distance, fovy_deg, width, height, start_azimuth_deg, device,
+                         target=bounds.centre)
 
 
 @torch.no_grad()
 def render_frames(render_fn: RenderFn, cameras: Cameras, batch_size: int = 4) -> list[np.ndarray]:
     """uint8 RGB frames [H, W, 3] of ``render_fn`` (cameras -> {"rgb": [B, H, W, 3], ...}) per camera."""
     frames: list[np.ndarray] = []
-    for start in range(0, len(cameras), batch_size):
-        rgb = render_fn(cameras[start : start + batch_size])["rgb"]
-        if rgb.ndim != 4 or rgb.shape[1:3] != (cameras.height, cameras.width):
-            raise ValueError(f"render_fn returned rgb of shape {tuple(rgb.shape)}; expected [B, {cameras.height}, {cameras.width}, 3]")
-        frames.extend(to_numpy_image(frame[..., :3].clamp(0, 1)) for frame in rgb)
+    with Stage(f"video: rendering {cameras.width} x {cameras.height}", len(cameras), "frames") as stage:
+        for start in range(0, len(cameras), batch_size):
+            rgb = render_fn(cameras[start : start + batch_size])["rgb"]
+            if rgb.ndim != 4 or rgb.shape[1:3] != (cameras.height, cameras.width):
+                raise ValueError(f"render_fn returned rgb of shape {tuple(rgb.shape)}; expected [B, {cameras.height}, {cameras.width}, 3]")
+            frames.extend(to_numpy_image(frame[..., :3].clamp(0, 1)) for frame in rgb)
+            stage.advance(len(rgb))
     return frames
 
 

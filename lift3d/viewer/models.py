@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
+from lift3d.framing import framing_camera
 from lift3d.imaging import depth_to_rgb, grayscale_to_rgb, normal_to_rgb, to_numpy_image
 from lift3d.viewer.camera_math import normals_from_depth
 
@@ -43,17 +44,6 @@ class ViewModel:
     training_views: TrainingViews | None = None  # frustums with photos (posed-photo runs only)
     system: Any = None  # the Lightning system when the model is a run (for its Gaussian count)
     home: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (camera position, look-at) the page starts at
-
-
-def framing_camera(points: Tensor, elevation_deg: float = 25.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(position, look-at) of a camera that sees ``points`` [N, 3] whole: it looks at the centre of their 2-98
-    percentile box from 2.4 half-diagonals away, at ``elevation_deg`` above it (+z up); stray points do not count."""
-    sample = points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:100_000]].float()
-    low, high = torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
-    centre, radius = (low + high) / 2, max(float((high - low).norm()) / 2, 1e-3)
-    e = torch.deg2rad(torch.tensor(elevation_deg))
-    position = centre + 2.4 * radius * torch.stack([torch.cos(e), torch.tensor(0.0), torch.sin(e)])
-    return tuple(position.tolist()), tuple(centre.tolist())
 
 
 def render_mode_image(out: dict[str, Tensor], mode: str, cameras: Cameras) -> np.ndarray:

@@ -1,0 +1,61 @@
+"""Framing content: where a camera stands to see a set of points whole (the viewer's home view, turntable videos).
+
+One rule for every consumer: the content is the 2-98 percentile box of its points (so stray floaters do not count),
+its bounding sphere is the box's centre and half-diagonal, and a camera with vertical field of view ``fovy`` stands
+where that sphere's silhouette spans ``fill`` of the frame's half-height. The viewer uses ``VIEWER_FILL`` (2.4
+half-diagonals away at its 75-degree field of view); turntables frame tighter (``system.export.video_fill``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+VIEWER_FOVY_DEG = 75.0  # viser's default vertical field of view, which the viewer's page starts with
+VIEWER_DISTANCE = 2.4  # the viewer stands this many half-diagonals of the content's box away (at VIEWER_FOVY_DEG)
+VIEWER_FILL = math.tan(math.asin(1.0 / VIEWER_DISTANCE)) / math.tan(math.radians(VIEWER_FOVY_DEG) / 2)
+MAX_SAMPLE = 100_000  # points the percentiles are taken over (a fixed random subset of larger sets)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The content's bounding sphere: the centre and half-diagonal of the 2-98 percentile box of its points."""
+
+    centre: tuple[float, float, float]
+    radius: float
+
+
+def content_bounds(points: Tensor) -> Bounds:
+    """The bounds of ``points`` [N, 3] (N >= 1): stray points (outside the 2-98 percentile box) do not count; a
+    radius under 1e-3 is raised to it, so one point still frames."""
+    points = torch.as_tensor(points).detach().reshape(-1, 3).float().cpu()
+    if len(points) == 0:
+        raise ValueError("there are no points to frame")
+    sample = points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:MAX_SAMPLE]]
+    low, high = torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
+    centre = (low + high) / 2
+    return Bounds(tuple(centre.tolist()), max(float((high - low).norm()) / 2, 1e-3))
+
+
+def framing_distance(radius: float, fovy_deg: float, fill: float = VIEWER_FILL) -> float:
+    """Distance from the centre at which a sphere of ``radius`` spans ``fill`` (0..1] of the frame's half-height
+    seen with vertical field of view ``fovy_deg``."""
+    if not 0.0 < fill <= 1.0 or not 0.0 < fovy_deg < 180.0:
+        raise ValueError(f"framing needs 0 < fill <= 1 and 0 < fovy < 180 degrees, got fill {fill} and fovy {fovy_deg}")
+    half_angle = math.atan(fill * math.tan(math.radians(fovy_deg) / 2))  # the sphere's silhouette, seen from the camera
+    return radius / math.sin(half_angle)
+
+
+def framing_camera(points: Tensor, elevation_deg: float = 25.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(position, look-at) of the viewer's camera that sees ``points`` [N, 3] whole: it looks at the centre of their
+    bounds from ``framing_distance`` at the viewer's field of view (2.4 half-diagonals), ``elevation_deg`` above it
+    (+z up), along +x."""
+    bounds = content_bounds(points)
+    distance = framing_distance(bounds.radius, VIEWER_FOVY_DEG, VIEWER_FILL)
+    e = math.radians(elevation_deg)
+    centre = bounds.centre
+    position = (centre[0] + distance * math.cos(e), centre[1], centre[2] + distance * math.sin(e))
+    return position, tuple(centre)
