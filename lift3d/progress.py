@@ -1,4 +1,5 @@
-"""``progress.json`` in the trial folder: step, loss, rate, ETA, latest image and status of a run.
+"""``progress.json`` in the trial folder: step, loss, rate, ETA, latest image and status of a run; ``Stage``: log
+lines for the long steps outside training (meshing, texture baking, video frames, texture fitting).
 
 Front-ends (the web app, scripts) follow a run by reading this file; it is rewritten atomically at most
 about once a second, so reading it never costs the training loop more than that. When the run ends,
@@ -9,6 +10,7 @@ about once a second, so reading it never costs the training loop more than that.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,57 @@ class ProgressFileCallback(Callback):
         status = "interrupted" if isinstance(exception, (KeyboardInterrupt, SystemExit)) else "failed"
         # the step reached: training writes it at most once a second, a checkpoint may be newer
         self.write(status=status, step=trainer.global_step, error=f"{type(exception).__name__}: {exception}")
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``: a duration as a person reads it."""
+    seconds = max(0, round(seconds))
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+class Stage:
+    """One long step outside training as log lines: one when it starts (what and how many), one every ``every_s``
+    seconds while it runs (count, elapsed, ETA) and one when it ends, if it took that long, so a step that takes
+    minutes never runs silent and one that takes a moment costs a single line. Use as a context manager::
+
+        with Stage("meshing: density on a 256 x 256 x 256 grid", total=64, unit="blocks") as stage:
+            for block in blocks:
+                ...
+                stage.advance()
+    """
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "", every_s: float = 10.0,
+                 logger: logging.Logger | None = None) -> None:
+        self.what, self.total, self.unit, self.every_s = what, total, unit, every_s
+        self.log = logger or logging.getLogger("lift3d.progress")
+        self.done = 0
+        self._start = self._last = time.monotonic()
+
+    def __enter__(self) -> Stage:
+        self._start = self._last = time.monotonic()
+        count = f" ({self.total} {self.unit})".replace("  ", " ") if self.total is not None else ""
+        self.log.info("%s%s", self.what, count)
+        return self
+
+    def _count(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.done}/{self.total}{unit}" if self.total is not None else f"{self.done}{unit}"
+
+    def advance(self, n: int = 1) -> None:
+        """``n`` more units done; logs a progress line when ``every_s`` has passed since the last."""
+        self.done += n
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        elapsed = now - self._start
+        eta = ""
+        if self.total and 0 < self.done < self.total:
+            eta = f", about {_duration(elapsed * (self.total - self.done) / self.done)} left"
+        self.log.info("%s: %s, %s%s", self.what, self._count(), _duration(elapsed), eta)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        elapsed = time.monotonic() - self._start
+        if kind is None and elapsed >= self.every_s:
+            count = f"{self._count()} " if self.done or self.total is not None else ""
+            self.log.info("%s: done, %sin %s", self.what, count, _duration(elapsed))

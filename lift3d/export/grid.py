@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.progress import Stage
+
 log = logging.getLogger(__name__)
 
 DensityFn = Callable[[Tensor], Tensor]  # points [N, 3] -> density [N]
@@ -66,6 +68,17 @@ def sample_grid(fn: DensityFn, axes: list[np.ndarray], chunk: int = 2**18, devic
     out = np.empty(shape, dtype=np.float32)
     side = block_side(chunk)
     torch_axes = [torch.as_tensor(a, dtype=torch.float32, device=device) for a in axes]
+    blocks = math.prod(math.ceil(n / side) for n in shape)
+    with Stage(f"meshing: density on a {' x '.join(map(str, shape))} grid", blocks, "blocks") as stage:
+        _sample_blocks(fn, torch_axes, out, side, stage)
+    if not np.isfinite(out).all():
+        raise ValueError(f"the density has {int((~np.isfinite(out)).sum())} non-finite values on the grid; check the field")
+    return out
+
+
+def _sample_blocks(fn: DensityFn, torch_axes: list[Tensor], out: np.ndarray, side: int, stage: Stage) -> None:
+    """Fill ``out`` [X, Y, Z] with ``fn`` at the grid of ``torch_axes``, one cube block of ``side`` at a time."""
+    shape = out.shape
     for x0 in range(0, shape[0], side):
         for y0 in range(0, shape[1], side):
             for z0 in range(0, shape[2], side):
@@ -76,18 +89,19 @@ def sample_grid(fn: DensityFn, axes: list[np.ndarray], chunk: int = 2**18, devic
                     raise ValueError(f"the density function returned shape {tuple(values.shape)} for {points.shape[0]} points; it must return [N]")
                 block = values.reshape(len(xs), len(ys), len(zs)).float().cpu().numpy()
                 out[x0 : x0 + len(xs), y0 : y0 + len(ys), z0 : z0 + len(zs)] = block
-    if not np.isfinite(out).all():
-        raise ValueError(f"the density has {int((~np.isfinite(out)).sum())} non-finite values on the grid; check the field")
-    return out
+                stage.advance()
 
 
 @torch.no_grad()
-def query_points(fn: ColourFn, points: np.ndarray, chunk: int = 2**18, device: torch.device | str = "cpu") -> np.ndarray:
-    """``fn`` at ``points`` [N, 3] in chunks -> float32 [N, C] (e.g. colours)."""
+def query_points(fn: ColourFn, points: np.ndarray, chunk: int = 2**18, device: torch.device | str = "cpu",
+                 what: str = "colours") -> np.ndarray:
+    """``fn`` at ``points`` [N, 3] in chunks -> float32 [N, C] (e.g. colours); ``what`` names the step in progress lines."""
     outputs = []
-    for start in range(0, len(points), chunk):
-        batch = torch.as_tensor(points[start : start + chunk], dtype=torch.float32, device=device)
-        outputs.append(fn(batch).float().cpu().numpy())
+    with Stage(f"{what} at {len(points)} points", math.ceil(len(points) / chunk), "chunks") as stage:
+        for start in range(0, len(points), chunk):
+            batch = torch.as_tensor(points[start : start + chunk], dtype=torch.float32, device=device)
+            outputs.append(fn(batch).float().cpu().numpy())
+            stage.advance()
     if not outputs:
         return np.zeros((0, 3), np.float32)
     return np.concatenate(outputs).astype(np.float32)

@@ -29,6 +29,7 @@ from lift3d.export.grid import (
     tighten_bbox,
     voxel_size,
 )
+from lift3d.progress import Stage
 
 log = logging.getLogger(__name__)
 
@@ -239,15 +240,16 @@ def extract_mesh(
             f"the threshold {threshold:.4g} is outside the density's range on the grid [{volume.min():.4g}, {volume.max():.4g}]: "
             "no surface. Pick a threshold inside that range, or check the bounding box."
         )
-    if fill_holes:
-        volume = fill_cavities(volume, threshold)
-    tolerance = 1e-4 * float(voxel_size(axes).min())
-    mesh = remove_degenerate(marching_cubes(volume, threshold, axes, close_boundary=close_boundary), tolerance)
-    mesh = keep_largest_components(mesh, keep_components)
-    mesh = remove_degenerate(decimate(mesh, target_faces), tolerance)
-    mesh = mesh.with_normals()
+    with Stage("meshing: marching cubes, clean-up" + (f", decimation to {target_faces} faces" if target_faces > 0 else "")):
+        if fill_holes:
+            volume = fill_cavities(volume, threshold)
+        tolerance = 1e-4 * float(voxel_size(axes).min())
+        mesh = remove_degenerate(marching_cubes(volume, threshold, axes, close_boundary=close_boundary), tolerance)
+        mesh = keep_largest_components(mesh, keep_components)
+        mesh = remove_degenerate(decimate(mesh, target_faces), tolerance)
+        mesh = mesh.with_normals()
     if colour_fn is not None:
-        colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device)
+        colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
         mesh = replace(mesh, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
     log.info("extracted a mesh: %d vertices, %d faces, threshold %.4g, grid %s", len(mesh.vertices), len(mesh.faces), threshold, [len(a) for a in axes])
     return mesh

@@ -16,6 +16,7 @@ from scipy import ndimage
 
 from lift3d.export.grid import ColourFn, query_points
 from lift3d.export.mesh import Mesh
+from lift3d.progress import Stage
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,15 @@ def bake_texture(
     if texture_size < 8:
         raise ValueError(f"texture_size must be at least 8 texels, got {texture_size}")
     if mesh.uvs is None:
-        mesh = unwrap_uv(mesh, texture_size, padding)
+        with Stage(f"texture: UV atlas of {len(mesh.faces)} faces (xatlas)"):
+            mesh = unwrap_uv(mesh, texture_size, padding)
     face_id, bary = rasterize_uv(mesh.uvs, mesh.faces, texture_size)
     covered = face_id >= 0
     if not covered.any():
         raise ValueError("no texel centre falls inside a triangle of the UV atlas; raise texture_size")
     tri = mesh.vertices[mesh.faces[face_id[covered]]]  # [K, 3, 3]
     points = (bary[covered][:, :, None] * tri).sum(axis=1)
-    colours = np.clip(query_points(colour_fn, points, chunk=chunk, device=device)[:, :3], 0.0, 1.0)
+    colours = np.clip(query_points(colour_fn, points, chunk=chunk, device=device, what="texture: colours")[:, :3], 0.0, 1.0)
     image = np.zeros((texture_size, texture_size, 3), dtype=np.float32)
     image[covered] = colours
     image = fill_empty_texels(image, covered, dilation)
