@@ -1,12 +1,19 @@
-"""Multi-GPU scaling: training steps/s and views/s of one config on 1 GPU and on 2 GPUs (DDP), in one call.
+"""Multi-GPU scaling: views/s of one config on 1 GPU and on N GPUs (DDP), B views per step per rank, and the
+validation PSNR at equal views seen, in one call.
 
-Each device set runs in its own process (``--worker``; Lightning starts the other DDP ranks by re-running
-that command), trains ``--warmup`` untimed steps then ``--steps`` timed ones with validation, checkpoints
-and the final test off, and reports rank 0's rate. views/s = steps/s x views per step per rank x ranks.
-Prints one JSON line per device set, then a summary with the 2-GPU / 1-GPU views/s ratio (target >= 1.8).
+Each run is its own process (``--worker``; Lightning starts the other DDP ranks by re-running that command): it trains
+``--warmup`` untimed steps then ``--steps`` timed ones with checkpoints and the final test off, reports rank 0's rate
+(views/s = steps/s x views per step per rank x ranks) and, with ``--psnr``, validates once after the last step. Runs:
+one GPU with B views a step (``--views-per-rank``; 0: the config's data.batch_size), then for each device set of n
+GPUs: with ``--same-batch`` one GPU with n x B views a step (the same batch per step, so the same schedule and views
+seen: its PSNR is the reference), then the n GPUs with B each. Prints one JSON line: every run and, per device set,
+the views/s ratios against one GPU (target 1.8x for two GPUs, 3.2x for four) and the PSNR difference against the
+one-GPU run with the same batch (target within 0.2 dB). Progress lines go to stderr.
 
+    # on nvidia-h100-x2 (lego carried as .data_lego): 1 GPU x2 views, 1 GPU x4 views, 2 GPUs x2 views, 7k steps each
+    python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 2 --same-batch --psnr \
+        --warmup 200 --steps 6800 data.root=.data_lego/lego trainer.max_steps=7000
     python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
-    python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21 --steps 200 system.guidance.compile=true
     python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
 """
 
@@ -51,10 +58,12 @@ def worker(args: argparse.Namespace) -> int:
     n_devices = devices if cpu else len(devices)
     profile = args.profile if not cpu else 0
     total = args.warmup + args.steps + profile
-    overrides = [f"trainer.max_steps={total}", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
+    validate = f"trainer.val_check_interval={args.warmup + args.steps}" if args.psnr else "trainer.val_check_interval=0"
+    batch = [f"data.batch_size={args.batch}"] if args.batch > 0 else []
+    overrides = [f"trainer.max_steps={total}", validate, "trainer.run_test_after_fit=false",
                  "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
                  f"output_root={args.output}", "use_timestamp=false", f"trainer.accelerator={'cpu' if cpu else 'gpu'}",
-                 *args.overrides]
+                 *args.overrides, *batch]  # the run's batch wins over a data.batch_size among the overrides
     cfg = load_config(config_path(args.config), overrides=overrides)
 
     def sync() -> None:
@@ -93,7 +102,12 @@ def worker(args: argparse.Namespace) -> int:
             steps = min(trainer.global_step, args.warmup + args.steps) - args.warmup
             record = {"devices": n_devices, "world_size": trainer.world_size, "steps": steps, "seconds": round(seconds, 3),
                       "steps_per_s": round(steps / seconds, 3), "views_per_step_per_rank": self.views,
-                      "views_per_s": round(steps * self.views * trainer.world_size / seconds, 3)}
+                      "views_per_s": round(steps * self.views * trainer.world_size / seconds, 3),
+                      "views_seen": (args.warmup + args.steps) * self.views * trainer.world_size}
+            metrics = pl_module.saver.root / "metrics.json"
+            if args.psnr and metrics.is_file():  # the one validation, after the last timed step (system's protocol)
+                val = json.loads(metrics.read_text()).get("val", {})
+                record.update({"val_psnr": round(val["psnr"], 3), "val_ssim": round(val["ssim"], 4), "val_step": val["step"]})
             if torch.cuda.is_available() and not cpu:
                 record["peak_mem_gib_rank0"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
             if self.profile is not None:
@@ -118,6 +132,48 @@ def environment(cpu: bool) -> dict[str, Any]:
     return device_environment(torch.device("cuda" if not cpu and torch.cuda.is_available() else "cpu"))
 
 
+def planned_runs(sets: list[str], cpu: bool, views: int, same_batch: bool) -> list[tuple[str, int]]:
+    """(device set, views per step per rank; 0: the config's) of each run: the first set as given, then per later set
+    of n devices the first set with n x ``views`` a step (``same_batch``) and the n devices with ``views`` each."""
+    def count(devices: str) -> int:
+        return int(devices) if cpu else len(devices.split(","))
+
+    runs = [(sets[0], views)]
+    for devices in sets[1:]:
+        n = count(devices) // count(sets[0])
+        if same_batch and views > 0 and n > 1:
+            runs.append((sets[0], n * views))
+        runs.append((devices, views))
+    return runs
+
+
+def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run on several devices: its views/s over the first run's (the same views per rank on one device set) and
+    over the one-device run with its whole batch per step, and the PSNR difference against that run (equal views seen)."""
+    base = records[0] if "views_per_s" in records[0] else None
+    rows = []
+    for record in records[1:]:
+        if "views_per_s" not in record or record["world_size"] <= (base or {}).get("world_size", 1):
+            continue
+        batch = record["views_per_step_per_rank"] * record["world_size"]
+        same = next((r for r in records if "views_per_s" in r and r["world_size"] == (base or r)["world_size"]
+                     and r["views_per_step_per_rank"] * r["world_size"] == batch), None)
+        row: dict[str, Any] = {"device_set": record["device_set"], "world_size": record["world_size"],
+                               "views_per_step_per_rank": record["views_per_step_per_rank"]}
+        if base is not None:
+            ratio = record["views_per_s"] / base["views_per_s"]
+            target = 1.8 if record["world_size"] == 2 else 3.2 if record["world_size"] == 4 else None
+            row.update({"views_per_s_ratio": round(ratio, 3), "scaling_efficiency": round(ratio / (record["world_size"] / base["world_size"]), 3),
+                        **({"target_met": ratio >= target, "target": target} if target else {})})
+        if same is not None and same is not base:
+            row["views_per_s_ratio_same_batch"] = round(record["views_per_s"] / same["views_per_s"], 3)
+        if same is not None and "val_psnr" in record and "val_psnr" in same and same["views_seen"] == record["views_seen"]:
+            row["val_psnr_minus_same_batch_db"] = round(record["val_psnr"] - same["val_psnr"], 3)
+            row["psnr_within_0.2db"] = abs(row["val_psnr_minus_same_batch_db"]) <= 0.2
+        rows.append(row)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="dreamfusion-sd", help="recipe name or YAML path")
@@ -125,13 +181,19 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=50, help="untimed steps first (compilation, occupancy warm-up)")
     parser.add_argument("--device-sets", default="0;0,1", help="';'-separated GPU id lists to compare (CPU: process counts)")
     parser.add_argument("--cpu", action="store_true", help="gloo on the CPU; --device-sets are process counts (default 1;2)")
+    parser.add_argument("--views-per-rank", type=int, default=0, metavar="B",
+                        help="views per training step on each rank: data.batch_size (0: the config's)")
+    parser.add_argument("--same-batch", action="store_true",
+                        help="also train one device with n x B views a step for each set of n (the equal-views reference)")
+    parser.add_argument("--psnr", action="store_true", help="validate once after the timed steps (val PSNR, SSIM)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile N more steps on rank 0 after the timed ones (benchmarks/profiling.py; CUDA)")
-    parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per device set")
+    parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per run")
     parser.add_argument("--random-sd21", default="", metavar="DIR",
                         help="write (once) a random-weight SD-2.1-base-shaped model to DIR and point system.guidance at it")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--devices", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", default="", help=argparse.SUPPRESS)
     parser.add_argument("--output", default="", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value)")
@@ -147,13 +209,15 @@ def main() -> int:
         args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", 'system.guidance.prompt="a DSLR photo of a hamburger"',
                           *args.overrides]  # the user's overrides come later and win
     records: list[dict[str, Any]] = []
-    for devices in sets:
+    for devices, batch in planned_runs(sets, args.cpu, args.views_per_rank, args.same_batch):
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
             result = Path(tmp) / "result.json"
             command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", args.config, "--devices", devices,
-                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile), "--result", str(result), "--output", tmp,
-                       *(["--cpu"] if args.cpu else []), *args.overrides]
-            record: dict[str, Any] = {"bench": "ddp", "config": args.config, "device_set": devices}
+                       "--batch", str(batch), "--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile),
+                       "--result", str(result), "--output", tmp, *(["--cpu"] if args.cpu else []), *(["--psnr"] if args.psnr else []),
+                       *args.overrides]
+            record: dict[str, Any] = {"device_set": devices}
+            started = time.perf_counter()
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO)
                 if done.returncode == 0 and result.exists():
@@ -163,17 +227,13 @@ def main() -> int:
                     print(done.stderr[-3000:], file=sys.stderr)
             except subprocess.TimeoutExpired:
                 record["error"] = f"timed out after {args.timeout_s:.0f}s"
+            record["wall_s"] = round(time.perf_counter() - started, 1)
         records.append(record)
-        print(json.dumps({**record, **env}), flush=True)
-    done_records = [r for r in records if "views_per_s" in r]
-    if len(done_records) >= 2:
-        one, many = done_records[0], done_records[-1]
-        ratio = many["views_per_s"] / one["views_per_s"]
-        print(json.dumps({"bench": "ddp", "summary": True, "config": args.config, "views_per_s_ratio": round(ratio, 3),
-                          "steps_per_s_ratio": round(many["steps_per_s"] / one["steps_per_s"], 3),
-                          "scaling_efficiency": round(ratio / (many["world_size"] / one["world_size"]), 3),
-                          "target_1.8x_met": ratio >= 1.8, **env}), flush=True)
-    return 0 if len(done_records) == len(records) else 1
+        print("bench_ddp run:", json.dumps(record), file=sys.stderr, flush=True)
+    print(json.dumps({"bench": "ddp", "config": args.config, "views_per_rank": args.views_per_rank, "steps": args.steps,
+                      "warmup": args.warmup, "overrides": args.overrides, "runs": records, "comparisons": compare(records),
+                      **env}), flush=True)
+    return 0 if all("views_per_s" in r for r in records) else 1
 
 
 if __name__ == "__main__":

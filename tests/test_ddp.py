@@ -109,14 +109,24 @@ def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_ddp_compares_one_and_two_ranks():
-    command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "tests/configs/fit-image.yaml", "--steps", "4",
-               "--warmup", "2"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=TEST_CONFIGS.parents[1], timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
+    """Two views per rank: one process with two, one with four (the same batch as two ranks), two ranks with two;
+    one JSON line with every run, the views/s ratios and the PSNR difference at equal views seen."""
+    repo = TEST_CONFIGS.parents[1]
+    command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "lift3d/configs/reconstruct-gaussians-sample.yaml",
+               "--steps", "4", "--warmup", "2", "--views-per-rank", "2", "--same-batch", "--psnr",
+               f"data.root={repo / 'lift3d' / 'assets' / 'sample_scene'}", "data.max_image_side=32",
+               "system.gaussians.init_points=300", "system.export.formats=[]"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    one, two, summary = records
-    assert (one["world_size"], two["world_size"]) == (1, 2) and one["steps"] == two["steps"] == 4
-    assert two["views_per_s"] == pytest.approx(two["steps_per_s"] * 2 * two["views_per_step_per_rank"], rel=0.01)
-    assert summary["views_per_s_ratio"] == pytest.approx(two["views_per_s"] / one["views_per_s"], rel=0.01)
+    (record,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    one, same, two = record["runs"]
+    assert [(r["world_size"], r["views_per_step_per_rank"]) for r in (one, same, two)] == [(1, 2), (1, 4), (2, 2)]
+    assert one["steps"] == two["steps"] == 4 and same["views_seen"] == two["views_seen"] == 24 == 2 * one["views_seen"]
+    assert two["views_per_s"] == pytest.approx(two["steps_per_s"] * 2 * 2, rel=0.01)
+    assert all(r["val_step"] == 6 and 5.0 < r["val_psnr"] < 60.0 for r in (one, same, two))
+    (row,) = record["comparisons"]
+    assert row["views_per_s_ratio"] == pytest.approx(two["views_per_s"] / one["views_per_s"], rel=0.01)
+    assert row["views_per_s_ratio_same_batch"] == pytest.approx(two["views_per_s"] / same["views_per_s"], rel=0.01)
+    assert row["val_psnr_minus_same_batch_db"] == pytest.approx(two["val_psnr"] - same["val_psnr"], abs=0.002)
+    assert abs(row["val_psnr_minus_same_batch_db"]) < 0.2  # the same four views a step, summed in another order
