@@ -18,6 +18,7 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.fields.encodings import HashGrid, HashGridConfig
 from lift3d.fields.mlp import MLP
+from lift3d.progress import Stage
 from lift3d.registry import register
 
 
@@ -78,13 +79,15 @@ def fit_texture(
     optimizer = torch.optim.Adam(params, lr=lr)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     loss = torch.zeros(())
-    with torch.enable_grad():
+    with torch.enable_grad(), Stage(f"texture: fitting the texture field to {points.shape[0]} surface colours", steps,
+                                    "steps") as stage:
         for _ in range(steps):
             index = torch.randint(0, points.shape[0], (min(batch_size, points.shape[0]),), generator=generator).to(points.device)
             loss = (features_fn(points[index]) - targets[index]).square().mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            stage.advance()
     return float(loss.detach())
 
 
