@@ -4,9 +4,13 @@ gradient all-reduce under DDP serves B views per rank (tests/test_ddp_gaussians.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
+from lift3d.gaussians.replicas import DDP_GRAPHS_ENV
+from lift3d.systems.graphed_splats import SLOT_GRAIN, GraphedSplatStep
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 
 
@@ -59,3 +63,58 @@ def test_a_batch_of_two_views_is_the_mean_of_two_single_view_steps():
     assert torch.allclose(batched[0], system.densify.grad2d, rtol=1e-4, atol=1e-9)
     assert torch.equal(batched[1], system.densify.count)
     assert float(batched[1].max()) == 2.0 and bool((batched[1] == 1).any())  # some seen by both views, some by one
+
+
+def _graph_system(world_size: int) -> SimpleNamespace:
+    """What GraphedSplatStep reads of a Gaussian system: one optimizer that has stepped, gsplat, 32 bits."""
+    param = torch.nn.Parameter(torch.ones(4))
+    optimizer = torch.optim.Adam([{"params": [param], "lr": 0.5, "name": "p"}])
+    param.grad = torch.ones(4)
+    optimizer.step()
+    trainer = SimpleNamespace(world_size=world_size, accumulate_grad_batches=1, precision="32-true", lr_scheduler_configs=[],
+                              gradient_clip_val=0.0, datamodule=None)
+    renderer = SimpleNamespace(cfg=SimpleNamespace(backend="gsplat", absgrad=False, near_plane=0.01, far_plane=1e10, eps2d=0.3))
+    return SimpleNamespace(cfg=SimpleNamespace(cuda_graphs=True, nonfinite_loss="stop", isect_headroom=1.0), _trainer=trainer,
+                           trainer=trainer, renderer=renderer, _all_optimizers=lambda: [optimizer], param=param)
+
+
+def _cuda_batch(views: int) -> dict:
+    class CudaLike(torch.Tensor):  # a CPU tensor that says it lives on CUDA: the checks never touch its data
+        @property
+        def is_cuda(self) -> bool:  # type: ignore[override]
+            return True
+
+    cameras = Cameras(torch.eye(4).expand(views, 4, 4), torch.eye(3).expand(views, 3, 3), 8, 8)
+    return {"rgb": torch.zeros(views, 8, 8, 3).as_subclass(CudaLike), "cameras": cameras}
+
+
+def test_the_captured_step_stays_off_under_ddp_unless_asked_and_then_leaves_adam_out(monkeypatch):
+    """Under DDP the graph replays render, loss and backward only with LIFT3D_DDP_CUDA_GRAPHS=1, and never Adam's step:
+    the gradients are averaged over the ranks between backward and the update."""
+    monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
+    monkeypatch.delenv(DDP_GRAPHS_ENV, raising=False)
+    for world_size, env, expected in ((2, "", False), (2, "1", True), (1, "", True)):
+        monkeypatch.setenv(DDP_GRAPHS_ENV, env)
+        step = GraphedSplatStep(_graph_system(world_size))
+        step.applies(_cuda_batch(2))  # the first step that qualifies runs eagerly
+        assert step.applies(_cuda_batch(2)) is expected, (world_size, env)
+    for world_size, captured in ((1, True), (2, False)):
+        system = _graph_system(world_size)
+        assert (GraphedSplatStep(system)._graphed_optimizer([system.param]) is not None) is captured, world_size
+
+
+def test_intersection_slots_hold_a_batch_of_views(monkeypatch):
+    """A batch of B views renders into one set of slots: they hold the B views that need the most, not one view's."""
+    import lift3d.render.splat_gsplat as splat_gsplat
+
+    counts = torch.tensor([70_000, 200_000, 150_000, 10_000])
+    monkeypatch.setattr(splat_gsplat, "view_intersections", lambda *args, **kwargs: counts)
+    system = _graph_system(1)
+    system.gaussians = SimpleNamespace(means=torch.zeros(3, 3), quats=torch.zeros(3, 4), scales=torch.ones(3, 3),
+                                       opacities=torch.ones(3))
+    step = GraphedSplatStep(system)
+    for views, needed in ((1, 200_000), (2, 350_000), (3, 420_000), (4, 430_000)):
+        cameras = _cuda_batch(views)["cameras"]
+        step._views = {(8, 8): (torch.eye(4).expand(4, 4, 4), torch.eye(3).expand(4, 3, 3))}  # four training views
+        step._size_slots(cameras)
+        assert step.capacity == -(-needed // SLOT_GRAIN) * SLOT_GRAIN, views

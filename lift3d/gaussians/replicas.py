@@ -11,15 +11,41 @@ parameters its optimizer steps, after each backward pass and before densificatio
 is lost: every parameter's gradient arrives at the end of the backward pass (through the projection), so
 DDP's overlap of communication with backward could not start earlier; one flat all-reduce per step
 is what DDP's bucketing would do at best.
+
+Several views per step (``data.batch_size`` = B on each rank): the rank renders its B photos as one batch
+(gsplat rasterizes a batch of cameras in one launch; the PyTorch rasterizer loops over them), the loss is the
+mean over them, and one all-reduce then serves B views: with a ~3 ms step the all-reduce and its
+synchronisation no longer dominate. Averaged over N ranks, a step's gradient is the mean over N x B views, as
+one process rendering all of them; the densification statistics are per view (the strategy multiplies the
+image-space gradient of the mean loss by B and counts each view) and are summed over the ranks. The
+hyperparameters stay per step: learning rates and the step-based schedules (densification, SH degree, the
+position rate's decay) are not rescaled, so N x B views a step see N x B times the views at equal steps.
+To train on the same number of views as one view a step, divide ``trainer.max_steps`` and the schedules by
+N x B; gsplat's multi-GPU example then also multiplies the learning rates by sqrt(N x B) (the Adam square-root
+rule), which lift3d leaves to the user.
+
+The captured CUDA-graph step (``lift3d.systems.graphed_splats``) replays render, loss and backward; under
+DDP the all-reduce must come between backward and Adam, so Adam stays out of the graph and the all-reduce runs
+eagerly after the replay. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1`` (``graphs_under_ddp``):
+capturing while NCCL's watchdog thread queries its events needs a recent PyTorch, and it is measured, not
+yet the default.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
+
+DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
+
+
+def graphs_under_ddp() -> bool:
+    """Whether the captured Gaussian step may run under DDP (``LIFT3D_DDP_CUDA_GRAPHS=1``; off by default)."""
+    return os.environ.get(DDP_GRAPHS_ENV, "") == "1"
 
 
 class ReplicaDivergenceError(RuntimeError):

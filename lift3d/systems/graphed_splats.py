@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
+from lift3d.gaussians.replicas import graphs_under_ddp
 from lift3d.gaussians.resolution_schedule import scaled_batch
 from lift3d.render.splat import choose_backend
 from lift3d.systems.captured_step import CapturedStep
@@ -69,7 +70,7 @@ class GraphedSplatStep:
 
     # ----------------------------------------------------------------------------------- when
     def applies(self, batch: dict[str, Any]) -> bool:
-        """Whether this step is replayed: gsplat on a GPU, one process, 32-bit precision, one batch a step, and
+        """Whether this step is replayed: gsplat on a GPU, one process (DDP: with LIFT3D_DDP_CUDA_GRAPHS=1), 32-bit precision, and
         batches of one size (posed photos of several sizes arrive padded to one; batches that change size would mean
         a capture per change: the step then runs eagerly). The
         first such step runs eagerly: it builds gsplat's kernels outside any capture, or finds that they cannot
@@ -80,7 +81,7 @@ class GraphedSplatStep:
         if self._off or not system.cfg.cuda_graphs or rgb is None or cameras is None or not rgb.is_cuda:
             return False
         trainer = system._trainer
-        if trainer is None or trainer.world_size != 1 or trainer.accumulate_grad_batches != 1:
+        if trainer is None or (trainer.world_size != 1 and not graphs_under_ddp()) or trainer.accumulate_grad_batches != 1:
             return False
         if str(trainer.precision) not in ("32-true", "32"):
             return False
@@ -178,6 +179,8 @@ class GraphedSplatStep:
         optimizers = system._all_optimizers()
         if len(optimizers) != 1 or trainer.lr_scheduler_configs or trainer.gradient_clip_val:
             return None
+        if getattr(trainer, "world_size", 1) > 1:  # DDP: the gradients are averaged over the ranks between backward and the step
+            return None
         optimizer = optimizers[0]
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
@@ -242,7 +245,8 @@ class GraphedSplatStep:
         counts = view_intersections(g.means, g.quats, g.scales, largest, viewmats, intrinsics, cameras.width,
                                     cameras.height, near_plane=options.near_plane, far_plane=options.far_plane,
                                     eps2d=options.eps2d)
-        most = max(int(counts.max()) if len(counts) else 0, at_least)
+        # a batch of B views renders into one set of slots: the B views that need the most
+        most = max(int(counts.topk(min(len(cameras), len(counts))).values.sum()) if len(counts) else 0, at_least)
         self.capacity = max(math.ceil(most * system.cfg.isect_headroom / SLOT_GRAIN), 1) * SLOT_GRAIN
         self._slots_size = (cameras.width, cameras.height)
         self._peak = torch.zeros((), dtype=torch.int64, device=cameras.device)
