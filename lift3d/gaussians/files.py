@@ -1,7 +1,8 @@
 """Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.ply``), the
 compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.export.splat``),
-Niantic's ``.spz`` (``lift3d.gaussians.spz``), PlayCanvas's bundled ``.sog`` (``lift3d.gaussians.sog``) and
-glTF ``.glb`` with ``KHR_gaussian_splatting`` (``lift3d.gaussians.gltf_splat``), chosen by the file's suffix."""
+Niantic's ``.spz`` (``lift3d.gaussians.spz``), PlayCanvas's bundled ``.sog`` (``lift3d.gaussians.sog``), glTF
+``.glb`` with ``KHR_gaussian_splatting`` (``lift3d.gaussians.gltf_splat``) and GaussianSplats3D's ``.ksplat``
+(``lift3d.gaussians.ksplat``), chosen by the file's suffix."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor
 
 from lift3d.gaussians.gltf_splat import load_gltf_splat
+from lift3d.gaussians.ksplat import load_ksplat
 from lift3d.gaussians.ply import PlyFormatError, load_ply
 from lift3d.gaussians.sh import rgb_to_sh
 from lift3d.gaussians.sog import load_sog
@@ -22,7 +24,7 @@ SPLAT_DTYPE = np.dtype(
 )
 assert SPLAT_DTYPE.itemsize == 32
 # suffix -> reader of the compact formats; each reader returns parameters in lift3d's world
-READERS = {".spz": load_spz, ".sog": load_sog, ".glb": load_gltf_splat}
+READERS = {".spz": load_spz, ".sog": load_sog, ".glb": load_gltf_splat, ".ksplat": load_ksplat}
 
 
 def decode_splat(path: str | Path) -> dict[str, Tensor]:
@@ -44,7 +46,7 @@ def decode_splat(path: str | Path) -> dict[str, Tensor]:
 
 def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``, ``shN``) of a
-    3DGS .ply, .spz, .sog or KHR_gaussian_splatting .glb (each with its own SH degree) or a .splat (SH degree 0:
+    3DGS .ply, .spz, .sog, .ksplat or KHR_gaussian_splatting .glb (each with its own SH degree) or a .splat (SH degree 0:
     its colours), all in lift3d's world."""
     params = _read_gaussian_file(Path(path))
     if len(params["means"]) == 0:
