@@ -13,6 +13,8 @@ one-GPU run with the same batch (target within 0.2 dB). Progress lines go to std
     # on nvidia-h100-x2 (lego carried as .data_lego): 1 GPU x2 views, 1 GPU x4 views, 2 GPUs x2 views, 7k steps each
     python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 2 --same-batch --psnr \
         --warmup 200 --steps 6800 data.root=.data_lego/lego trainer.max_steps=7000
+    # the same with the captured step (render, loss, backward) kept under DDP, Adam eager after the all-reduce
+    LIFT3D_DDP_CUDA_GRAPHS=1 python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 2 ...
     python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
     python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
 """
@@ -104,6 +106,9 @@ def worker(args: argparse.Namespace) -> int:
                       "steps_per_s": round(steps / seconds, 3), "views_per_step_per_rank": self.views,
                       "views_per_s": round(steps * self.views * trainer.world_size / seconds, 3),
                       "views_seen": (args.warmup + args.steps) * self.views * trainer.world_size}
+            graphs = getattr(pl_module, "_graphs", None)  # the Gaussian recipes' captured step
+            if graphs is not None:
+                record["graph_captures"] = graphs.captures
             metrics = pl_module.saver.root / "metrics.json"
             if args.psnr and metrics.is_file():  # the one validation, after the last timed step (system's protocol)
                 val = json.loads(metrics.read_text()).get("val", {})
@@ -230,7 +235,10 @@ def main() -> int:
             record["wall_s"] = round(time.perf_counter() - started, 1)
         records.append(record)
         print("bench_ddp run:", json.dumps(record), file=sys.stderr, flush=True)
+    from lift3d.gaussians.replicas import graphs_under_ddp
+
     print(json.dumps({"bench": "ddp", "config": args.config, "views_per_rank": args.views_per_rank, "steps": args.steps,
+                      "ddp_cuda_graphs": graphs_under_ddp(),
                       "warmup": args.warmup, "overrides": args.overrides, "runs": records, "comparisons": compare(records),
                       **env}), flush=True)
     return 0 if all("views_per_s" in r for r in records) else 1

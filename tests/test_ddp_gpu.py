@@ -34,14 +34,21 @@ def test_gpus_0_1_trains_with_ddp_on_nccl(tmp_path):
     assert sorted(p.name for p in (trials[0] / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
 
 
-def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path):
-    """reconstruct-gaussians over NCCL (gsplat when installed) across densification and an opacity reset: the ranks
-    end with bit-identical Gaussians and Adam state (the CPU twin: tests/test_ddp_gaussians.py)."""
+@pytest.mark.parametrize(("views", "graphs"), [(1, ""), (2, ""), (2, "1")], ids=["1view", "2views", "2views-graphed"])
+def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path, views, graphs):
+    """reconstruct-gaussians over NCCL (gsplat when installed) across densification and an opacity reset, with one or
+    two views per step per rank, and with the captured step (render, loss, backward as a CUDA graph; Adam eager after
+    the all-reduce) under LIFT3D_DDP_CUDA_GRAPHS=1: the ranks end with bit-identical Gaussians and Adam state (the
+    CPU twins: tests/test_ddp_gaussians.py, tests/test_ddp_views.py)."""
+    from lift3d.gaussians.replicas import DDP_GRAPHS_ENV
+    from lift3d.render.splat_gsplat import gsplat_available
+
     scene = TEST_CONFIGS.parents[1] / "lift3d" / "assets" / "sample_scene"
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "reconstruct-gaussians-ddp.yaml"), "--gpus", "0,1",
                f"output_root={tmp_path / 'out'}", f"system.dump_dir={tmp_path / 'dump'}", f"data.root={scene}",
-               "system.replica_check_every=1"]
+               "system.replica_check_every=1", f"data.batch_size={views}"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    env[DDP_GRAPHS_ENV] = graphs
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     a, b = (torch.load(tmp_path / "dump" / f"rank{r}.pt", map_location="cpu", weights_only=True) for r in (0, 1))
@@ -49,3 +56,4 @@ def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path):
     assert torch.equal(a["events"], b["events"])
     assert all(torch.equal(p, b["params"][name]) for name, p in a["params"].items())
     assert all(torch.equal(v, b["optimizer"][n][k]) for n, state in a["optimizer"].items() for k, v in state.items())
+    assert (a["captures"] > 0) == (b["captures"] > 0) == (graphs == "1" and gsplat_available())

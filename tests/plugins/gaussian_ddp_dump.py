@@ -43,7 +43,8 @@ def dumping(base: type, name: str) -> type:
             record = {"rank": self.trainer.global_rank, "world_size": self.trainer.world_size,
                       "params": {n: p.detach().clone() for n, p in self.gaussians.named_parameters()},
                       "optimizer": state, "events": torch.tensor(self.events, dtype=torch.int64).reshape(-1, 6),
-                      "step": self.true_global_step}
+                      "step": self.true_global_step,
+                      "captures": getattr(getattr(self, "_graphs", None), "captures", 0)}  # CUDA-graph captures of the step
             Path(self.cfg.dump_dir).mkdir(parents=True, exist_ok=True)
             torch.save(record, Path(self.cfg.dump_dir) / f"rank{self.trainer.global_rank}.pt")
 
