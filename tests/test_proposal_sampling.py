@@ -105,3 +105,58 @@ def test_the_proposal_config_is_checked():
     field.contraction = "cube"
     with pytest.raises(ValueError, match="one resolution per proposal stage"):
         _proposal_renderer(field, resolutions=[32])
+
+
+def _sky_scene(root):
+    """The sample toy under a sky that changes with direction, in the nerfstudio layout with true poses (a real-photo
+    layout: `lift3d reconstruct` picks the unbounded recipe for it)."""
+    import json
+
+    from PIL import Image
+
+    from lift3d.data.sample_scene import render_toy, sample_cameras
+
+    cameras = sample_cameras("train", 40)[::2]
+    toy = render_toy(cameras, supersample=2)
+    sky = 0.5 + 0.45 * cameras.rays()[1]
+    photos = toy[..., :3] * toy[..., 3:] + sky * (1 - toy[..., 3:])
+    (root / "images").mkdir(parents=True)
+    for i, photo in enumerate(photos):
+        Image.fromarray((photo.clamp(0, 1) * 255 + 0.5).byte().numpy()).save(root / "images" / f"photo_{i:03d}.png")
+    k = cameras.intrinsics[0]
+    frames = [{"file_path": f"images/photo_{i:03d}.png", "transform_matrix": cameras.c2w[i].tolist()} for i in range(len(cameras))]
+    (root / "transforms.json").write_text(json.dumps({
+        "camera_model": "PINHOLE", "fl_x": float(k[0, 0]), "fl_y": float(k[1, 1]), "cx": float(k[0, 2]), "cy": float(k[1, 2]),
+        "w": cameras.width, "h": cameras.height, "frames": frames}))
+    return root
+
+
+PROPOSAL = ["system.renderer.sampler=proposal", "system.renderer.occupancy.enabled=false", "system.renderer.near_plane=0.05",
+            "system.renderer.proposal.samples=[32,16]", "system.renderer.proposal.n_samples=16",
+            "system.renderer.proposal.resolutions=[32,64]", "system.renderer.proposal.n_levels=3",
+            "system.renderer.proposal.log2_hashmap_size=12", "system.loss.lambda_distortion=0.002"]
+
+
+def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_time(tmp_path):
+    """The unbounded CPU recipe on a small sky scene: the occupancy-grid march evaluates the field at every one of
+    ~110 steps a ray through this young, foggy field; proposal sampling at 16 a ray (two small proposal grids decide
+    where) makes a step about half the time (8.7 against 19.1 s for 150 steps when written), so twice its steps
+    cost the march's time, and score higher on the held-out view (17.2 against 15.8 dB when written)."""
+    import json
+
+    from lift3d.commands.reconstruct import recipe_for
+    from lift3d.config import load_config
+    from lift3d.runner import run_experiment
+    from tests.test_reconstruct_nerf import TINY
+
+    scene = _sky_scene(tmp_path / "scene")
+    config = recipe_for("nerf", sample=False, on_cpu=True, unbounded=True)
+    scores = {}
+    for name, steps, extra in (("march", 150, []), ("proposal", 300, PROPOSAL)):
+        overrides = [f"data.root={scene}", f"output_root={tmp_path / name}", *TINY, "data.max_val_views=1",
+                     "trainer.run_test_after_fit=false", "system.appearance.enabled=false", f"trainer.max_steps={steps}",
+                     f"trainer.val_check_interval={steps}", *extra]
+        cfg = load_config(config, overrides=overrides)
+        trial = run_experiment("train", cfg, [config], overrides)
+        scores[name] = json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"]
+    assert scores["proposal"] > scores["march"] + 0.7, scores
