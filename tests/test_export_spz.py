@@ -244,3 +244,26 @@ def test_files_read_through_load_gaussian_file(tmp_path):
     params = random_params(30, degree=1)
     save_spz(tmp_path / "g.spz", params)
     assert np.array_equal(load_gaussian_file(tmp_path / "g.spz")["means"].numpy(), load_spz(tmp_path / "g.spz")["means"].numpy())
+
+
+def test_lift3d_export_keeps_the_antialiased_flag_and_writes_the_asked_version(tmp_path, capsys):
+    from lift3d.cli import main
+
+    params = random_params(40, degree=2, seed=9)
+    save_spz(tmp_path / "model.spz", params, version=3, antialiased=True)
+    assert main(["export", str(tmp_path / "model.spz"), "--format", "spz", "gltf-splat"]) == 0, capsys.readouterr().err
+    written = [path for path in tmp_path.glob("*.spz") if path.name != "model.spz"]
+    assert len(written) == 1
+    info = spz_info(written[0])
+    assert (info.version, info.count, info.sh_degree, info.antialiased) == (4, 40, 2, True)
+    assert_within_spz_steps(load_spz(written[0]), load_spz(tmp_path / "model.spz"))  # one more quantisation: no drift
+    written[0].unlink()
+    assert main(["export", str(tmp_path / "model.spz"), "--format", "spz", "system.export.spz_version=3"]) == 0
+    (again,) = [path for path in tmp_path.glob("*.spz") if path.name != "model.spz"]
+    assert spz_info(again).version == 3 and spz_info(again).antialiased
+    save_spz(tmp_path / "plain.spz", params)
+    assert main(["export", str(tmp_path / "plain.spz"), "--format", "spz", "system.export.stem=plain-copy"]) == 0
+    assert not spz_info(tmp_path / "plain-copy.spz").antialiased
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "plain.spz"), "--format", "spz", "system.export.spz_version=2"]) == 2
+    assert "spz_version must be 4 or 3" in capsys.readouterr().err

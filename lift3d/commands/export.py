@@ -97,6 +97,7 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
     from lift3d.gaussians.files import load_gaussian_file
     from lift3d.gaussians.sh import degree_of
+    from lift3d.gaussians.spz import spz_info
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
     from lift3d.saving import OutputSaver
@@ -111,8 +112,12 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
     fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
+    if path.suffix.lower() == ".spz" and spz_info(path).antialiased:  # trained with the 2D filter: render and write so
+        fixed.append("system.renderer.rasterize_mode=antialiased")
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed + list(overrides))
     system = find(cfg.system_type)(cfg.system)
     system.gaussians.set_parameters(params)
     log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, system.export_sources(), stem=stem)
+    sources = system.export_sources()
+    sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
+    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)

@@ -98,6 +98,7 @@ class ExportConfig:
     gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
     gaussian_sh_degree: int = -1  # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
     sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
+    spz_version: int = 4  # spz: 4 (ZSTD streams, Niantic's current) or 3 (one gzip stream, for readers that predate 4)
 
     def __post_init__(self) -> None:
         """Sizes and counts that no export can use are refused when the system is built, not after training."""
@@ -117,6 +118,8 @@ class ExportConfig:
             raise ConfigError(f"system.export.video_framing must be content or fixed, got {self.video_framing!r}")
         if not 0.0 < self.video_fill <= 1.0:
             raise ConfigError(f"system.export.video_fill must be in (0, 1] (a share of the frame), got {self.video_fill}")
+        if self.spz_version not in (3, 4):
+            raise ConfigError(f"system.export.spz_version must be 4 or 3 (for readers that predate 4), got {self.spz_version!r}")
 
 
 @dataclass
@@ -132,6 +135,7 @@ class ExportSources:
     content_points: Callable[[], torch.Tensor] | None = None  # points [N, 3] whose bounds frame turntables (None: fixed orbit)
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
+    antialiased: bool = False  # Gaussians trained with the 2D (Mip-Splatting) filter: the .spz header's flag
 
     def provides(self) -> list[str]:
         return [name for name, (need, _) in FORMATS.items() if getattr(self, need) is not None]
@@ -211,7 +215,8 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
             return write_splat(path, sources.gaussians if keep is None else sources.gaussians.select(keep))
         if fmt in COMPACT_WRITERS:
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
-            options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
+            options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette},
+                       "spz": {"version": cfg.spz_version, "antialiased": sources.antialiased}}.get(fmt, {})
             return [COMPACT_WRITERS[fmt](path, sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
             cameras = turntable_cameras(cfg, sources.content_points, cfg.video_frames, cfg.video_elevation_deg, device=sources.device)

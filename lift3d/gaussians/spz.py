@@ -336,8 +336,25 @@ def decode_spz(data: bytes, name: str = "the data") -> dict[str, Tensor]:
 
 
 def spz_info(path: str | Path) -> SpzInfo:
-    """The header facts of an .spz file (version, count, SH degree, the antialiased flag)."""
-    return read_spz(Path(path).read_bytes(), str(path))[1]
+    """The header facts of an .spz file (version, count, SH degree, the antialiased flag), from its header alone."""
+    with open(path, "rb") as handle:
+        head = handle.read(HEADER_V4.size)
+        if head[:4] == b"NGSP":
+            if len(head) < HEADER_V4.size:
+                raise SpzFormatError(f"{path} is too short for an SPZ version 4 header ({len(head)} bytes)")
+            _, version, n, degree, _, flags, _, _ = HEADER_V4.unpack_from(head)
+        else:
+            handle.seek(0)
+            try:
+                with gzip.open(handle) as stream:
+                    raw = stream.read(HEADER.size)
+            except (OSError, EOFError, zlib.error) as error:
+                raise SpzFormatError(f"{path} is not an SPZ file (not a complete gzip stream, as versions 2 and 3 are, "
+                                     f"nor version 4's plain 'NGSP' header: {error})") from None
+            if len(raw) < HEADER.size or HEADER.unpack_from(raw)[0] != MAGIC:
+                raise SpzFormatError(f"{path} is not an SPZ file: no 'NGSP' header in its gzip stream")
+            _, version, n, degree, _, flags, _ = HEADER.unpack_from(raw)
+    return SpzInfo(version=version, count=n, sh_degree=degree, antialiased=bool(flags & FLAG_ANTIALIASED))
 
 
 def load_spz(path: str | Path) -> dict[str, Tensor]:
