@@ -155,3 +155,23 @@ def test_ksplat_reads_through_load_gaussian_file_and_converts_with_lift3d_export
     assert len(spz) == 1
     back = load_gaussian_file(spz[0])
     assert len(back["means"]) == 60 and (back["means"] - loaded["means"]).abs().max() <= 0.5 / 4096 + EPS
+
+
+def test_our_splat_reads_in_gaussian_splats_3d_as_we_read_it(tmp_path):
+    """GaussianSplats3D's .splat parser (its .ksplat writer at level 0 stores what it parsed as float32) gives the
+    Gaussians lift3d's .splat reader gives."""
+    from lift3d.export import GaussianTensors, rgb_from_sh_dc, write_splat
+
+    params = random_params(200, degree=0, seed=7)
+    tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
+                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"]))
+    write_splat(tmp_path / "g.splat", tensors)
+    gaussian_splats_3d("write", tmp_path / "g.splat", tmp_path / "g.ksplat", 0, 0)
+    ours, theirs = load_gaussian_file(tmp_path / "g.splat"), load_ksplat(tmp_path / "g.ksplat")
+    assert len(theirs["means"]) == 200
+    ours = matched(theirs, ours)
+    for name in ("means", "log_scales"):
+        assert torch.allclose(theirs[name], ours[name], atol=1e-5), name
+    assert torch.allclose(same_sign(unit(ours["quats"]), theirs["quats"]), unit(ours["quats"]), atol=1e-5)
+    assert (torch.sigmoid(theirs["opacity_logits"]) - torch.sigmoid(ours["opacity_logits"])).abs().max() <= 1 / 255 + EPS
+    assert ((theirs["sh0"] - ours["sh0"]) * Y0).abs().max() <= 1 / 255 + EPS
