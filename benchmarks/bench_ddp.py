@@ -10,11 +10,11 @@ seen: its PSNR is the reference), then the n GPUs with B each. Prints one JSON l
 the views/s ratios against one GPU (target 1.8x for two GPUs, 3.2x for four) and the PSNR difference against the
 one-GPU run with the same batch (target within 0.2 dB). Progress lines go to stderr.
 
-    # on nvidia-h100-x2 (lego carried as .data_lego): 1 GPU x2 views, 1 GPU x4 views, 2 GPUs x2 views, 7k steps each
-    python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 2 --same-batch --psnr \
-        --warmup 200 --steps 6800 data.root=.data_lego/lego trainer.max_steps=7000
-    # the same with the captured step (render, loss, backward) kept under DDP, Adam eager after the all-reduce
-    LIFT3D_DDP_CUDA_GRAPHS=1 python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 2 ...
+    # on nvidia-h100-x2 (lego carried as .data_lego), 3000 steps each: 1 GPU x4 views, 1 GPU x8 views, 2 GPUs x4 views
+    # eagerly and with the captured step under DDP (--ddp-graphs both: render, loss, backward replayed; Adam eager
+    # after the all-reduce)
+    python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 4 --same-batch --psnr --ddp-graphs both \
+        --warmup 100 --steps 2900 data.root=.data_lego/lego "system.export.formats=[]"
     python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
     python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # lift3d.gaussians.replicas.DDP_GRAPHS_ENV (read there by every rank)
 for folder in (REPO, REPO / "benchmarks"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
@@ -137,18 +139,19 @@ def environment(cpu: bool) -> dict[str, Any]:
     return device_environment(torch.device("cuda" if not cpu and torch.cuda.is_available() else "cpu"))
 
 
-def planned_runs(sets: list[str], cpu: bool, views: int, same_batch: bool) -> list[tuple[str, int]]:
-    """(device set, views per step per rank; 0: the config's) of each run: the first set as given, then per later set
-    of n devices the first set with n x ``views`` a step (``same_batch``) and the n devices with ``views`` each."""
+def planned_runs(sets: list[str], cpu: bool, views: int, same_batch: bool, ddp_graphs: str) -> list[tuple[str, int, bool]]:
+    """(device set, views per step per rank (0: the config's), captured step under DDP) of each run: the first set as
+    given, then per later set of n devices the first set with n x ``views`` a step (``same_batch``) and the n devices
+    with ``views`` each, eager and/or with the captured step (``ddp_graphs``: off, on or both)."""
     def count(devices: str) -> int:
         return int(devices) if cpu else len(devices.split(","))
 
-    runs = [(sets[0], views)]
+    runs = [(sets[0], views, False)]
     for devices in sets[1:]:
         n = count(devices) // count(sets[0])
         if same_batch and views > 0 and n > 1:
-            runs.append((sets[0], n * views))
-        runs.append((devices, views))
+            runs.append((sets[0], n * views, False))
+        runs.extend((devices, views, graphed) for graphed in {"off": [False], "on": [True], "both": [False, True]}[ddp_graphs])
     return runs
 
 
@@ -164,7 +167,8 @@ def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         same = next((r for r in records if "views_per_s" in r and r["world_size"] == (base or r)["world_size"]
                      and r["views_per_step_per_rank"] * r["world_size"] == batch), None)
         row: dict[str, Any] = {"device_set": record["device_set"], "world_size": record["world_size"],
-                               "views_per_step_per_rank": record["views_per_step_per_rank"]}
+                               "views_per_step_per_rank": record["views_per_step_per_rank"],
+                               "ddp_cuda_graphs": record.get("ddp_cuda_graphs", False)}
         if base is not None:
             ratio = record["views_per_s"] / base["views_per_s"]
             target = 1.8 if record["world_size"] == 2 else 3.2 if record["world_size"] == 4 else None
@@ -191,6 +195,8 @@ def main() -> int:
     parser.add_argument("--same-batch", action="store_true",
                         help="also train one device with n x B views a step for each set of n (the equal-views reference)")
     parser.add_argument("--psnr", action="store_true", help="validate once after the timed steps (val PSNR, SSIM)")
+    parser.add_argument("--ddp-graphs", choices=("off", "on", "both"), default="off",
+                        help="several devices: the Gaussian step's CUDA graph under DDP (LIFT3D_DDP_CUDA_GRAPHS); both: a run each")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile N more steps on rank 0 after the timed ones (benchmarks/profiling.py; CUDA)")
     parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per run")
@@ -214,17 +220,18 @@ def main() -> int:
         args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", 'system.guidance.prompt="a DSLR photo of a hamburger"',
                           *args.overrides]  # the user's overrides come later and win
     records: list[dict[str, Any]] = []
-    for devices, batch in planned_runs(sets, args.cpu, args.views_per_rank, args.same_batch):
+    for devices, batch, graphed in planned_runs(sets, args.cpu, args.views_per_rank, args.same_batch, args.ddp_graphs):
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
             result = Path(tmp) / "result.json"
             command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", args.config, "--devices", devices,
                        "--batch", str(batch), "--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile),
                        "--result", str(result), "--output", tmp, *(["--cpu"] if args.cpu else []), *(["--psnr"] if args.psnr else []),
                        *args.overrides]
-            record: dict[str, Any] = {"device_set": devices}
+            record: dict[str, Any] = {"device_set": devices, "ddp_cuda_graphs": graphed}
+            run_env = {**os.environ, DDP_GRAPHS_ENV: "1" if graphed else ""}
             started = time.perf_counter()
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO)
+                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO, env=run_env)
                 if done.returncode == 0 and result.exists():
                     record.update(json.loads(result.read_text()))
                 else:
@@ -235,10 +242,7 @@ def main() -> int:
             record["wall_s"] = round(time.perf_counter() - started, 1)
         records.append(record)
         print("bench_ddp run:", json.dumps(record), file=sys.stderr, flush=True)
-    from lift3d.gaussians.replicas import graphs_under_ddp
-
     print(json.dumps({"bench": "ddp", "config": args.config, "views_per_rank": args.views_per_rank, "steps": args.steps,
-                      "ddp_cuda_graphs": graphs_under_ddp(),
                       "warmup": args.warmup, "overrides": args.overrides, "runs": records, "comparisons": compare(records),
                       **env}), flush=True)
     return 0 if all("views_per_s" in r for r in records) else 1

@@ -130,3 +130,22 @@ def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
     assert row["views_per_s_ratio_same_batch"] == pytest.approx(two["views_per_s"] / same["views_per_s"], rel=0.01)
     assert row["val_psnr_minus_same_batch_db"] == pytest.approx(two["val_psnr"] - same["val_psnr"], abs=0.002)
     assert abs(row["val_psnr_minus_same_batch_db"]) < 0.2  # the same four views a step, summed in another order
+
+
+def test_bench_ddp_plans_the_same_batch_reference_and_compares_at_equal_views_seen():
+    from benchmarks.bench_ddp import compare, planned_runs
+
+    assert planned_runs(["0", "0,1"], False, 4, True, "both") == [("0", 4, False), ("0", 8, False), ("0,1", 4, False),
+                                                                  ("0,1", 4, True)]
+    assert planned_runs(["0", "0,1", "0,1,2,3"], False, 2, False, "off") == [("0", 2, False), ("0,1", 2, False),
+                                                                            ("0,1,2,3", 2, False)]
+    assert planned_runs(["1", "2"], True, 0, True, "on") == [("1", 0, False), ("2", 0, True)]  # the config's batch
+
+    def run(world: int, views: int, per_s: float, psnr: float, graphed: bool = False) -> dict:
+        return {"device_set": ",".join(map(str, range(world))), "world_size": world, "views_per_step_per_rank": views,
+                "views_per_s": per_s, "views_seen": 3000 * views * world, "val_psnr": psnr, "ddp_cuda_graphs": graphed}
+
+    rows = compare([run(1, 4, 1000.0, 30.0), run(1, 8, 1100.0, 30.5), run(2, 4, 1900.0, 30.4), run(2, 4, 2100.0, 30.2, True)])
+    assert [(r["ddp_cuda_graphs"], r["views_per_s_ratio"], r["target_met"]) for r in rows] == [(False, 1.9, True), (True, 2.1, True)]
+    assert [r["views_per_s_ratio_same_batch"] for r in rows] == [round(1900 / 1100, 3), round(2100 / 1100, 3)]
+    assert [(r["val_psnr_minus_same_batch_db"], r["psnr_within_0.2db"]) for r in rows] == [(-0.1, True), (-0.3, False)]
