@@ -102,7 +102,7 @@ class PosedImagesConfig:
     background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB composited behind transparent pixels
     random_background: bool = False  # train on a random background colour per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
-    batch_size: int = 1  # images per step in image mode (photos of several sizes are padded to one, see loss_mask)
+    batch_size: int = 1  # photos per step in image mode, per DDP rank (one render, one all-reduce); mixed sizes: see loss_mask
     images_on_device: str = "auto"  # keep the photos on the GPU and build each batch (images or rays) there (auto: on CUDA; never: copy every step)
     rays_per_batch: int = 4096  # rays per step in rays mode
     max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
