@@ -1,0 +1,182 @@
+"""TripoSR benchmark with random weights of the released sizes (DINO ViT-B/16 at 512 px, 16 blocks of 1024-wide
+triplane tokens, 3 x 40 x 64 x 64 planes, a 9-layer decoder): load through the released-layout path, one forward
+pass, marching cubes at 256^3 and the textured .glb export; one JSON line with each stage's seconds and peak memory.
+
+Random weights make an almost constant density, so the meshing stages run on a field of the same network whose
+planes and decoder are set to a sphere of radius 0.5 (about the faces a real object gives at 256^3); the forward
+pass runs the random weights.
+
+    source benchmarks/device_env.sh && python benchmarks/bench_triposr.py            # fp16 on CUDA
+    python benchmarks/bench_triposr.py --device cpu --dtype fp32 --resolution 64       # a CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from lift3d.generators.triposr import DINO_VITB16, TripoSRGenerator, released_state_dict  # noqa: E402
+from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork  # noqa: E402
+
+RELEASED_CONFIG = """cond_image_size: 512
+image_tokenizer_cls: tsr.models.tokenizers.image.DINOSingleImageTokenizer
+image_tokenizer:
+  pretrained_model_name_or_path: "{vit}"
+tokenizer_cls: tsr.models.tokenizers.triplane.Triplane1DTokenizer
+tokenizer:
+  plane_size: 32
+  num_channels: 1024
+backbone_cls: tsr.models.transformer.transformer_1d.Transformer1D
+backbone:
+  in_channels: ${{tokenizer.num_channels}}
+  num_attention_heads: 16
+  attention_head_dim: 64
+  num_layers: 16
+  cross_attention_dim: 768
+post_processor_cls: tsr.models.network_utils.TriplaneUpsampleNetwork
+post_processor:
+  in_channels: 1024
+  out_channels: 40
+decoder_cls: tsr.models.network_utils.NeRFMLP
+decoder:
+  in_channels: 120
+  n_neurons: 64
+  n_hidden_layers: 9
+  activation: silu
+renderer_cls: tsr.models.nerf_renderer.TriplaneNeRFRenderer
+renderer:
+  radius: 0.87
+  feature_reduction: concat
+  density_activation: exp
+  density_bias: -1.0
+  num_samples_per_ray: 128
+"""
+
+
+def write_random_release(folder: Path) -> Path:
+    """A TripoSR folder (config.yaml + model.safetensors, released names) with random weights of the real sizes."""
+    from safetensors.torch import save_file
+    from transformers import ViTConfig
+
+    torch.manual_seed(0)
+    vit = ViTConfig(**DINO_VITB16)
+    vit.save_pretrained(folder / "dino-vitb16")
+    network = TripoSRNetwork(TripoSRArchitecture(), vit)
+    (folder / "config.yaml").write_text(RELEASED_CONFIG.format(vit=folder / "dino-vitb16"))
+    save_file({k: v.half().contiguous() for k, v in released_state_dict(network).items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+@torch.no_grad()
+def sculpt_sphere(field: torch.nn.Module, radius: float = 0.5, iso: float = 25.0) -> None:
+    """Set the field's planes and decoder so its density crosses ``iso`` on a sphere of ``radius`` (same sizes, same cost):
+    channel 0 of each plane holds -(u^2 + v^2), the decoder passes their sum through (SiLU is near identity above 4)."""
+    planes, layers = field.triplane, [m for m in field.decoder.layers if isinstance(m, torch.nn.Linear)]
+    c, r = planes.shape[1], planes.shape[-1]
+    u = (torch.arange(r, device=planes.device) + 0.5) / r * 2 - 1
+    planes.zero_()
+    planes[:, 0] = -(u[None, :] ** 2 + u[:, None] ** 2)
+    for i, layer in enumerate(layers):
+        layer.weight.zero_()
+        layer.bias.zero_()
+        if i == 0:
+            layer.weight[:, [0, c, 2 * c]] = 1.0
+            layer.bias.fill_(10.0)
+        elif i < len(layers) - 1:
+            layer.weight.copy_(torch.eye(layer.weight.shape[0], device=planes.device))
+    k, unit_r = 20.0, radius / field.cfg.radius  # raw density = k * (sum - s_iso) + log(iso) + 1 - bias
+    s_iso = -2 * unit_r**2
+    last = layers[-1]
+    last.weight[0, 0] = k
+    last.bias[0] = -k * (10.0 + s_iso) + math.log(iso) + 1 - field.cfg.density_bias
+    last.bias[1:] = torch.tensor([1.0, 0.0, -1.0], device=planes.device)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="auto", help="auto (fp16 on CUDA), fp32, fp16, bf16")
+    parser.add_argument("--resolution", type=int, default=256, help="marching-cubes samples per side")
+    parser.add_argument("--texture-size", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=5, help="timed forward passes (median reported)")
+    args = parser.parse_args()
+    from lift3d.export import ExportConfig, ExportSources, export_formats, mesh_from_field
+    from lift3d.saving import OutputSaver
+
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    record: dict = {"bench": "triposr", "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
+                    "torch": torch.__version__, "resolution": args.resolution}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_random_release(Path(tmp) / "triposr")
+        start = time.perf_counter()
+        generator = TripoSRGenerator({"pretrained_model_name_or_path": str(folder), "dtype": args.dtype}).load(device)
+        sync()
+        record["load_s"] = round(time.perf_counter() - start, 3)
+    record["dtype"] = str(generator.dtype).removeprefix("torch.")
+    ys, xs = torch.meshgrid(torch.arange(600), torch.arange(800), indexing="ij")
+    disc = (((ys - 280) ** 2 + (xs - 430) ** 2) < 200**2).float()
+    rgba = torch.stack([disc, 0.5 * disc, 0.2 * disc, disc], -1).to(device)
+    start = time.perf_counter()
+    images = generator.preprocess(rgba)[None]
+    sync()
+    record["preprocess_s"] = round(time.perf_counter() - start, 4)
+    generator.triplanes(images)  # warm-up (kernel selection)
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        generator.triplanes(images)
+        sync()
+        times.append(time.perf_counter() - start)
+    record["forward_s"] = round(statistics.median(times), 4)
+    if cuda:
+        record["forward_peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    field = generator.generate(rgba).build().to(device)
+    del generator
+    sculpt_sphere(field)
+    cfg = ExportConfig(resolution=args.resolution, threshold=25.0, texture_size=args.texture_size, formats=["glb"])
+    albedo = lambda p: torch.sigmoid(field.features(p))  # noqa: E731  (the emission material's colour)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        start = time.perf_counter()
+        mesh = mesh_from_field(field.density, field.bbox, cfg, colour_fn=albedo, device=device)
+        sync()
+        record["marching_cubes_s"] = round(time.perf_counter() - start, 3)
+        record["faces"] = int(len(mesh.faces))
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            written = export_formats(OutputSaver(Path(out)), ["glb"], cfg, ExportSources(mesh=lambda: mesh, colour_fn=albedo,
+                                                                                          device=device))
+            sync()
+            record["export_glb_s"] = round(time.perf_counter() - start, 3)
+            record["glb_mb"] = round(written[0].stat().st_size / 2**20, 2)
+    if cuda:
+        record["mesh_export_peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    record["forward_mesh_export_s"] = round(record["forward_s"] + record["marching_cubes_s"] + record["export_glb_s"], 3)
+    print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
