@@ -228,7 +228,7 @@ def main() -> int:
                        "--result", str(result), "--output", tmp, *(["--cpu"] if args.cpu else []), *(["--psnr"] if args.psnr else []),
                        *args.overrides]
             record: dict[str, Any] = {"device_set": devices, "ddp_cuda_graphs": graphed}
-            run_env = {**os.environ, DDP_GRAPHS_ENV: "1" if graphed else ""}
+            run_env = {**os.environ, DDP_GRAPHS_ENV: "1" if graphed else "0"}
             started = time.perf_counter()
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout_s, cwd=REPO, env=run_env)

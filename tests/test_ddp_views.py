@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
-from lift3d.gaussians.replicas import DDP_GRAPHS_ENV
+from lift3d.gaussians.replicas import DDP_GRAPHS_DEFAULT, DDP_GRAPHS_ENV
 from lift3d.systems.graphed_splats import SLOT_GRAIN, GraphedSplatStep
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 
@@ -93,8 +93,9 @@ def test_the_captured_step_stays_off_under_ddp_unless_asked_and_then_leaves_adam
     the gradients are averaged over the ranks between backward and the update."""
     monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
     monkeypatch.delenv(DDP_GRAPHS_ENV, raising=False)
-    for world_size, env, expected in ((2, "", False), (2, "1", True), (1, "", True)):
-        monkeypatch.setenv(DDP_GRAPHS_ENV, env)
+    for world_size, env, expected in ((2, None, DDP_GRAPHS_DEFAULT), (2, "0", False), (2, "1", True), (1, "0", True)):
+        if env is not None:
+            monkeypatch.setenv(DDP_GRAPHS_ENV, env)
         step = GraphedSplatStep(_graph_system(world_size))
         step.applies(_cuda_batch(2))  # the first step that qualifies runs eagerly
         assert step.applies(_cuda_batch(2)) is expected, (world_size, env)

@@ -26,9 +26,9 @@ rule), which lift3d leaves to the user.
 
 The captured CUDA-graph step (``lift3d.systems.graphed_splats``) replays render, loss and backward; under
 DDP the all-reduce must come between backward and Adam, so Adam stays out of the graph and the all-reduce runs
-eagerly after the replay. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1`` (``graphs_under_ddp``):
-capturing while NCCL's watchdog thread queries its events needs a recent PyTorch, and it is measured, not
-yet the default.
+eagerly after the replay. No collective is captured: each rank captures its own graph whenever its Gaussians
+change (the same steps on every rank), and PyTorch waits for NCCL's watchdog event queries before a capture
+begins. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1`` (``graphs_under_ddp``) until measured on GPUs.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
 DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
+DDP_GRAPHS_DEFAULT = False  # without the variable: measured on GPUs before it becomes the default
 
 
 def graphs_under_ddp() -> bool:
-    """Whether the captured Gaussian step may run under DDP (``LIFT3D_DDP_CUDA_GRAPHS=1``; off by default)."""
-    return os.environ.get(DDP_GRAPHS_ENV, "") == "1"
+    """Whether the captured Gaussian step may run under DDP (``LIFT3D_DDP_CUDA_GRAPHS`` 1 or 0; else the default)."""
+    return os.environ.get(DDP_GRAPHS_ENV, "1" if DDP_GRAPHS_DEFAULT else "0") == "1"
 
 
 class ReplicaDivergenceError(RuntimeError):
