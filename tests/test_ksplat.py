@@ -175,3 +175,15 @@ def test_our_splat_reads_in_gaussian_splats_3d_as_we_read_it(tmp_path):
     assert torch.allclose(same_sign(unit(ours["quats"]), theirs["quats"]), unit(ours["quats"]), atol=1e-5)
     assert (torch.sigmoid(theirs["opacity_logits"]) - torch.sigmoid(ours["opacity_logits"])).abs().max() <= 1 / 255 + EPS
     assert ((theirs["sh0"] - ours["sh0"]) * Y0).abs().max() <= 1 / 255 + EPS
+
+
+def test_lift3d_export_writes_ksplat(tmp_path, capsys):
+    from lift3d.cli import main
+
+    params = random_params(80, degree=3, seed=8)
+    save_ply(tmp_path / "model.ply", params)
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "ksplat"]) == 0, capsys.readouterr().err
+    (written,) = tmp_path.glob("*.ksplat")
+    back = load_ksplat(written)
+    source = load_ply(tmp_path / "model.ply")
+    assert_within_ksplat_steps(back, matched(back, {**source, "shN": source["shN"][:, :8]}), level=1)

@@ -21,6 +21,7 @@ from lift3d.export.texture import bake_texture
 from lift3d.export.video import framed_orbit_cameras, orbit_cameras, render_frames
 from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.gltf_splat import save_gltf_splat
+from lift3d.gaussians.ksplat import save_ksplat
 from lift3d.gaussians.sog import save_sog
 from lift3d.gaussians.spz import save_spz
 from lift3d.saving import OutputSaver
@@ -37,6 +38,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "spz": ("gaussian_params", "3D Gaussians in Niantic's compressed .spz (SH bands kept)"),
     "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantised, SH palette)"),
     "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
+    "ksplat": ("gaussian_params", "3D Gaussians in GaussianSplats3D's .ksplat (16-bit, SH bands up to 2)"),
     "mp4": ("render_fn", "turntable video (H.264)"),
     "gif": ("render_fn", "turntable animation"),
 }
@@ -58,7 +60,8 @@ def format_status() -> dict[str, str]:
 
 
 # format -> writer(path, params, keep=mask, sh_degree=int); file names from lift3d.export.naming
-COMPACT_WRITERS: dict[str, Callable[..., Path]] = {"spz": save_spz, "sog": save_sog, "gltf-splat": save_gltf_splat}
+COMPACT_WRITERS: dict[str, Callable[..., Path]] = {"spz": save_spz, "sog": save_sog, "gltf-splat": save_gltf_splat,
+                                                   "ksplat": save_ksplat}
 
 
 class ExportFormatError(ValueError):
