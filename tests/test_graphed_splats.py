@@ -128,3 +128,31 @@ def test_a_replay_that_updated_the_parameters_hands_no_gradients_to_the_trainer(
     assert step.assign_gradients() and not handed  # Lightning's optimizer.step then finds no gradient
     step._updated = False
     assert step.assign_gradients() and handed == [1]
+
+
+def test_lightnings_optimizer_step_runs_the_closure_and_skips_adam_after_a_replay_that_updated():
+    system, optimizer, param = _optimizer_system()
+    graphs = GraphedSplatStep(system)
+    assert graphs._graphed_optimizer([param]) is optimizer
+    assert graphs._graphed_optimizer([param]) is optimizer and optimizer.step.skips_after_replay  # wrapped once
+    before = param.detach().clone()
+    ran = []
+
+    def closure():  # Lightning's closure: the training step (here: a replay that updated) and its hooks
+        ran.append(1)
+        graphs._updated = True
+        param.grad = torch.ones(4)  # were a gradient left, Adam would move the parameter
+        return torch.tensor(2.0)
+
+    assert float(optimizer.step(closure)) == 2.0 and ran == [1]
+    assert torch.equal(param.detach(), before)  # Adam did not run
+    optimizer.param_groups[0]["capturable"] = False  # a CPU parameter: the eager step below is torch's own
+    optimizer.param_groups[0]["lr"] = 0.5
+
+    def eager_closure():  # a step that was not replayed: the gradient is the optimizer's to apply
+        graphs._updated = False
+        param.grad = torch.ones(4)
+        return torch.tensor(1.0)
+
+    assert float(optimizer.step(eager_closure)) == 1.0
+    assert not torch.equal(param.detach(), before)

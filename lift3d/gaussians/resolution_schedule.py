@@ -71,7 +71,10 @@ def scaled_batch(batch: dict[str, Any], schedule: Any, step: int) -> dict[str, A
     if (width, height) == (cameras.width, cameras.height) or batch["rgb"].ndim != 4:
         return batch
     out = dict(batch)
-    out["cameras"] = cameras.resized(width, height)
+    intrinsics = cameras.intrinsics.clone()  # scaled in place: a factor tensor made from numbers would wait on the GPU
+    intrinsics[:, 0] *= width / cameras.width
+    intrinsics[:, 1] *= height / cameras.height
+    out["cameras"] = Cameras(cameras.c2w, intrinsics, width, height, cameras.viewmats)
     out["rgb"] = _area(batch["rgb"], width, height)
     if torch.is_tensor(batch.get("alpha")) and batch["alpha"].ndim == 4:
         out["alpha"] = _area(batch["alpha"], width, height)

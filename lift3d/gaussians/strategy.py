@@ -78,6 +78,13 @@ class DensifyStrategy(Configurable):
     def active(self, step: int) -> bool:
         return step < self.cfg.refine_stop
 
+    def prepare_stats(self, n: int, device: torch.device) -> None:
+        """Allocate the statistics for ``n`` Gaussians now (zeros) unless they exist: a CUDA graph that accumulates
+        them in place needs their memory before it is captured."""
+        if self.grad2d is None or len(self.grad2d) != n or self.grad2d.device != device:
+            self.grad2d = torch.zeros(n, device=device)
+            self.count = torch.zeros(n, device=device)
+
     @torch.no_grad()
     def update(self, out: dict[str, Tensor]) -> None:
         """Accumulate statistics from a render whose loss has been backpropagated (no host sync)."""
