@@ -1,0 +1,213 @@
+"""Levels of detail for large scenes: PlayCanvas's streamed SOG (``lod-meta.json`` beside one unbundled SOG per level),
+the layout splat-transform writes for ``lod-meta.json`` outputs and PlayCanvas's engine streams by distance.
+
+    <folder>/lod-meta.json   {"version": 1, "asset": {...}, "count": total, "counts": [per level], "lodLevels": L,
+                              "filenames": ["0_0/meta.json", "1_0/meta.json", ...], "tree": node}
+    <folder>/<l>_0/          level l as an unbundled SOG: meta.json (version 2) and its WebP images
+                             (``lift3d.gaussians.sog``), the level's Gaussians grouped by the tree's leaves
+
+A node is ``{"bound": {"min": [x, y, z], "max": [x, y, z]}, "children": [node, node]}`` (the box of its Gaussians'
+one-sigma boxes, as splat-transform bounds them) or a leaf
+``{"bound": ..., "lods": {"l": {"file": index into filenames, "offset": first Gaussian, "count": n}}}``; the tree
+halves space at the median of its longest axis until a leaf holds at most ``chunk_count`` Gaussians of level 0
+and spans at most ``chunk_extent`` units (splat-transform's defaults: 512 K and 16), so a viewer loads the
+detail of near leaves and the coarse levels of far ones. Level 0 is the Gaussians themselves; each coarser level
+merges neighbours along a Morton curve in pairs (about half the Gaussians each level) by moment matching: the
+merged mean and covariance are those of the pair's mixture weighted by opacity x volume, the colours and SH
+their weighted mean, the opacity 1 - (1 - a)(1 - b). Positions are lift3d's world as is, as in .sog.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lift3d.gaussians.ply import pruned
+from lift3d.gaussians.sog import decode_sog, encode_sog, morton_order
+from lift3d.saving import atomic_write_bytes
+
+CHUNK_COUNT, CHUNK_EXTENT = 512 * 1024, 16.0  # splat-transform's --lod-chunk-count (K) and --lod-chunk-extent
+META = "lod-meta.json"
+
+
+def _rotmats(quats: np.ndarray) -> np.ndarray:
+    """[N, 3, 3] rotation matrices of wxyz quaternions [N, 4] (normalised here)."""
+    w, x, y, z = (quats / np.maximum(np.linalg.norm(quats, axis=1, keepdims=True), 1e-30)).T
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], axis=1)
+
+
+def _quats(m: np.ndarray) -> np.ndarray:
+    """Unit wxyz quaternions [N, 4] of rotation matrices [N, 3, 3] (Shepperd's method, branch by branch)."""
+    q = np.zeros((len(m), 4))
+    trace = m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2]
+    cases = [trace > 0, (m[:, 0, 0] >= m[:, 1, 1]) & (m[:, 0, 0] >= m[:, 2, 2]), m[:, 1, 1] >= m[:, 2, 2]]
+    done = np.zeros(len(m), dtype=bool)
+    for case, pick in enumerate(cases + [np.ones(len(m), dtype=bool)]):
+        i = pick & ~done
+        done |= i
+        a = m[i]
+        if case == 0:
+            s = np.sqrt(trace[i] + 1.0) * 2
+            q[i] = np.stack([s / 4, (a[:, 2, 1] - a[:, 1, 2]) / s, (a[:, 0, 2] - a[:, 2, 0]) / s,
+                             (a[:, 1, 0] - a[:, 0, 1]) / s], -1)
+        elif case == 1:
+            s = np.sqrt(1.0 + a[:, 0, 0] - a[:, 1, 1] - a[:, 2, 2]) * 2
+            q[i] = np.stack([(a[:, 2, 1] - a[:, 1, 2]) / s, s / 4, (a[:, 0, 1] + a[:, 1, 0]) / s,
+                             (a[:, 0, 2] + a[:, 2, 0]) / s], -1)
+        elif case == 2:
+            s = np.sqrt(1.0 + a[:, 1, 1] - a[:, 0, 0] - a[:, 2, 2]) * 2
+            q[i] = np.stack([(a[:, 0, 2] - a[:, 2, 0]) / s, (a[:, 0, 1] + a[:, 1, 0]) / s, s / 4,
+                             (a[:, 1, 2] + a[:, 2, 1]) / s], -1)
+        else:
+            s = np.sqrt(1.0 + a[:, 2, 2] - a[:, 0, 0] - a[:, 1, 1]) * 2
+            q[i] = np.stack([(a[:, 1, 0] - a[:, 0, 1]) / s, (a[:, 0, 2] + a[:, 2, 0]) / s, (a[:, 1, 2] + a[:, 2, 1]) / s,
+                             s / 4], -1)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+def merge_pairs(params: dict[str, Tensor]) -> dict[str, Tensor]:
+    """One coarser level: Gaussians paired along a Morton curve of their means and each pair merged by moment
+    matching (see the module docstring); an odd one out is kept as it is."""
+    p = {k: v.detach().double().cpu().numpy() for k, v in params.items()}
+    n = len(p["means"])
+    order = morton_order(p["means"])
+    half = n // 2
+    a, b, rest = order[0: 2 * half: 2], order[1: 2 * half: 2], order[2 * half:]
+    alpha = 1.0 / (1.0 + np.exp(-p["opacity_logits"]))
+    scales = np.exp(p["log_scales"])
+    cov = _rotmats(p["quats"]) @ (scales[:, :, None] ** 2 * np.eye(3)) @ _rotmats(p["quats"]).transpose(0, 2, 1)
+    weight = alpha * scales.prod(axis=1) + 1e-30
+    wa, wb = weight[a] / (weight[a] + weight[b]), weight[b] / (weight[a] + weight[b])
+    mean = wa[:, None] * p["means"][a] + wb[:, None] * p["means"][b]
+    da, db = p["means"][a] - mean, p["means"][b] - mean
+    merged_cov = (wa[:, None, None] * (cov[a] + da[:, :, None] * da[:, None, :])
+                  + wb[:, None, None] * (cov[b] + db[:, :, None] * db[:, None, :]))
+    values, vectors = np.linalg.eigh(merged_cov)
+    vectors[:, :, 0] *= np.where(np.linalg.det(vectors) < 0, -1.0, 1.0)[:, None]  # a rotation, not a reflection
+    opacity = np.clip(1.0 - (1.0 - alpha[a]) * (1.0 - alpha[b]), 1e-6, 1.0 - 1e-6)
+
+    def mixed(name: str) -> np.ndarray:
+        shape = (-1,) + (1,) * (p[name].ndim - 1)
+        return wa.reshape(shape) * p[name][a] + wb.reshape(shape) * p[name][b]
+
+    merged = {
+        "means": mean, "log_scales": 0.5 * np.log(np.maximum(values, 1e-30)), "quats": _quats(vectors),
+        "opacity_logits": np.log(opacity / (1.0 - opacity)), "sh0": mixed("sh0"), "shN": mixed("shN"),
+    }
+    return {k: torch.from_numpy(np.concatenate([merged[k], p[k][rest]]).astype(np.float32)) for k in merged}
+
+
+def _tree(means: np.ndarray, chunk_count: int, chunk_extent: float) -> dict:
+    """The space partition over ``means`` (level 0): inner nodes {axis, at, left, right}, leaves {leaf: index}."""
+    leaves = [0]
+
+    def split(index: np.ndarray) -> dict:
+        span = means[index].max(0) - means[index].min(0) if len(index) else np.zeros(3)
+        if len(index) <= 1 or (len(index) <= chunk_count and span.max() <= chunk_extent):
+            leaves[0] += 1
+            return {"leaf": leaves[0] - 1}
+        axis = int(span.argmax())
+        at = float(np.median(means[index, axis]))
+        left = index[means[index, axis] < at]
+        if len(left) == 0 or len(left) == len(index):  # many equal values: split by count instead
+            left = index[np.argsort(means[index, axis], kind="stable")[: len(index) // 2]]
+            at = float(means[left, axis].max()) + 1e-9 * max(1.0, abs(float(means[left, axis].max())))
+        right = index[means[index, axis] >= at]
+        return {"axis": axis, "at": at, "left": split(left), "right": split(right)}
+
+    return split(np.arange(len(means)))
+
+
+def _leaf_of(node: dict, points: np.ndarray) -> np.ndarray:
+    """[N] the leaf of the partition each point falls in."""
+    out = np.zeros(len(points), dtype=np.int64)
+
+    def walk(node: dict, index: np.ndarray) -> None:
+        if "leaf" in node:
+            out[index] = node["leaf"]
+            return
+        below = points[index, node["axis"]] < node["at"]
+        walk(node["left"], index[below])
+        walk(node["right"], index[~below])
+
+    walk(node, np.arange(len(points)))
+    return out
+
+
+def save_sog_lod(folder: str | Path, params: dict[str, Tensor], keep: Tensor | None = None, sh_degree: int | None = None,
+                 levels: int = 3, chunk_count: int = CHUNK_COUNT, chunk_extent: float = CHUNK_EXTENT,
+                 sh_palette: int = 0) -> Path:
+    """Write ``levels`` levels of detail as a streamed SOG under ``folder`` (its ``lod-meta.json``, returned);
+    ``keep`` [N] (bool) selects Gaussians, ``sh_degree`` cuts the SH bands."""
+    if levels < 1:
+        raise ValueError(f"levels of detail must be at least 1, got {levels}")
+    folder = Path(folder)
+    folder = folder.parent if folder.name == META else folder  # the export table names the lod-meta.json itself
+    level_params = [pruned(params, keep, sh_degree)]
+    for _ in range(1, levels):
+        if len(level_params[-1]["means"]) <= 1:
+            break
+        level_params.append(merge_pairs(level_params[-1]))
+    means0 = level_params[0]["means"].double().numpy()
+    tree = _tree(means0, chunk_count, chunk_extent)
+    ranges: dict[int, dict[str, dict]] = {}
+    bounds: dict[int, list[np.ndarray]] = {}
+    filenames, counts = [], []
+    for level, p in enumerate(level_params):
+        means = p["means"].double().numpy()
+        leaf = _leaf_of(tree, means)
+        order = np.lexsort((morton_order(means).argsort(), leaf))  # by leaf, Morton order inside each
+        p = {k: v[torch.from_numpy(order)] for k, v in p.items()}
+        leaf = leaf[order]
+        name = f"{level}_0/meta.json"
+        filenames.append(name)
+        counts.append(len(order))
+        with zipfile.ZipFile(io.BytesIO(encode_sog(p, sort=False, sh_palette=sh_palette))) as bundle:
+            for entry in bundle.namelist():
+                atomic_write_bytes(folder / f"{level}_0" / entry, bundle.read(entry))
+        starts = np.flatnonzero(np.diff(leaf, prepend=-1))
+        for start, stop in zip(starts, list(starts[1:]) + [len(leaf)]):
+            index = int(leaf[start])
+            ranges.setdefault(index, {})[str(level)] = {"file": level, "offset": int(start), "count": int(stop - start)}
+            means, quats = p["means"][start:stop].double().numpy(), p["quats"][start:stop].double().numpy()
+            half = np.abs(_rotmats(quats)) @ np.exp(p["log_scales"][start:stop].double().numpy())[:, :, None]
+            bounds.setdefault(index, []).append(np.concatenate([means - half[:, :, 0], means + half[:, :, 0]]))
+
+    def node_json(node: dict) -> dict:
+        if "leaf" in node:
+            points = np.concatenate(bounds.get(node["leaf"], [np.zeros((1, 3))]))
+            return {"bound": {"min": points.min(0).tolist(), "max": points.max(0).tolist()}, "lods": ranges.get(node["leaf"], {})}
+        children = [node_json(node["left"]), node_json(node["right"])]
+        return {"bound": {"min": np.minimum(*(np.array(c["bound"]["min"]) for c in children)).tolist(),
+                          "max": np.maximum(*(np.array(c["bound"]["max"]) for c in children)).tolist()},
+                "children": children}
+
+    meta = {"version": 1, "asset": {"generator": "lift3d"}, "count": sum(counts), "counts": counts,
+            "lodLevels": len(counts), "filenames": filenames, "tree": node_json(tree)}
+    path = folder / META
+    atomic_write_bytes(path, json.dumps(meta).encode())
+    return path
+
+
+def load_sog_lod(path: str | Path, level: int = 0) -> dict[str, Tensor]:
+    """Pre-activation parameters of one level of a streamed SOG (``lod-meta.json``), in lift3d's world."""
+    path = Path(path)
+    meta = json.loads(path.read_text())
+    if not 0 <= level < meta["lodLevels"]:
+        raise ValueError(f"{path} has levels 0..{meta['lodLevels'] - 1}, not {level}")
+    unit = path.parent / meta["filenames"][level]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:  # the unbundled SOG as the bundle the .sog reader takes
+        for file in unit.parent.iterdir():
+            bundle.writestr(file.name, file.read_bytes())
+    return decode_sog(buffer.getvalue(), str(unit))
