@@ -265,3 +265,30 @@ def test_refinement_starts_from_the_generated_field(tmp_path, release):
     assert 0 < change < 0.2  # three Adam steps at lr 0.003 move the generated planes a little
     metrics = sorted((refined_run / "save").glob("**/metrics*.json")) + sorted(refined_run.glob("metrics*.json"))
     assert metrics, "the twin scores its held-out views"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_half_precision_generation_on_cuda_matches_the_cpu(release, dtype):
+    folder, _ = release
+    reference = TripoSRGenerator({"pretrained_model_name_or_path": str(folder)}).generate(photo()).state["triplane"]
+    generator = TripoSRGenerator({"pretrained_model_name_or_path": str(folder), "dtype": dtype}).load("cuda")
+    assert next(generator.network.parameters()).dtype == {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    planes = generator.generate(photo().cuda()).state["triplane"]
+    assert planes.is_cuda and planes.dtype == torch.float32
+    assert torch.allclose(planes.cpu(), reference, atol=0.05 * float(reference.abs().max()))
+
+
+@pytest.mark.gpu
+def test_generate_command_on_cuda_writes_a_valid_glb(tmp_path, release):
+    from lift3d.cli import main
+    from tests.validators import validate_gltf
+
+    image = tmp_path / "cat.png"
+    Image.fromarray((photo(48, 64).numpy() * 255).astype(np.uint8), "RGBA").save(image)
+    overrides = [f"output_root={tmp_path / 'out'}", f"system.generator.pretrained_model_name_or_path={release[0]}",
+                 *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items()), "data.reference_size=32", "data.n_test_views=2",
+                 "system.export.threshold=null", "system.export.keep_components=0", "trainer.accelerator=gpu", "trainer.devices=1"]
+    assert main(["generate", "--image", str(image), "--method", "triposr", *overrides]) == 0
+    (glb,) = sorted((tmp_path / "out").glob("triposr/*/save/it*.glb"))
+    assert validate_gltf(glb)[0]["issues"]["numErrors"] == 0
