@@ -218,6 +218,10 @@ def test_generate_command_writes_a_valid_glb(tmp_path, release, capsys):
     assert len(glbs) == 1
     report = validate_gltf(glbs[0])[0]
     assert report["issues"]["numErrors"] == 0 and report["info"]["totalTriangleCount"] > 0
+    # the run is an ordinary NeRF run: lift3d export reloads its field from the checkpoint, without the generator
+    trial = glbs[0].parent.parent
+    assert main(["export", str(trial), "--format", "obj", f"system.generator.pretrained_model_name_or_path={tmp_path / 'gone'}"]) == 0
+    assert (trial / "save" / glbs[0].with_suffix(".obj").name).stat().st_size > 0
 
 
 def test_generate_command_reports_a_missing_release_in_one_line(tmp_path, capsys):
