@@ -83,3 +83,16 @@ def test_lod_bundle_layout_and_splat_transform_reads_every_level(tmp_path):
     level2 = load_sog_lod(path, 2)
     assert abs(float(level2["means"][:, 0].max() - params["means"][:, 0].max())) < 1.0
     assert abs(float(level2["sh0"].mean() - params["sh0"].mean())) < 0.05
+
+
+def test_lift3d_export_writes_levels_of_detail(tmp_path, capsys):
+    from lift3d.cli import main
+    from lift3d.gaussians.ply import save_ply
+
+    save_ply(tmp_path / "model.ply", random_params(400, degree=1, seed=4))
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=2"]) == 0, \
+        capsys.readouterr().err
+    (meta,) = tmp_path.glob("*-lod/lod-meta.json")
+    assert json.loads(meta.read_text())["counts"] == [400, 200]
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=0"]) == 2
+    assert "lod_levels must be at least 1" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.gltf_splat import save_gltf_splat
 from lift3d.gaussians.ksplat import save_ksplat
 from lift3d.gaussians.sog import save_sog
+from lift3d.gaussians.sog_lod import save_sog_lod
 from lift3d.gaussians.spz import save_spz
 from lift3d.saving import OutputSaver
 
@@ -39,12 +40,13 @@ FORMATS: dict[str, tuple[str, str]] = {
     "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantised, SH palette)"),
     "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
     "ksplat": ("gaussian_params", "3D Gaussians in GaussianSplats3D's .ksplat (16-bit, SH bands up to 2)"),
+    "sog-lod": ("gaussian_params", "levels of detail as PlayCanvas's streamed SOG (-lod/lod-meta.json, a SOG per level)"),
     "mp4": ("render_fn", "turntable video (H.264)"),
     "gif": ("render_fn", "turntable animation"),
 }
 
 # format -> what its writer needs beyond lift3d's own dependencies: a check raising WriterUnavailable (``lift3d info``)
-FORMAT_NEEDS: dict[str, Callable[[], None]] = {"mp4": require_ffmpeg, "sog": require_webp}
+FORMAT_NEEDS: dict[str, Callable[[], None]] = {"mp4": require_ffmpeg, "sog": require_webp, "sog-lod": require_webp}
 
 
 def format_status() -> dict[str, str]:
@@ -61,7 +63,7 @@ def format_status() -> dict[str, str]:
 
 # format -> writer(path, params, keep=mask, sh_degree=int); file names from lift3d.export.naming
 COMPACT_WRITERS: dict[str, Callable[..., Path]] = {"spz": save_spz, "sog": save_sog, "gltf-splat": save_gltf_splat,
-                                                   "ksplat": save_ksplat}
+                                                   "ksplat": save_ksplat, "sog-lod": save_sog_lod}
 
 
 class ExportFormatError(ValueError):
@@ -102,6 +104,7 @@ class ExportConfig:
     gaussian_sh_degree: int = -1  # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
     sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
     spz_version: int = 4  # spz: 4 (ZSTD streams, Niantic's current) or 3 (one gzip stream, for readers that predate 4)
+    lod_levels: int = 3  # sog-lod: levels of detail (each coarser one merges neighbouring Gaussians in pairs: about half)
 
     def __post_init__(self) -> None:
         """Sizes and counts that no export can use are refused when the system is built, not after training."""
@@ -123,6 +126,8 @@ class ExportConfig:
             raise ConfigError(f"system.export.video_fill must be in (0, 1] (a share of the frame), got {self.video_fill}")
         if self.spz_version not in (3, 4):
             raise ConfigError(f"system.export.spz_version must be 4 or 3 (for readers that predate 4), got {self.spz_version!r}")
+        if self.lod_levels < 1:
+            raise ConfigError(f"system.export.lod_levels must be at least 1 (level 0 is the Gaussians), got {self.lod_levels}")
 
 
 @dataclass
@@ -219,7 +224,8 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if fmt in COMPACT_WRITERS:
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
             options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette},
-                       "spz": {"version": cfg.spz_version, "antialiased": sources.antialiased}}.get(fmt, {})
+                       "spz": {"version": cfg.spz_version, "antialiased": sources.antialiased},
+                       "sog-lod": {"levels": cfg.lod_levels, "sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
             return [COMPACT_WRITERS[fmt](path, sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
             cameras = turntable_cameras(cfg, sources.content_points, cfg.video_frames, cfg.video_elevation_deg, device=sources.device)

@@ -17,7 +17,7 @@ from pathlib import Path
 FILE_ENDINGS: dict[str, str] = {
     "glb": ".glb", "obj": ".obj", "mesh-ply": "-mesh.ply", "3dgs-ply": "-gaussians.ply", "splat": ".splat",
     "spz": ".spz", "sog": ".sog", "gltf-splat": "-gaussians.glb", "mp4": "-orbit.mp4", "gif": "-orbit.gif",
-    "ksplat": ".ksplat",
+    "ksplat": ".ksplat", "sog-lod": "-lod/lod-meta.json",
 }
 
 

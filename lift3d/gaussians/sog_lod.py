@@ -153,7 +153,7 @@ def save_sog_lod(folder: str | Path, params: dict[str, Tensor], keep: Tensor | N
         raise ValueError(f"levels of detail must be at least 1, got {levels}")
     folder = Path(folder)
     folder = folder.parent if folder.name == META else folder  # the export table names the lod-meta.json itself
-    level_params = [pruned(params, keep, sh_degree)]
+    level_params = [{k: v.detach().float().cpu() for k, v in pruned(params, keep, sh_degree).items()}]
     for _ in range(1, levels):
         if len(level_params[-1]["means"]) <= 1:
             break
