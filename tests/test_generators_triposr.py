@@ -296,3 +296,39 @@ def test_generate_command_on_cuda_writes_a_valid_glb(tmp_path, release):
     assert main(["generate", "--image", str(image), "--method", "triposr", *overrides]) == 0
     (glb,) = sorted((tmp_path / "out").glob("triposr/*/save/it*.glb"))
     assert validate_gltf(glb)[0]["issues"]["numErrors"] == 0
+
+
+def test_generate_refine_continues_from_the_generated_run(tmp_path, release, capsys):
+    """``--refine`` runs triposr-refine from the triposr run's checkpoint (here with the analytic prior for Zero123)."""
+    from lift3d.cli import main
+    from lift3d.data.sample_scene import sample_scene_path
+
+    image = tmp_path / "cat.png"
+    Image.fromarray((photo(48, 64).numpy() * 255).astype(np.uint8), "RGBA").save(image)
+    small = ["data.reference_size=32", "data.n_test_views=1", "data.eval_height=16", "data.eval_width=16",
+             "system.renderer.occupancy.enabled=false", "system.renderer.steps_per_diagonal=32", "trainer.accelerator=cpu",
+             "trainer.run_test_after_fit=false", *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items())]
+    refine = ["system.guidance_type=analytic", f"system.guidance.root={sample_scene_path()}", "system.guidance_panel=false",
+              "trainer.max_steps=2", "trainer.val_check_interval=2", "checkpoint.every_n_train_steps=2", "data.height=32",
+              "data.width=32", "data.batch_size=1", "data.resolution_milestones=[]", "data.n_val_views=1"]
+    args = ["generate", "--image", str(image), "--method", "triposr", "--refine", f"output_root={tmp_path / 'out'}",
+            f"system.generator.pretrained_model_name_or_path={release[0]}", *small]
+    for item in refine:
+        args += ["--refine-set", item]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "refinement triposr-refine.yaml (2 steps) from" in out
+    assert len(sorted((tmp_path / "out").glob("triposr-refine/*/ckpts/last.ckpt"))) == 1
+    code = main(["generate", "--image", str(image), "--method", "zero123-nerf", "--refine", f"output_root={tmp_path / 'x'}"])
+    assert code == 2 and "--refine continues a feed-forward method" in capsys.readouterr().err
+
+
+def test_refining_from_a_field_of_other_settings_names_them():
+    from lift3d.config import ConfigError, load_config
+    from lift3d.recipes import recipe_config
+
+    cfg = load_config(recipe_config("triposr"))
+    released = find(cfg.system_type)(cfg.system)
+    tiny = find(cfg.system_type)({**cfg.system, "field": TINY_FIELD})
+    with pytest.raises(ConfigError, match="set system.field.plane_channels=40 system.field.plane_size=64 system.field.n_neurons=64"):
+        tiny.convert_from(released, cfg)

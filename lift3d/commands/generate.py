@@ -200,11 +200,17 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
         plain = load_config(config)
         steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
         overrides = [*base, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps,
-                     *[item for item in user if _applies_to(item, plain)], *args.refine_set]
+                     *[item for item in user if _applies_to(item, plain) or _same_field(item, method)], *args.refine_set]
         stage = "refinement" if method in FEED_FORWARD else "mesh stage"
         trial = train_stage(config, overrides, f"{stage} {config.name} ({{steps}} steps) from {trial}")
     print_assets(trial)
     return 0
+
+
+def _same_field(override: str, method: str) -> bool:
+    """Whether an override sets the generated field's config, which its refinement must share (a free-form dict, so
+    ``_applies_to`` cannot see its keys)."""
+    return method in FEED_FORWARD and override.startswith("system.field.")
 
 
 def run(args: argparse.Namespace) -> int:

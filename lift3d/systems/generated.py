@@ -71,6 +71,15 @@ class GeneratedNeRFSystem(ImageNeRFSystem):
         self.field.load_state_dict({k: v.to(self.field.triplane.device) for k, v in generated.state.items()})
         log.info("the field starts from %s's prediction", self.cfg.generator_type)
 
+    def convert_from(self, previous: Any, previous_cfg: Any) -> None:
+        """Start from a previous run's field (a triposr run's generated one); a field of other settings is the user's
+        config to fix, named setting by setting."""
+        theirs = getattr(previous, "field", None)
+        if theirs is not None and type(theirs) is type(self.field) and theirs.cfg != self.field.cfg:
+            differing = " ".join(f"system.field.{k}={v}" for k, v in vars(theirs.cfg).items() if getattr(self.field.cfg, k) != v)
+            raise ConfigError(f"system.geometry_convert_from: that run's field has other settings; set {differing}")
+        super().convert_from(previous, previous_cfg)
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         if self.cfg.guidance_type:
             return super().training_step(batch, batch_idx)
