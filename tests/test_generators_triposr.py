@@ -151,6 +151,8 @@ def test_release_loads_into_a_field_that_renders(release):
     out = field(points, with_normal=True)
     assert out["density"].shape == (100,) and out["features"].shape == (100, 3) and out["normal"].shape == (100, 3)
     assert bool((out["density"] > 0).all())
+    empty = field(torch.zeros(0, 3))  # a chunk the occupancy grid emptied
+    assert empty["density"].shape == (0,) and empty["features"].shape == (0, 3)
     material, background = find("emission")({}), find("solid-color")({"color": [1.0, 1.0, 1.0]})
     renderer = find("volume-renderer")({"occupancy": {"enabled": False}, "steps_per_diagonal": 64}, field, material, background)
     renderer.eval()

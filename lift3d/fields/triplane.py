@@ -66,7 +66,7 @@ def sample_triplane(planes: Tensor, unit: Tensor) -> Tensor:
     plane's width (grid_sample's convention), outside the planes reads zeros."""
     coords = torch.stack((unit[:, [0, 1]], unit[:, [0, 2]], unit[:, [1, 2]]), dim=0)  # [3, N, 2]
     sampled = F.grid_sample(planes, coords[:, None].to(planes.dtype), mode="bilinear", align_corners=False)  # [3, C, 1, N]
-    return sampled[:, :, 0].permute(2, 0, 1).reshape(unit.shape[0], -1)
+    return sampled[:, :, 0].permute(2, 0, 1).reshape(unit.shape[0], 3 * planes.shape[1])  # (no -1: N may be 0)
 
 
 @register("triplane-nerf")
