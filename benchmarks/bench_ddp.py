@@ -10,11 +10,11 @@ seen: its PSNR is the reference), then the n GPUs with B each. Prints one JSON l
 the views/s ratios against one GPU (target 1.8x for two GPUs, 3.2x for four) and the PSNR difference against the
 one-GPU run with the same batch (target within 0.2 dB). Progress lines go to stderr.
 
-    # on nvidia-h100-x2 (lego carried as .data_lego), 3000 steps each: 1 GPU x4 views, 1 GPU x8 views, 2 GPUs x4 views
+    # on nvidia-h100-x2 (lego carried as .data_lego), 2000 steps each: 1 GPU x4 views, 1 GPU x8 views, 2 GPUs x4 views
     # eagerly and with the captured step under DDP (--ddp-graphs both: render, loss, backward replayed; Adam eager
     # after the all-reduce)
     python benchmarks/bench_ddp.py --config reconstruct-gaussians --views-per-rank 4 --same-batch --psnr --ddp-graphs both \
-        --warmup 100 --steps 2900 data.root=.data_lego/lego "system.export.formats=[]"
+        --warmup 100 --steps 1900 --timeout-s 300 data.root=.data_lego/lego "system.export.formats=[]"
     python benchmarks/bench_ddp.py --config dreamfusion-sd --random-sd21 /tmp/sd21   # on nvidia-h200-x2
     python benchmarks/bench_ddp.py --cpu --config tests/configs/fit-image.yaml --steps 6 --warmup 2   # smoke test
 """
