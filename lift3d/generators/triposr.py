@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.generators.base import GeneratedField, Generator, GeneratorConfig, GeneratorLoadError, InputView, resolve_dtype
-from lift3d.generators.files import CONFIG_KEY, check_state, is_local, model_file, read_weights
+from lift3d.generators.files import CONFIG_KEY, check_state, hub_offline, model_file, read_weights
 from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork
 from lift3d.registry import register
 
@@ -89,24 +89,19 @@ def architecture(cfg: dict[str, Any], path: Path) -> TripoSRArchitecture:
 
 
 def vit_config(name: str, local_files_only: bool) -> Any:
-    """The ViT config of the image tokenizer: ``config.json`` of a local folder or hub id; DINO ViT-B/16's own values
-    when that is ``facebook/dino-vitb16`` and the hub cannot be reached (no weights are fetched: they are in TripoSR's)."""
+    """The ViT config of the image tokenizer: ``config.json`` of a local folder or hub id. For ``facebook/dino-vitb16``
+    (the release's) a copy in the local cache, else DINO ViT-B/16's own values without asking the hub: the weights come
+    with TripoSR's, and an offline machine would otherwise wait on retries for one small file."""
     from transformers import ViTConfig
 
+    dino = name == "facebook/dino-vitb16"
     try:
-        return ViTConfig.from_pretrained(name, local_files_only=local_files_only or not is_local(name) and _offline())
-    except Exception as error:  # noqa: BLE001
-        if name == "facebook/dino-vitb16":
-            log.info("using DINO ViT-B/16's known config (its config.json could not be read: %s)", type(error).__name__)
+        return ViTConfig.from_pretrained(name, local_files_only=dino or local_files_only or hub_offline())
+    except Exception as error:  # noqa: BLE001  (not found, not reachable, not a config: said below)
+        if dino:
             return ViTConfig(**DINO_VITB16)
         raise GeneratorLoadError(f"could not read the image tokenizer's ViT config from {name!r} (image_tokenizer."
                                  f"pretrained_model_name_or_path in config.yaml): {str(error).splitlines()[0]}") from None
-
-
-def _offline() -> bool:
-    from lift3d.generators.files import hub_offline
-
-    return hub_offline()
 
 
 def released_name(name: str, new_vit_names: bool) -> str:
