@@ -25,10 +25,12 @@ from lift3d.gaussians.replicas import ReplicatedGaussians
 from lift3d.metrics import masked_prediction, ssim
 from lift3d.registry import register
 from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
+from lift3d.render.pose_refinement import PoseCorrections, PoseRefinementConfig
 from lift3d.schedule import is_schedule
 from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.graphed_splats import GraphedSplatStep
+from lift3d.systems.pose_refinement import PoseRefinementHooks
 
 log = logging.getLogger("lift3d.systems.reconstruct_gaussians")
 # the pinned, non-blocking batch transfer below is meant to override the data module's default
@@ -58,6 +60,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
     isect_headroom: float = 1.2  # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its largest footprint), sized again at each capture
     appearance: AppearanceConfig = field(default_factory=AppearanceConfig)  # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    pose_refinement: PoseRefinementConfig = field(default_factory=PoseRefinementConfig)  # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
@@ -88,7 +91,7 @@ def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, 
 
 
 @register("reconstruct-gaussians")
-class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSystem):
+class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, ReplicatedGaussians, BaseSystem):
     """Optimise Gaussians so their renders match posed photos."""
 
     Config = ReconstructGaussiansConfig
@@ -107,6 +110,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSyste
             raise ConfigError(f"system.isect_headroom must be at least 1 (the intersection slots hold this times the most "
                              f"any view needs), got {self.cfg.isect_headroom}")
         self.appearance = PhotoAppearance(self.cfg.appearance)  # sized for the training photos in setup when on
+        self.pose_refinement = PoseCorrections(self.cfg.pose_refinement)  # likewise: training poses only
         self._graphs = GraphedSplatStep(self)
 
     # ----------------------------------------------------------------------------------- set-up
@@ -120,6 +124,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSyste
             if self.extent < 1e-6:  # a single view: fall back to its distance from the scene centre
                 self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
         self.setup_appearance(datamodule)
+        self.setup_pose_refinement(datamodule, self.extent)
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage == "fit" and len(self.gaussians) == 0 and not resuming:
             self._initialize(datamodule)
@@ -193,7 +198,9 @@ class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSyste
         """(the photometric loss terms, the render) of one batch of views against its photos; with ``loss_mask``
         [B, H, W, 1] (1 = compare) over its pixels only: padding and ignored pixels pass no gradient, so Gaussians
         seen only there gather no densification gradient either. ``index`` [B]: the training photos, whose colour
-        transforms (per-photo appearance) the render is compared through."""
+        transforms (per-photo appearance) the render is compared through and whose pose corrections (pose
+        refinement) move the cameras."""
+        cameras = self.pose_refinement(cameras, index)
         out = self.render(cameras, background, with_depth=False, **options)  # the loss reads colours only
         rgb = self.appearance(out["rgb"], index)
         if loss_mask is None:
@@ -209,13 +216,14 @@ class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSyste
         replayed = self._graphs.run(batch) if self._graphs.applies(batch) else None
         if replayed is None:
             terms, out = self.loss_terms(batch["cameras"], batch["background"], batch["rgb"], batch.get("loss_mask"),
-                                         index=self.appearance_index(batch))
+                                         index=self.training_index(batch))
         else:
             terms, out = replayed
         if batch.get("loss_mask") is not None:
             out = seen_in_kept_pixels(out, batch["loss_mask"])
         self._last_render = out
         self.log_step("train/gaussians", float(len(self.gaussians)))
+        self.log_pose_corrections()
         return self.total_loss(terms)
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
@@ -229,6 +237,11 @@ class ReconstructGaussiansSystem(AppearanceHooks, ReplicatedGaussians, BaseSyste
         optimizers = self._all_optimizers()
         self.densify.after_backward(out, self.gaussians, optimizers[0] if optimizers else None, self.true_global_step,
                                     self.extent)
+
+    def training_index(self, batch: dict[str, Any]) -> Tensor | None:
+        """The batch's training photos when appearance or pose refinement reads them (each warns once without)."""
+        appearance, poses = self.appearance_index(batch), self.pose_index(batch)
+        return appearance if appearance is not None else poses
 
     # ----------------------------------------------------------------------------------- checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,0 +1,182 @@
+"""Camera pose refinement: a learnt rigid correction of each training photo's pose (gsplat's ``pose_opt``, nerfstudio's
+camera optimizer), for captures whose poses come from structure from motion and are off by a fraction of a degree.
+
+Each training photo ``i`` gets a 6-vector ``delta_i = (t, w)``, zero to start with: ``w`` an axis-angle rotation
+(radians) about the camera's own centre, ``t`` a shift of that centre in units of the scene extent, both in world
+axes. The corrected camera-to-world is ``[exp(w) R | c + extent * t]`` for a given ``[R | c]`` (SO(3) x R^3, as
+nerfstudio's default; a rotation about the camera centre is the same family as gsplat's right-multiplied correction,
+written in world axes so that OpenGL and OpenCV conventions never enter). Held-out photos have no correction: they
+are rendered and scored at their given poses, so a better score means a better scene, not a pose fitted to the view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from lift3d.base import BaseModule
+from lift3d.cameras import Cameras
+from lift3d.config import scheduled
+from lift3d.schedule import is_schedule, validate_schedule
+
+ENABLED = ("auto", "true", "false")
+# layouts of captures posed by structure from motion (photo folders and videos reach the systems as COLMAP models)
+SFM_FORMATS = ("colmap", "nerfstudio", "instant-ngp")
+
+
+@dataclass
+class PoseRefinementConfig:
+    """Whether training photos' poses are refined, and how fast."""
+
+    enabled: str = "false"  # auto (on for captures posed by structure from motion: COLMAP, nerfstudio / instant-ngp, photo folders, videos; off for Blender-layout objects and generation), true or false
+    lr: Any = scheduled(1e-4)  # Adam learning rate of the corrections (radians, and scene extents, per step at most); a schedule warms it up as the scene takes shape
+    weight_decay: float = 1e-6  # pull of the corrections towards zero (L2 in Adam's gradient, as gsplat's pose_opt_reg)
+
+
+# ----------------------------------------------------------------------------------- the math
+def skew(v: Tensor) -> Tensor:
+    """The cross-product matrices [..., 3, 3] of vectors ``v`` [..., 3]."""
+    x, y, z = v.unbind(-1)
+    zero = torch.zeros_like(x)
+    return torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], dim=-1).reshape(*v.shape[:-1], 3, 3)
+
+
+def so3_exp(w: Tensor) -> Tensor:
+    """Rotation matrices [..., 3, 3] of axis-angle vectors ``w`` [..., 3] (Rodrigues), exact with finite gradients at
+    and near zero (Taylor series below 1e-4 rad, where the closed form loses precision)."""
+    theta2 = (w * w).sum(-1, keepdim=True)[..., None]  # [..., 1, 1]
+    small = theta2 < 1e-8
+    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
+    theta = safe2.sqrt()
+    a = torch.where(small, 1.0 - theta2 / 6.0, torch.sin(theta) / theta)  # sin(t) / t
+    b = torch.where(small, 0.5 - theta2 / 24.0, (1.0 - torch.cos(theta)) / safe2)  # (1 - cos(t)) / t^2
+    K = skew(w)
+    eye = torch.eye(3, dtype=w.dtype, device=w.device).expand_as(K)
+    return eye + a * K + b * (K @ K)
+
+
+def so3_log(R: Tensor) -> Tensor:
+    """Axis-angle vectors [..., 3] of rotations ``R`` [..., 3, 3] with angles below pi (the inverse of ``so3_exp``)."""
+    cos = ((R.diagonal(dim1=-2, dim2=-1).sum(-1) - 1.0) / 2.0).clamp(-1.0, 1.0)
+    theta = torch.acos(cos)
+    vee = torch.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
+    sin = torch.sin(theta)
+    scale = torch.where(sin.abs() < 1e-6, 0.5 + theta**2 / 12.0, theta / (2.0 * sin.clamp_min(1e-12)))
+    return vee * scale[..., None]
+
+
+def rotation_error_deg(R_a: Tensor, R_b: Tensor) -> Tensor:
+    """The angle [...] in degrees of the rotation between ``R_a`` and ``R_b`` [..., 3, 3] (geodesic distance)."""
+    cos = (((R_a.transpose(-1, -2) @ R_b).diagonal(dim1=-2, dim2=-1).sum(-1) - 1.0) / 2.0).clamp(-1.0, 1.0)
+    return torch.rad2deg(torch.acos(cos))
+
+
+def correct_c2w(c2w: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Tensor:
+    """Camera-to-world matrices [B, 4, 4] of ``c2w`` [B, 4, 4] corrected by ``delta`` [B, 6] (t, w): rotated by exp(w)
+    about their own centres, centres shifted by ``extent`` x t (see the module docstring)."""
+    rotation = so3_exp(delta[:, 3:].to(c2w.dtype))
+    top = torch.cat([rotation @ c2w[:, :3, :3], c2w[:, :3, 3:] + (extent * delta[:, :3]).to(c2w.dtype)[..., None]], -1)
+    return torch.cat([top, c2w[:, 3:]], dim=1)
+
+
+def correct_viewmats(viewmats: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Tensor:
+    """``correct_c2w`` on world-to-camera matrices [B, 4, 4] (any camera axes: the correction acts in world axes),
+    without an inverse: ``[A | b]`` becomes ``[A exp(w)^T | -A exp(w)^T (c + extent t)]`` with centre ``c = -A^T b``."""
+    A, b = viewmats[:, :3, :3], viewmats[:, :3, 3:]
+    centre = -(A.transpose(1, 2) @ b) + (extent * delta[:, :3]).to(viewmats.dtype)[..., None]
+    rotated = A @ so3_exp(delta[:, 3:].to(viewmats.dtype)).transpose(1, 2)
+    return torch.cat([torch.cat([rotated, -(rotated @ centre)], -1), viewmats[:, 3:]], dim=1)
+
+
+def correct_cameras(cameras: Cameras, delta: Tensor, extent: float | Tensor = 1.0) -> Cameras:
+    """``cameras`` with each pose corrected by its row of ``delta`` [B, 6] (precomputed ``viewmats`` corrected too,
+    so both stay the same cameras)."""
+    viewmats = None if cameras.viewmats is None else correct_viewmats(cameras.viewmats, delta, extent)
+    return Cameras(correct_c2w(cameras.c2w, delta, extent), cameras.intrinsics, cameras.width, cameras.height, viewmats)
+
+
+def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
+    """Whether pose refinement is on for a capture read as ``capture_format`` (None: no photo capture, e.g.
+    generation) under ``pose_refinement.enabled``."""
+    mode = str(enabled).strip().lower()
+    if mode not in ENABLED:
+        raise ValueError(f"pose_refinement.enabled must be auto, true or false, got {enabled!r}")
+    if mode != "auto":
+        return mode == "true"
+    return capture_format in SFM_FORMATS
+
+
+# ----------------------------------------------------------------------------------- the state
+class PoseCorrections(BaseModule):
+    """One pose correction per training photo, ``delta`` [N, 6] (zero: the given pose), and ``extent``, the unit of
+    its shifts. Empty (N = 0, and frozen: no gradient and no optimizer group) until ``resize`` gives it the number of
+    training photos. Only training photos named by a batch's ``index`` are corrected; held-out photos keep their
+    given poses."""
+
+    Config = PoseRefinementConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        resolve_enabled(self.cfg.enabled, None)  # refuse a bad value when the system is built, not at set-up
+        lr = self.cfg.lr
+        if is_schedule(lr):
+            validate_schedule(lr)
+        if not (is_schedule(lr) or lr > 0) or not self.cfg.weight_decay >= 0:
+            raise ValueError(f"pose_refinement needs lr > 0 (or a schedule) and weight_decay >= 0, got {lr} and "
+                             f"{self.cfg.weight_decay}: e.g. system.pose_refinement.lr=1e-4")
+        self.delta = nn.Parameter(torch.zeros(0, 6), requires_grad=False)
+        self.register_buffer("extent", torch.ones(()))
+
+    @property
+    def active(self) -> bool:
+        """Whether there are corrections to apply (refinement on, and sized to the training photos)."""
+        return self.delta.shape[0] > 0
+
+    def resize(self, n_photos: int, extent: float | None = None) -> None:
+        """``n_photos`` zero corrections (a no-op when already that many: a resumed run keeps its own); ``extent``
+        (when given) the unit of their shifts."""
+        if extent is not None:
+            self.extent.fill_(float(extent))
+        if self.delta.shape[0] != n_photos:
+            self.delta = nn.Parameter(torch.zeros(n_photos, 6, device=self.delta.device, dtype=self.delta.dtype),
+                                      requires_grad=n_photos > 0)
+
+    def setup_for(self, capture_format: str | None, n_photos: int, extent: float) -> bool:
+        """Size the corrections for ``n_photos`` training photos read as ``capture_format`` in a scene of ``extent``
+        when ``enabled`` says refinement is on for it; returns whether it is on."""
+        on = resolve_enabled(self.cfg.enabled, capture_format) and n_photos > 0
+        self.resize(n_photos if on else 0, extent if on else None)
+        return on
+
+    def param_group(self) -> dict[str, Any]:
+        """The optimizer group of the corrections (empty when inactive)."""
+        params = [self.delta] if self.active else []
+        return {"params": params, "name": "pose_refinement", "lr": self.cfg.lr, "weight_decay": self.cfg.weight_decay}
+
+    def forward(self, cameras: Cameras, index: Tensor | None) -> Cameras:
+        """``cameras`` of training photos ``index`` [B] at their corrected poses; unchanged when inactive or without
+        an index (validation and test views)."""
+        if not self.active or index is None:
+            return cameras
+        delta = self.delta.index_select(0, index.to(self.delta.device).long())
+        return correct_cameras(cameras, delta, self.extent)
+
+    def corrected_c2w(self, c2w: Tensor) -> Tensor:
+        """All training poses [N, 4, 4] (in photo order) corrected: what the refinement learnt."""
+        if not self.active:
+            return c2w
+        return correct_c2w(c2w, self.delta.detach().to(c2w.device), self.extent.to(c2w.device))
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        """Take the checkpoint's number of corrections (a run evaluated or exported without set-up has none yet); a
+        checkpoint written before pose refinement existed loads with none."""
+        state_dict.setdefault(prefix + "delta", torch.zeros(0, 6))
+        state_dict.setdefault(prefix + "extent", torch.ones(()))
+        stored = state_dict[prefix + "delta"]
+        if stored.shape != self.delta.shape:
+            self.resize(stored.shape[0])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
