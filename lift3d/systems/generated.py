@@ -61,6 +61,8 @@ class GeneratedNeRFSystem(ImageNeRFSystem):
         device = self.trainer.strategy.root_device if self._trainer is not None else self.device
         generated = generator.load(device).generate(reference.rgba.to(device))
         del generator  # its weights (1.7 GB for TripoSR) are not needed again
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # hand them back for a refinement stage in this process (Zero123)
         if generated.field_type != self.cfg.field_type:
             raise ConfigError(f"the generator {self.cfg.generator_type} makes a {generated.field_type} field, but "
                               f"system.field_type is {self.cfg.field_type}: set system.field_type={generated.field_type}")
