@@ -28,14 +28,20 @@ class Bounds:
     radius: float
 
 
-def content_bounds(points: Tensor) -> Bounds:
-    """The bounds of ``points`` [N, 3] (N >= 1): stray points (outside the 2-98 percentile box) do not count; a
-    radius under 1e-3 is raised to it, so one point still frames."""
+def content_box(points: Tensor) -> tuple[Tensor, Tensor]:
+    """(low [3], high [3]): the 2-98 percentile box of ``points`` [N, 3] (N >= 1), where the content is; stray points
+    (a scene's far background, floaters) do not count."""
     points = torch.as_tensor(points).detach().reshape(-1, 3).float().cpu()
     if len(points) == 0:
         raise ValueError("there are no points to frame")
     sample = points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))[:MAX_SAMPLE]]
-    low, high = torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
+    return torch.quantile(sample, 0.02, dim=0), torch.quantile(sample, 0.98, dim=0)
+
+
+def content_bounds(points: Tensor) -> Bounds:
+    """The bounds of ``points`` [N, 3] (N >= 1): the centre and half-diagonal of their ``content_box``; a radius under
+    1e-3 is raised to it, so one point still frames."""
+    low, high = content_box(points)
     centre = (low + high) / 2
     return Bounds(tuple(centre.tolist()), max(float((high - low).norm()) / 2, 1e-3))
 

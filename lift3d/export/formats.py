@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from lift3d.aftercare import WriterUnavailable, attempt, require_ffmpeg, require_webp
 from lift3d.export.backproject import RenderedColours, RenderFn
-from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
-from lift3d.export.grid import BboxLike, ColourFn, DensityFn
+from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_mesh_box, reaching
+from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.naming import export_name
 from lift3d.export.splat import write_splat
@@ -70,18 +71,36 @@ class ExportFormatError(ValueError):
     """A format name lift3d does not know, or one this run cannot make; the message lists the ones it can."""
 
 
+# field -> (on a GPU, on the CPU): what an ExportConfig field left at None takes where the export runs. The CPU values
+# keep a 45k-Gaussian export to every format within minutes on two cores: the density grid costs resolution^3, the UV
+# atlas grows with the faces, and a turntable frame costs a full CPU rasterization.
+DEVICE_DEFAULTS: dict[str, tuple[int, int]] = {
+    "resolution": (256, 160), "target_faces": (100000, 50000), "video_frames": (120, 60), "video_fps": (30, 20),
+}
+
+MESH_FORMATS, VIDEO_FORMATS = {"glb", "obj", "mesh-ply"}, {"mp4", "gif"}
+FORMATS_USING = {"resolution": MESH_FORMATS, "target_faces": MESH_FORMATS, "video_frames": VIDEO_FORMATS, "video_fps": VIDEO_FORMATS}
+
+
+def for_device(cfg: ExportConfig, device: torch.device | str) -> ExportConfig:
+    """``cfg`` with its automatic (None) fields of DEVICE_DEFAULTS set for an export on ``device``."""
+    on_cpu = torch.device(device).type == "cpu"
+    chosen = {name: values[on_cpu] for name, values in DEVICE_DEFAULTS.items() if getattr(cfg, name) is None}
+    return replace(cfg, **chosen) if chosen else cfg
+
+
 @dataclass
 class ExportConfig:
     """How assets are exported; systems embed it as ``export`` in their config."""
 
     formats: list = field(default_factory=lambda: ["glb"])  # formats written when `lift3d export` gets no --format
     stem: str = ""  # file-name stem of the exports ("": it<step>)
-    resolution: int = 256  # mesh: marching-cubes samples along the longest side of the box
+    resolution: int | None = None  # mesh: marching-cubes samples along the longest side of the box (None: DEVICE_DEFAULTS)
     threshold: float | None = None  # mesh: density iso-level (None: automatic, Otsu on voxel opacity, logged)
     bbox: list | None = None  # mesh: [[x0, y0, z0], [x1, y1, z1]] to mesh (None: the representation's own box)
     fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
     keep_components: int = 1  # mesh: keep the k largest connected parts (0: all)
-    target_faces: int = 100000  # mesh: decimate to about this many faces (0: off)
+    target_faces: int | None = None  # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
     texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colours in .glb/.obj)
     texture_padding: int = 2  # mesh: texels between UV charts
     up_axis: str = "y"  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
@@ -89,8 +108,8 @@ class ExportConfig:
     gaussian_cutoff_sigma: float = 3.0  # Gaussians: each reaches this many standard deviations when meshed
     gaussian_colours: str = "query"  # Gaussians' mesh colours: query (their own colours) or render (back-projected)
     backproject_views: int = 16  # render colours: views around the object (half at +30 deg, half at -15 deg)
-    video_frames: int = 120  # turntable: frames in a full turn
-    video_fps: int = 30  # turntable: frames per second
+    video_frames: int | None = None  # turntable: frames in a full turn (None: DEVICE_DEFAULTS)
+    video_fps: int | None = None  # turntable: frames per second (None: DEVICE_DEFAULTS)
     video_elevation_deg: float = 15.0  # turntable: camera elevation above the xy-plane
     video_framing: str = "content"  # turntable: content (orbit the content's centre, its bounds in view) or fixed
     video_fill: float = 0.9  # turntable, framing=content: share of the frame's half-height the content's bounds span
@@ -170,6 +189,12 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
     """Write each of ``formats`` under ``saver`` as ``<stem>.<ext>`` (cfg.stem wins when set); returns
     every file written. The mesh is built once and textured once, whatever the number of mesh formats."""
     formats = check_formats(formats, sources)
+    chosen = for_device(cfg, sources.device)
+    automatic = [f"{name}={getattr(chosen, name)}" for name in DEVICE_DEFAULTS if getattr(cfg, name) is None
+                 and (FORMATS_USING[name] & set(formats))]
+    if automatic and torch.device(sources.device).type == "cpu":
+        log.info("exporting on the CPU with %s (set system.export.NAME=VALUE to change)", ", ".join(automatic))
+    cfg = chosen
     stem = cfg.stem or stem
     written: list[Path] = []
     cache: dict[str, Any] = {}  # the mesh, its textured copy and the Gaussians kept: each made once
@@ -251,6 +276,7 @@ def mesh_from_field(
     ``device`` (None: the device of ``bbox`` when it is a tensor, else the CPU)."""
     if device is None:
         device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
+    cfg = for_device(cfg, device)
     return extract_mesh(
         density_fn, cfg.bbox if cfg.bbox is not None else bbox, cfg.resolution, cfg.threshold, cfg.chunk,
         colour_fn=colour_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
@@ -321,9 +347,21 @@ def gaussian_sources(
         raise ValueError("export.gaussian_colours=render needs the system's render function")
     built: dict[str, Any] = {}  # the density field and its colours, made on first need (the Gaussian files need neither)
 
+    def mesh_box() -> np.ndarray:
+        if "box" not in built:
+            built["box"] = (as_bbox(cfg.bbox) if cfg.bbox is not None
+                            else gaussian_mesh_box(gaussians, cfg.gaussian_cutoff_sigma))
+        return built["box"]
+
     def density_field() -> GaussianField:
+        """The density of the Gaussians that reach the mesh's box: the mesh and its colours are only queried there."""
         if "field" not in built:
-            built["field"] = (field if field is not None else GaussianField(gaussians, cfg.gaussian_cutoff_sigma)).to(device)
+            if field is None:
+                keep = reaching(gaussians, mesh_box(), cfg.gaussian_cutoff_sigma)
+                kept = gaussians if bool(keep.all()) else gaussians.select(keep)
+                built["field"] = GaussianField(kept, cfg.gaussian_cutoff_sigma).to(device)
+            else:
+                built["field"] = field.to(device)
         return built["field"]
 
     def colour_fn(points: torch.Tensor) -> torch.Tensor:
@@ -332,10 +370,10 @@ def gaussian_sources(
         return built["colour"](points)
 
     def mesh() -> Mesh:
-        box = cfg.bbox if cfg.bbox is not None else gaussian_bbox(gaussians, cfg.gaussian_cutoff_sigma)
+        chosen = for_device(cfg, device)
         return extract_mesh(
-            density_field().density, box, cfg.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
-            keep_components=cfg.keep_components, target_faces=cfg.target_faces, fill_holes=cfg.fill_holes,
+            density_field().density, mesh_box(), chosen.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
+            keep_components=cfg.keep_components, target_faces=chosen.target_faces, fill_holes=cfg.fill_holes,
             opacity_scale=GaussianField.opacity_scale, device=device,
         )
 

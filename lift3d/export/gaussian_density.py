@@ -75,6 +75,27 @@ def gaussian_bbox(gaussians: GaussianTensors, cutoff_sigma: float = 3.0) -> np.n
     return torch.stack([lo, hi]).cpu().double().numpy()
 
 
+def gaussian_mesh_box(gaussians: GaussianTensors, cutoff_sigma: float = 3.0, margin: float = 0.5) -> np.ndarray:
+    """The box [2, 3] to mesh Gaussians in: ``gaussian_bbox`` clipped to where the content is (the 2-98 percentile box
+    of the centres, ``lift3d.framing.content_box``) grown by ``margin`` of its size on every side. An object keeps its
+    whole box; a scene's far background, which would stretch the grid and leave the object a few voxels wide, is cut."""
+    from lift3d.framing import content_box
+
+    full = gaussian_bbox(gaussians, cutoff_sigma)
+    low, high = (t.double().numpy() for t in content_box(gaussians.means))
+    grow = margin * np.maximum(high - low, 1e-3)
+    box = np.stack([np.maximum(full[0], low - grow), np.minimum(full[1], high + grow)])
+    return box if (box[1] > box[0]).all() else full
+
+
+def reaching(gaussians: GaussianTensors, box: np.ndarray, cutoff_sigma: float = 3.0) -> Tensor:
+    """[N] bool: the Gaussians whose ``cutoff_sigma`` box overlaps ``box`` [2, 3] (the only ones with density there)."""
+    g = gaussians.detached()
+    extent = _extents(g, cutoff_sigma)
+    low, high = (torch.as_tensor(b, dtype=g.means.dtype, device=g.means.device) for b in box)
+    return ((g.means + extent >= low) & (g.means - extent <= high)).all(dim=1)
+
+
 def _extents(g: GaussianTensors, cutoff_sigma: float) -> Tensor:
     """Half-widths [N, 3] of the axis-aligned boxes around each Gaussian out to ``cutoff_sigma``."""
     rot = quat_to_rotmat(g.quats)
