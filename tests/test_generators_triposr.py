@@ -334,3 +334,69 @@ def test_refining_from_a_field_of_other_settings_names_them():
     tiny = find(cfg.system_type)({**cfg.system, "field": TINY_FIELD})
     with pytest.raises(ConfigError, match="set system.field.plane_channels=40 system.field.plane_size=64 system.field.n_neurons=64"):
         tiny.convert_from(released, cfg)
+
+
+TWIN_FIELD = ["system.field.radius=1.5", "system.field.plane_channels=8", "system.field.plane_size=32", "system.field.n_neurons=32",
+              "system.field.n_hidden_layers=2"]
+
+
+def twin_run(tmp_path: Path, steps: int, extra: list[str]) -> Path:
+    """A triposr-refine-analytic run of ``steps`` on the sample scene (32 px renders, one validation at the end)."""
+    from lift3d.config import load_config
+    from lift3d.data.sample_scene import sample_scene_path
+    from lift3d.recipes import recipe_config
+    from lift3d.runner import run_experiment
+
+    overrides = [f"data.reference_scene={sample_scene_path()}", f"output_root={tmp_path}", "trainer.accelerator=cpu", *TWIN_FIELD,
+                 f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", f"checkpoint.every_n_train_steps={steps}",
+                 "trainer.run_test_after_fit=false", "system.renderer.steps_per_diagonal=128", "data.batch_size=1",
+                 "data.height=32", "data.width=32", "data.reference_size=32", *extra]
+    return run_experiment("train", load_config(recipe_config("triposr-refine-analytic"), overrides=overrides))
+
+
+def val_psnr(trial: Path) -> float:
+    return float(json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"])
+
+
+@pytest.mark.slow
+def test_refinement_from_a_degraded_object_beats_a_blank_start(tmp_path):
+    """The offline proof of the refinement path: the sample scene's object fitted briefly by the twin, its planes then
+    blurred (a degraded start, as a feed-forward prediction is), refines in 60 steps to >= 3 dB higher held-out PSNR
+    than the same 60 steps from a blank triplane, and above its own start."""
+    import shutil
+
+    import torch.nn.functional as F
+
+    from lift3d.checkpoints import load_checkpoint, save_checkpoint
+    from lift3d.config import load_config
+    from lift3d.metrics import psnr
+    from lift3d.recipes import recipe_config
+    from lift3d.runner import build_parts
+    from lift3d.systems.stages import load_previous_stage
+
+    fit = twin_run(tmp_path / "fit", 100, ["system.optimizer.params.field\\.triplane.lr=0.03",
+                                           "system.optimizer.params.field\\.decoder.lr=0.003"])
+    degraded = tmp_path / "degraded"
+    shutil.copytree(fit, degraded)
+    checkpoint = load_checkpoint(degraded / "ckpts" / "last.ckpt")
+    planes = checkpoint["state_dict"]["field.triplane"]
+    for _ in range(6):
+        planes = F.avg_pool2d(planes, 5, stride=1, padding=2, count_include_pad=False)
+    checkpoint["state_dict"]["field.triplane"] = planes
+    save_checkpoint(checkpoint, degraded / "ckpts" / "last.ckpt")
+    start_from = f"system.geometry_convert_from={degraded / 'ckpts' / 'last.ckpt'}"
+
+    from lift3d.data.sample_scene import sample_scene_path
+
+    cfg = load_config(recipe_config("triposr-refine-analytic"), overrides=[f"data.reference_scene={sample_scene_path()}", *TWIN_FIELD,
+                                                                             "data.reference_size=32"])
+    datamodule, system = build_parts(cfg)
+    previous_cfg, previous = load_previous_stage(degraded / "ckpts" / "last.ckpt")
+    system.convert_from(previous, previous_cfg)
+    views = list(datamodule.val_dataloader())
+    with torch.no_grad():
+        start = sum(float(psnr(system.eval().render(v)["rgb"].clamp(0, 1), v["rgb"])) for v in views) / len(views)
+    refined = val_psnr(twin_run(tmp_path / "refined", 60, [start_from]))
+    blank = val_psnr(twin_run(tmp_path / "blank", 60, []))
+    print(f"degraded start {start:.2f} dB -> refined {refined:.2f} dB; blank start -> {blank:.2f} dB")
+    assert refined >= blank + 3.0 and refined > start, (start, refined, blank)
