@@ -16,14 +16,15 @@ def test_automatic_fields_follow_the_device_and_explicit_ones_stay():
     for name, (on_gpu, on_cpu) in DEVICE_DEFAULTS.items():
         assert getattr(cpu, name) == on_cpu and getattr(gpu, name) == on_gpu and getattr(cfg, name) is None
     assert cpu.resolution < gpu.resolution and cpu.video_frames < gpu.video_frames
-    chosen = ExportConfig(resolution=300, target_faces=0, video_frames=7, video_fps=12)
+    chosen = ExportConfig(resolution=300, target_faces=0, video_frames=7, video_fps=12, video_width=64, video_height=32)
     assert for_device(chosen, "cpu") == chosen
 
 
-def _ball(n: int, radius: float, scale: float, seed: int) -> GaussianTensors:
+def _ball(n: int, radius: float, scale: float, seed: int, shell: bool = False) -> GaussianTensors:
+    """Gaussians filling a ball (or on its surface, as a trained object's are)."""
     g = torch.Generator().manual_seed(seed)
     d = torch.randn(n, 3, generator=g)
-    means = d / d.norm(dim=1, keepdim=True) * radius * torch.rand(n, 1, generator=g) ** (1 / 3)
+    means = d / d.norm(dim=1, keepdim=True) * radius * (1.0 if shell else torch.rand(n, 1, generator=g) ** (1 / 3))
     return GaussianTensors(means, torch.full((n, 3), scale), torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1),
                            torch.full((n,), 0.9), torch.full((n, 3), 0.5))
 
@@ -43,7 +44,9 @@ def _scene() -> tuple[GaussianTensors, GaussianTensors]:
 
 def test_an_objects_mesh_box_is_all_of_it_and_a_scenes_is_its_content():
     obj, scene = _scene()
-    assert np.allclose(gaussian_mesh_box(obj), gaussian_bbox(obj))  # nothing of an object is cut
+    shell = _ball(3000, 0.5, 0.02, 2, shell=True)
+    assert np.allclose(gaussian_mesh_box(shell), gaussian_bbox(shell))  # nothing of an object's surface is cut
+    assert (np.abs(gaussian_mesh_box(obj)) > 0.5 + 2 * 0.05).all()  # a filled ball: only its faintest tails
     box = gaussian_mesh_box(scene)
     assert (np.abs(box) < 1.5).all() and (box[1] - box[0] > 1.0).all()  # around the ball, not the 60-unit background
     assert np.abs(gaussian_bbox(scene)).max() > 30

@@ -75,11 +75,13 @@ class ExportFormatError(ValueError):
 # keep a 45k-Gaussian export to every format within minutes on two cores: the density grid costs resolution^3, the UV
 # atlas grows with the faces, and a turntable frame costs a full CPU rasterization.
 DEVICE_DEFAULTS: dict[str, tuple[int, int]] = {
-    "resolution": (256, 160), "target_faces": (100000, 50000), "video_frames": (120, 60), "video_fps": (30, 20),
+    "resolution": (256, 128), "target_faces": (100000, 50000), "video_frames": (120, 60), "video_fps": (30, 20),
+    "video_width": (512, 384), "video_height": (512, 384),
 }
 
 MESH_FORMATS, VIDEO_FORMATS = {"glb", "obj", "mesh-ply"}, {"mp4", "gif"}
-FORMATS_USING = {"resolution": MESH_FORMATS, "target_faces": MESH_FORMATS, "video_frames": VIDEO_FORMATS, "video_fps": VIDEO_FORMATS}
+FORMATS_USING = {"resolution": MESH_FORMATS, "target_faces": MESH_FORMATS, "video_frames": VIDEO_FORMATS, "video_fps": VIDEO_FORMATS,
+                 "video_width": VIDEO_FORMATS, "video_height": VIDEO_FORMATS}
 
 
 def for_device(cfg: ExportConfig, device: torch.device | str) -> ExportConfig:
@@ -115,8 +117,8 @@ class ExportConfig:
     video_fill: float = 0.9  # turntable, framing=content: share of the frame's half-height the content's bounds span
     video_distance: float = 3.0  # turntable: camera distance from the origin (framing=fixed, or a run without content points)
     video_fovy_deg: float = 40.0  # turntable: vertical field of view
-    video_width: int = 512  # turntable: frame width in pixels
-    video_height: int = 512  # turntable: frame height in pixels
+    video_width: int | None = None  # turntable: frame width in pixels (None: DEVICE_DEFAULTS)
+    video_height: int | None = None  # turntable: frame height in pixels (None: DEVICE_DEFAULTS)
     render_batch: int = 4  # views per render call (turntable and back-projection)
     gaussian_min_opacity: float = 0.0  # Gaussian files (3dgs-ply, splat, spz, sog, gltf-splat): drop Gaussians fainter than this (0: keep all)
     gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
@@ -136,7 +138,9 @@ class ExportConfig:
             "target_faces": (0, 100000), "keep_components": (0, 1), "gaussian_max_count": (0, 0),
             "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "gaussian_min_opacity": (0.0, 0.0),
         })
-        check_video_size(self.video_width, self.video_height, "system.export.video_width", "system.export.video_height")
+        width, height = (DEVICE_DEFAULTS[k][0] if v is None else v for k, v in (("video_width", self.video_width),
+                                                                               ("video_height", self.video_height)))
+        check_video_size(width, height, "system.export.video_width", "system.export.video_height")
         from lift3d.config import ConfigError
 
         if self.video_framing not in ("content", "fixed"):
@@ -289,6 +293,7 @@ def turntable_cameras(cfg: ExportConfig, content_points: Callable[[], torch.Tens
     """An orbit of ``n_frames`` cameras as the config frames it: around the content's centre at the distance its bounds
     need (``video_framing=content``, when the sources give content points; ``lift3d.framing``, the viewer's rule), else
     at ``video_distance`` around the origin."""
+    cfg = for_device(cfg, device)
     if cfg.video_framing == "content" and content_points is not None:
         return framed_orbit_cameras(content_points(), n_frames, elevation_deg, cfg.video_fovy_deg, cfg.video_width,
                                     cfg.video_height, cfg.video_fill, start_azimuth_deg, device=device)

@@ -75,7 +75,7 @@ def gaussian_bbox(gaussians: GaussianTensors, cutoff_sigma: float = 3.0) -> np.n
     return torch.stack([lo, hi]).cpu().double().numpy()
 
 
-def gaussian_mesh_box(gaussians: GaussianTensors, cutoff_sigma: float = 3.0, margin: float = 0.5) -> np.ndarray:
+def gaussian_mesh_box(gaussians: GaussianTensors, cutoff_sigma: float = 3.0, margin: float = 0.25) -> np.ndarray:
     """The box [2, 3] to mesh Gaussians in: ``gaussian_bbox`` clipped to where the content is (the 2-98 percentile box
     of the centres, ``lift3d.framing.content_box``) grown by ``margin`` of its size on every side. An object keeps its
     whole box; a scene's far background, which would stretch the grid and leave the object a few voxels wide, is cut."""
