@@ -171,7 +171,7 @@ def test_pytorch_checkpoint_layout_loads_too(tmp_path, release):
     assert generated.state["triplane"].shape == (3, 4, 8, 8)
 
 
-def one_line_error(folder: Path) -> str:
+def one_line_error(folder: Path | str) -> str:
     with pytest.raises(GeneratorLoadError) as error:
         TripoSRGenerator({"pretrained_model_name_or_path": str(folder)}).load()
     assert "\n" not in str(error.value)
@@ -185,6 +185,14 @@ def test_missing_files_are_one_line_errors(tmp_path, release):
     (folder / "model.safetensors").unlink()
     message = one_line_error(folder)
     assert "model.safetensors or model.ckpt" in message and str(folder) in message
+
+
+def test_a_hub_id_not_in_the_cache_offline_says_how_to_get_a_local_copy(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    message = one_line_error("someone/not-cached")
+    assert "local Hugging Face cache (offline)" in message and "hf download someone/not-cached --local-dir" in message
+    assert "system.generator.pretrained_model_name_or_path=/path/to/folder" in message
 
 
 def test_mismatched_weights_are_one_line_errors(tmp_path, release):

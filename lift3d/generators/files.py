@@ -44,15 +44,21 @@ def model_file(name: str, candidates: tuple[str, ...], local_files_only: bool = 
                                  f"({CONFIG_KEY}=/path/to/folder)")
     from huggingface_hub import hf_hub_download
 
-    offline = local_files_only or hub_offline()
+    from lift3d.guidance.loading import hub_unreachable  # one quick request, shared with the diffusion models' loading
+
+    unreachable = None if local_files_only or hub_offline() else hub_unreachable()
+    offline = local_files_only or hub_offline() or unreachable is not None
     last: Exception | None = None
     for candidate in candidates:
         try:
             return Path(hf_hub_download(repo_id=name, filename=candidate, local_files_only=offline))
         except Exception as error:  # noqa: BLE001  (missing file, no network, gated repo: try the next name, then say so)
             last = error
-    reason = str(last).strip().splitlines()[0] if last and str(last).strip() else type(last).__name__
-    where = "the local Hugging Face cache (offline)" if offline else "the Hugging Face hub"
+    reason = str(last).strip().splitlines()[0].rstrip(".") if last and str(last).strip() else type(last).__name__
+    where = "the Hugging Face hub"
+    if offline:
+        where = f"the local Hugging Face cache (the hub is not reachable: {unreachable})" if unreachable else \
+            "the local Hugging Face cache (offline)"
     raise GeneratorLoadError(
         f"could not get {' or '.join(candidates)} of '{name}' from {where}: {reason}. On a machine with internet, "
         f"`hf download {name} --local-dir /path/to/folder` makes a local copy; then set {CONFIG_KEY}=/path/to/folder"
