@@ -101,6 +101,10 @@ def test_adam_is_captured_with_the_step_only_where_the_trainer_leaves_the_gradie
     system, optimizer, param = _optimizer_system()
     optimizer.state[param]["step"] = torch.tensor(1.0, device="meta")  # unfused Adam on a GPU counts on the host
     assert GraphedSplatStep(system)._graphed_optimizer([param]) is None
+    system, optimizer, param = _optimizer_system()
+    empty = torch.nn.Parameter(torch.zeros(0, 3, 4))  # per-photo appearance while off: no gradient, no state, ever
+    optimizer.add_param_group({"params": [empty], "name": "appearance"})
+    assert GraphedSplatStep(system)._graphed_optimizer([param, empty]) is optimizer
 
 
 def test_a_tensor_learning_rate_follows_its_schedule_in_place_and_checkpoints_as_a_number():

@@ -56,10 +56,10 @@ def test_visible_adam_equals_adam_on_visible_rows_and_leaves_the_others_untouche
     torch.testing.assert_close(ours[3].detach(), theirs[3].detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_all_visible_is_plain_adam_with_a_scheduled_tensor_learning_rate():
+def test_all_visible_is_plain_adam_with_a_scheduled_tensor_learning_rate_and_weight_decay():
     ours, theirs = _pair(1)
-    mine = torch.optim.Adam(ours, lr=0.05, eps=1e-15)
-    adam = torch.optim.Adam(theirs, lr=0.05, eps=1e-15)
+    mine = torch.optim.Adam(ours, lr=0.05, eps=1e-15, weight_decay=0.01)  # decay: as the pose corrections' group
+    adam = torch.optim.Adam(theirs, lr=0.05, eps=1e-15, weight_decay=0.01)
     for step in range(3):
         for params in (ours, theirs):
             for p, g in zip(params, _grads(params, 10 + step)):
@@ -79,7 +79,8 @@ def test_visibility_of_a_render_and_what_is_supported():
     assert visibility(radii).tolist() == [True, False, True]
     assert visibility(radii[..., 0]).tolist() == [True, False, True]
     p = [torch.nn.Parameter(torch.zeros(2))]
-    assert not supports(torch.optim.Adam(p, weight_decay=0.1))
+    assert supports(torch.optim.Adam(p, weight_decay=0.1)) and supports(torch.optim.AdamW(p, weight_decay=0.0))
+    assert not supports(torch.optim.AdamW(p, weight_decay=0.1))  # decoupled decay: not this update
     assert not supports(torch.optim.Adam(p, amsgrad=True))
     assert not supports(torch.optim.SGD(p, lr=0.1))
 
@@ -91,7 +92,7 @@ torch.manual_seed(0)
 for shape in [(37, 3), (37,), (37, 15, 3), (5, 4)]:
     fast = torch.nn.Parameter(torch.randn(shape))
     slow = torch.nn.Parameter(fast.detach().clone())
-    opts = [torch.optim.Adam([p], lr=0.01, eps=1e-15) for p in (fast, slow)]
+    opts = [torch.optim.Adam([p], lr=0.01, eps=1e-15, weight_decay=0.05) for p in (fast, slow)]
     visible = torch.rand(37) > 0.4
     for step in range(3):
         grad = torch.randn(shape)

@@ -208,7 +208,9 @@ class GraphedSplatStep:
         if any(group.get("differentiable") for group in optimizer.param_groups):
             return None
         grouped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        if any(id(p) not in grouped or not _steps_on_device(optimizer.state.get(p, {}), p) for p in params):
+        # an empty parameter (per-photo appearance while it is off: no photos) never gets a gradient or Adam's state,
+        # and has nothing to update
+        if any(id(p) not in grouped or not _steps_on_device(optimizer.state.get(p, {}), p) for p in params if p.numel()):
             return None
         for group in optimizer.param_groups:
             group["capturable"] = True

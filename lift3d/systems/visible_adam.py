@@ -30,7 +30,7 @@ if triton is not None:
 
     @triton.jit
     def _visible_adam(param, grad, exp_avg, exp_avg_sq, visible, step, lr, numel, row_size, beta1, beta2,
-                      log2_beta1, log2_beta2, eps, BLOCK_SIZE: tl.constexpr):
+                      log2_beta1, log2_beta2, eps, weight_decay, BLOCK_SIZE: tl.constexpr):
         """Adam on the elements of the visible rows of one [rows, row_size] parameter (the others not read)."""
         offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
         inside = offsets < numel
@@ -44,6 +44,7 @@ if triton is not None:
         m = tl.load(exp_avg + offsets, mask=keep, other=0.0)
         v = tl.load(exp_avg_sq + offsets, mask=keep, other=0.0)
         p = tl.load(param + offsets, mask=keep, other=0.0)
+        g = g + weight_decay * p
         m = beta1 * m + (1.0 - beta1) * g
         v = beta2 * v + (1.0 - beta2) * g * g
         denom = tl.sqrt(v) / tl.sqrt(correction2) + eps
@@ -54,11 +55,12 @@ if triton is not None:
 
 
 def supports(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether ``visible_adam_step`` computes this optimizer's update: Adam (or AdamW without decay), no weight decay,
-    amsgrad or maximize, not differentiable."""
+    """Whether ``visible_adam_step`` computes this optimizer's update: Adam (its weight decay is an L2 term in the
+    gradient) or AdamW without decay; no amsgrad or maximize, not differentiable."""
     if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         return False
-    return all(not group.get("weight_decay") and not group.get("amsgrad") and not group.get("maximize")
+    decoupled = isinstance(optimizer, torch.optim.AdamW)
+    return all(not (decoupled and group.get("weight_decay")) and not group.get("amsgrad") and not group.get("maximize")
                and not group.get("differentiable") for group in optimizer.param_groups)
 
 
@@ -79,8 +81,8 @@ def visible_adam_step(optimizer: torch.optim.Optimizer, visible: Tensor, use_tri
     flags = visible.to(torch.uint8)
     for group in optimizer.param_groups:
         beta1, beta2 = group["betas"]
-        eps, lr = group["eps"], group["lr"]
-        params = [p for p in group["params"] if p.grad is not None]
+        eps, lr, decay = group["eps"], group["lr"], float(group.get("weight_decay") or 0.0)
+        params = [p for p in group["params"] if p.grad is not None and p.numel()]
         if not params:
             continue
         steps = [optimizer.state[p]["step"] for p in params]
@@ -93,26 +95,26 @@ def visible_adam_step(optimizer: torch.optim.Optimizer, visible: Tensor, use_tri
             fast = (param.is_cuda and triton is not None) if use_triton is None else use_triton
             if fast:
                 rate = lr if torch.is_tensor(lr) else torch.full((), float(lr), device=param.device)
-                _launch(param, state, seen, step, rate, beta1, beta2, eps)
+                _launch(param, state, seen, step, rate, beta1, beta2, eps, decay)
             else:
-                _reference(param, state, seen.bool(), step, lr, beta1, beta2, eps)
+                _reference(param, state, seen.bool(), step, lr, beta1, beta2, eps, decay)
 
 
 def _launch(param: Tensor, state: dict, seen: Tensor, step: Tensor, lr: Tensor, beta1: float, beta2: float,
-            eps: float) -> None:
+            eps: float, decay: float = 0.0) -> None:
     numel = param.numel()
     if numel == 0:
         return
     row_size = max(numel // max(seen.shape[0], 1), 1)
     grid = (triton.cdiv(numel, BLOCK),)
     _visible_adam[grid](param, param.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"], seen, step, lr, numel,
-                        row_size, beta1, beta2, math.log2(beta1), math.log2(beta2), eps, BLOCK_SIZE=BLOCK)
+                        row_size, beta1, beta2, math.log2(beta1), math.log2(beta2), eps, decay, BLOCK_SIZE=BLOCK)
 
 
 def _reference(param: Tensor, state: dict, seen: Tensor, step: Tensor, lr: float | Tensor, beta1: float, beta2: float,
-               eps: float) -> None:
+               eps: float, decay: float = 0.0) -> None:
     """The same update in PyTorch ops (CPU, tests): Adam's arithmetic, kept only on the visible rows."""
-    grad, exp_avg, exp_avg_sq = param.grad, state["exp_avg"], state["exp_avg_sq"]
+    grad, exp_avg, exp_avg_sq = param.grad + decay * param, state["exp_avg"], state["exp_avg_sq"]
     mask = seen.reshape(-1, *([1] * (param.ndim - 1))) if param.ndim else seen.reshape(())
     t = step.float()
     correction1 = 1 - beta1 ** t
