@@ -15,6 +15,7 @@ from lift3d.aftercare import WriterUnavailable, attempt, require_ffmpeg, require
 from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_mesh_box, reaching
 from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox
+from lift3d.export.html import write_html
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.naming import export_name
 from lift3d.export.splat import write_splat
@@ -37,6 +38,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "mesh-ply": ("mesh", ".ply mesh with vertex colours"),
     "3dgs-ply": ("write_3dgs_ply", "3D Gaussians in the 3DGS .ply layout"),
     "splat": ("gaussians", "3D Gaussians in the compact .splat layout"),
+    "html": ("gaussians", "one self-contained web page showing the Gaussians (WebGL, orbit controls, works offline)"),
     "spz": ("gaussian_params", "3D Gaussians in Niantic's compressed .spz (SH bands kept)"),
     "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantised, SH palette)"),
     "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
@@ -247,6 +249,10 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
             sources.write_3dgs_ply(path, keep=kept_gaussians(), sh_degree=degree)
             return [path]
+        if fmt == "html":
+            keep = kept_gaussians()
+            return write_html(path, sources.gaussians if keep is None else sources.gaussians.select(keep), title=stem,
+                              elevation_deg=cfg.video_elevation_deg)
         if fmt == "splat":
             keep = kept_gaussians()
             return write_splat(path, sources.gaussians if keep is None else sources.gaussians.select(keep))

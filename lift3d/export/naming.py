@@ -16,7 +16,7 @@ from pathlib import Path
 # format -> what follows the stem in the file's name (the obj's .mtl and texture .png take the stem too)
 FILE_ENDINGS: dict[str, str] = {
     "glb": ".glb", "obj": ".obj", "mesh-ply": "-mesh.ply", "3dgs-ply": "-gaussians.ply", "splat": ".splat",
-    "spz": ".spz", "sog": ".sog", "gltf-splat": "-gaussians.glb", "mp4": "-orbit.mp4", "gif": "-orbit.gif",
+    "spz": ".spz", "sog": ".sog", "gltf-splat": "-gaussians.glb", "mp4": "-orbit.mp4", "gif": "-orbit.gif", "html": ".html",
     "ksplat": ".ksplat", "sog-lod": "-lod/lod-meta.json",
 }
 
