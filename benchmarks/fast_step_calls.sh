@@ -3,6 +3,8 @@
 # on the device from the repository root, with .whl and .data_lego (and .data_fox) carried; JSON lines to $OUT.
 set -u
 source benchmarks/device_env.sh || exit 1
+# one gsplat build for every run: the fox's XDG_CACHE_HOME would otherwise move torch's extension folder (a rebuild)
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_extensions}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LEGO=.data_lego/lego
 bench() {  # name, then bench_lego_gaussians arguments
@@ -45,5 +47,15 @@ case "${1:-1}" in
         "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 15000, log]}}"
     bench profile_3k --steps 3100 --eval-at 3100 --val-views 5 --profile 100 --profile-start 3000 \
         system.optimizer.visible_adam=true
+    ;;
+3)  # the captured Adam restored (commit 5510b78): to be measured
+    python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
+    bench baseline --steps 7000 --eval-at 7000 --reference plain
+    bench visible_adam --steps 7000 --eval-at 7000 system.optimizer.visible_adam=true
+    fox fox_default
+    fox fox_visible_adam --set system.optimizer.visible_adam=true
+    bench sched15k_visible_adam --steps 15000 --eval-at 7500,15000 system.densify.refine_stop=7500 \
+        system.densify.reset_every=1500 system.gaussians.sh_degree_interval=500 system.optimizer.visible_adam=true \
+        "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 15000, log]}}"
     ;;
 esac
