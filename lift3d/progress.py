@@ -142,8 +142,8 @@ class Stage:
         """``n`` more units done; logs a progress line when ``every_s`` has passed since the last."""
         self.done += n
         now = time.monotonic()
-        if now - self._last < self.every_s:
-            return
+        if now - self._last < self.every_s or (self.total is not None and self.done >= self.total):
+            return  # the closing line reports the last count
         self._last = now
         elapsed = now - self._start
         eta = ""

@@ -77,8 +77,8 @@ def test_a_stage_logs_its_start_progress_with_eta_and_end(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "meshing: density (4 blocks)"
     assert lines[1].startswith("meshing: density: 1/4 blocks, 0 s, about 0 s left")
-    assert lines[4].startswith("meshing: density: 4/4 blocks") and lines[5].startswith("meshing: density: done, 4/4 blocks")
-    assert lines[6:] == ["quick (2 chunks)"]  # a quick stage costs one line
+    assert lines[3].startswith("meshing: density: 3/4 blocks") and lines[4].startswith("meshing: density: done, 4/4 blocks")
+    assert lines[5:] == ["quick (2 chunks)"]  # a quick stage costs one line
 
 
 @pytest.mark.parametrize("fmt, stage", [("mp4", "video: rendering 32 x 24 (3 frames)"), ("glb", "meshing: density on a")])
