@@ -30,12 +30,14 @@ A Gaussian system (activated tensors; colours from SH degree 0)::
 A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` and a ``colour_fn``.
 
 Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
-(needs ``write_3dgs_ply``); ``splat`` (needs ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
+(needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
 ``gaussian_params``; codecs in ``lift3d.gaussians.spz`` / ``.sog`` / ``.gltf_splat``); ``mp4``, ``gif`` (need
-``render_fn``). Files are ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``,
-``<stem>-gaussians.ply``, ``<stem>.splat``, ``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``,
-``<stem>-orbit.mp4``/``.gif``. A format the sources cannot make is an error naming
-what they can make; ``ply`` alone is refused as ambiguous.
+``render_fn``; framed by ``content_points``, as the viewer frames them: ``lift3d.framing``). Files are
+``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``, ``<stem>.splat``,
+``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``, ``<stem>-orbit.mp4``/``.gif``, ``<stem>.html``
+(``lift3d.export.naming``: a converted file's stem carries its format, so no export replaces another). A format the
+sources cannot make is an error naming what they can make; ``ply`` alone is refused as ambiguous. Options left at
+None (grid resolution, face target, turntable frames, rate and size) take ``DEVICE_DEFAULTS`` for the device.
 
 The parts are plain functions on tensors and arrays: ``extract_mesh`` (grid sampling in blocks,
 marching cubes, automatic threshold, clean-up, decimation, colours), ``GaussianField`` (density and
