@@ -160,3 +160,17 @@ def test_lightnings_optimizer_step_runs_the_closure_and_skips_adam_after_a_repla
 
     assert float(optimizer.step(eager_closure)) == 1.0
     assert not torch.equal(param.detach(), before)
+
+
+def test_slots_under_a_resolution_schedule_are_sized_from_every_training_view_at_the_batchs_size():
+    intrinsics = torch.tensor([[[400.0, 0.0, 200.0], [0.0, 400.0, 150.0], [0.0, 0.0, 1.0]]]).repeat(3, 1, 1)
+    every = Cameras(torch.eye(4).repeat(3, 1, 1), intrinsics, 400, 300)
+    system = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(train=SimpleNamespace(cameras=every))))
+    graphs = GraphedSplatStep(system)
+    quarter = Cameras(torch.eye(4)[None], intrinsics[:1] / 4, 100, 75)
+    viewmats, scaled = graphs._training_views(quarter)
+    assert viewmats.shape == (3, 4, 4) and torch.allclose(scaled[:, :2], intrinsics[:, :2] / 4)
+    _, full = graphs._training_views(every[0])
+    assert torch.equal(full, intrinsics)
+    odd = Cameras(torch.eye(4)[None], intrinsics[:1], 300, 300)  # another shape: the batch's own views
+    assert graphs._training_views(odd)[1].shape == (1, 3, 3)
