@@ -160,3 +160,51 @@ def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_ti
         trial = run_experiment("train", cfg, [config], overrides)
         scores[name] = json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"]
     assert scores["proposal"] > scores["march"] + 0.7, scores
+
+
+@pytest.mark.gpu
+def test_the_captured_proposal_step_gives_the_eager_loss_and_gradients(tmp_path):
+    """The unbounded recipe's step with proposal sampling as one CUDA graph (static shapes: no budgets, no host sync):
+    the replay's loss terms and gradients equal the eager step's (jitter off, so both see the same samples)."""
+    from lift3d.config import load_config
+    from lift3d.recipes import recipe_config
+    from lift3d.runner import build_parts
+    from lift3d.systems.captured_step import CapturedStep
+    from tests.test_reconstruct_nerf import TINY
+
+    scene = _sky_scene(tmp_path / "scene")
+    overrides = [f"data.root={scene}", f"output_root={tmp_path}", *TINY, "system.renderer.randomized=false",
+                 "system.appearance.enabled=false", *PROPOSAL]
+    cfg = load_config(recipe_config("reconstruct-nerf-unbounded"), overrides=overrides)
+    datamodule, system = build_parts(cfg)
+    system = system.cuda().train()
+    datamodule.setup("fit")
+    batch = {k: v.cuda() for k, v in datamodule._sample_rays(0, torch.Generator().manual_seed(0)).items() if torch.is_tensor(v)}
+    key = system.renderer.graph_key(batch["rays_o"].shape[0], batch["rays_o"].device)
+    assert key == ("proposal",)
+    params = [p for p in system.parameters() if p.requires_grad]
+    captured = CapturedStep(params)
+
+    def compute(inputs):
+        terms, _, _ = system.loss_terms(inputs)
+        return system.weighted_sum(terms), {f"term_{k}": v for k, v in terms.items()}
+
+    outputs = captured.run(key, batch, compute)
+    for p in params:
+        p.grad = None
+    captured.assign_gradients()
+    replayed = [None if p.grad is None else p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    terms, _, _ = system.loss_terms(batch)
+    assert {"rgb", "interlevel", "distortion"} <= set(terms)
+    system.weighted_sum(terms).backward()
+    for name, value in terms.items():
+        torch.testing.assert_close(outputs[f"term_{name}"], value.detach(), rtol=1e-4, atol=1e-6)
+    proposal_params = {id(p) for p in system.renderer.proposal.parameters()}
+    assert any(g is not None and id(p) in proposal_params and float(g.abs().sum()) > 0 for p, g in zip(params, replayed))
+    for got, p in zip(replayed, params):
+        if p.grad is None:
+            assert got is None or float(got.abs().max()) == 0.0
+        else:
+            torch.testing.assert_close(got, p.grad, rtol=1e-3, atol=1e-5)

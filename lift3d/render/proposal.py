@@ -82,7 +82,7 @@ class ProposalSampler(nn.Module, Updateable):
 
     def sample(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
         """Packed samples, ray-major with ``n_samples`` each ({"ray", "lo", "hi", "valid": None, "ray_ok": None}), and
-        under "proposal" what ``losses`` needs."""
+        under "proposal" what ``losses`` needs; ``training``: jittered (stratified) draws, else fixed ones."""
         n_rays, device = rays_o.shape[0], rays_o.device
         t_far = torch.maximum(t_far, t_near)
         u_near = step_index(t_near, self.step_size, self.disparity_from)

@@ -471,7 +471,7 @@ class VolumeRenderer(BaseModule):
         if self.cfg.sampler == "occupancy":
             samples = self._march(rays_o, rays_d, t_near, t_far, training, fuse=not need_normals and self.cfg.fuse_field_pass == "auto")
         elif self.proposal is not None:
-            samples = self.proposal.sample(rays_o, rays_d, t_near, t_far, training)
+            samples = self.proposal.sample(rays_o, rays_d, t_near, t_far, training and self.cfg.randomized)
         else:
             samples = self._importance(rays_o, rays_d, t_near, t_far, training)
         ray, lo, hi, valid = samples["ray"], samples["lo"], samples["hi"], samples["valid"]
