@@ -81,7 +81,9 @@ def test_gradients_reach_the_corrections_through_the_rasterizer():
     out["rgb"].sum().backward()
     grad = corrections.delta.grad
     assert grad[1].abs().sum() > 0 and grad[3].abs().sum() > 0
-    assert grad[0].abs().sum() == 0 and grad[2].abs().sum() == 0 and grad[4].abs().sum() == 0
+    # the other photos' rows get only the mean's share (corrections are centred): the same for each, summing to zero
+    assert torch.allclose(grad[0], grad[2]) and torch.allclose(grad[0], grad[4])
+    assert torch.allclose(grad.sum(0), torch.zeros(6), atol=1e-4 * float(grad.abs().max()))
 
 
 def test_held_out_views_and_inactive_corrections_leave_cameras_alone():
@@ -126,9 +128,15 @@ def _system(*overrides: str):
     return system
 
 
+def test_recipes_keep_the_given_poses_by_default():
+    system = _system()
+    system.setup_pose_refinement(_Photos(), EXTENT)
+    assert str(system.cfg.pose_refinement.enabled).lower() == "false" and not system.pose_refinement.active
+
+
 def test_gaussian_system_refines_the_poses_of_its_photos_in_their_own_optimizer_group():
-    system = _system("system.appearance.enabled=false")
-    assert system.cfg.pose_refinement.enabled == "auto" and not system.pose_refinement.active
+    system = _system("system.appearance.enabled=false", "system.pose_refinement.enabled=auto")
+    assert not system.pose_refinement.active
     system.setup_pose_refinement(_Photos(), EXTENT)
     assert system.pose_refinement.delta.shape == (3, 6)
     groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
@@ -141,11 +149,12 @@ def test_gaussian_system_refines_the_poses_of_its_photos_in_their_own_optimizer_
     terms, _ = system.loss_terms(cameras, torch.ones(2, 3), torch.rand(2, 8, 8, 3), index=torch.tensor([0, 2]))
     (terms["l1"] + terms["ssim"]).backward()
     grad = system.pose_refinement.delta.grad
-    assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0 and grad[1].abs().sum() == 0
+    assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0
+    assert torch.allclose(grad.sum(0), torch.zeros(6), atol=1e-4 * float(grad.abs().max()))  # centred corrections
 
 
-def test_blender_objects_keep_their_poses_by_default():
-    system = _system()
+def test_blender_objects_keep_their_poses_under_auto():
+    system = _system("system.pose_refinement.enabled=auto")
 
     class Blender(_Photos):
         class capture:  # noqa: N801 - a stand-in attribute
@@ -219,7 +228,7 @@ def fit(tmp_path: Path, scene: Path, tag: str, refine: str, steps: int, lr: floa
     frames = json.loads((scene / "transforms_train.json").read_text())["frames"]
     given = torch.tensor([f["transform_matrix"] for f in frames], dtype=torch.float32)
     delta = state["pose_refinement.delta"]
-    c2w = correct_c2w(given, delta, state["pose_refinement.extent"]) if len(delta) else given
+    c2w = correct_c2w(given, delta - delta.mean(0), state["pose_refinement.extent"]) if len(delta) else given
     return psnr, c2w, trial
 
 
@@ -281,7 +290,7 @@ def test_gradients_reach_the_corrections_through_gsplat(capacity):
                     isect_capacity=capacity)
     out["rgb"].sum().backward()
     grad = corrections.delta.grad.cpu()
-    assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0 and grad[1].abs().sum() == 0
+    assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0 and torch.allclose(grad[1], grad[3])
 
 
 @pytest.mark.gpu

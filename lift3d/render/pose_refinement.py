@@ -112,8 +112,8 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
 
 # ----------------------------------------------------------------------------------- the state
 class PoseCorrections(BaseModule):
-    """One pose correction per training photo, ``delta`` [N, 6] (zero: the given pose), and ``extent``, the unit of
-    its shifts. Empty (N = 0, and frozen: no gradient and no optimizer group) until ``resize`` gives it the number of
+    """One pose correction per training photo, ``delta`` [N, 6] (zero: the given pose; applied less their mean, see
+    ``centred``), and ``extent``, the unit of its shifts. Empty (N = 0, and frozen: no gradient and no optimizer group) until ``resize`` gives it the number of
     training photos. Only training photos named by a batch's ``index`` are corrected; held-out photos keep their
     given poses."""
 
@@ -162,14 +162,21 @@ class PoseCorrections(BaseModule):
         an index (validation and test views)."""
         if not self.active or index is None:
             return cameras
-        delta = self.delta.index_select(0, index.to(self.delta.device).long())
-        return correct_cameras(cameras, delta, self.extent)
+        return correct_cameras(cameras, self.centred(index.to(self.delta.device).long()), self.extent)
+
+    def centred(self, index: Tensor | None = None) -> Tensor:
+        """The corrections [B, 6] of training photos ``index`` [B] (all when None) less the mean correction: the
+        training cameras as a whole cannot drift (their mean correction is zero), so they stay in the frame of the
+        held-out photos, whose given poses are the scene's reference; without it the scene and every training pose
+        could move together at no cost in the loss, and the held-out views would see the scene shifted."""
+        delta = self.delta if index is None else self.delta.index_select(0, index)
+        return delta - self.delta.mean(0)
 
     def corrected_c2w(self, c2w: Tensor) -> Tensor:
         """All training poses [N, 4, 4] (in photo order) corrected: what the refinement learnt."""
         if not self.active:
             return c2w
-        return correct_c2w(c2w, self.delta.detach().to(c2w.device), self.extent.to(c2w.device))
+        return correct_c2w(c2w, self.centred().detach().to(c2w.device), self.extent.to(c2w.device))
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         """Take the checkpoint's number of corrections (a run evaluated or exported without set-up has none yet); a

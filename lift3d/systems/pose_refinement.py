@@ -35,7 +35,7 @@ class PoseRefinementHooks:
             return
         fmt = capture_format(datamodule)
         if self.pose_refinement.setup_for(fmt, len(train), extent):
-            log.info("camera pose refinement on (%s capture): %d training poses refined (lr %g); held-out photos keep "
+            log.info("camera pose refinement on (%s capture): %d training poses refined (lr %s); held-out photos keep "
                      "their given poses", fmt or "this", len(train), self.pose_refinement.cfg.lr)
 
     def configure_optimizers(self) -> Any:
