@@ -58,4 +58,25 @@ case "${1:-1}" in
         system.densify.reset_every=1500 system.gaussians.sh_degree_interval=500 system.optimizer.visible_adam=true \
         "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 15000, log]}}"
     ;;
+4)  # tenth session, lead's call 1: captured Adam back, pose refinement's effect on the fox, the fox's plain loop
+    export XDG_CACHE_HOME=$PWD/.data_fox/cache
+    python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
+    bench baseline --steps 7000 --eval-at 7000 --reference plain
+    fox fox_default
+    fox fox_pose_off --set system.pose_refinement.enabled=false
+    bench fox_no_appearance_plain --data .data_fox/fox --steps 7000 --eval-at 7000 --reference plain \
+        system.appearance.enabled=false system.pose_refinement.enabled=false
+    bench visible_adam --steps 7000 --eval-at 7000 system.optimizer.visible_adam=true
+    ;;
+5)  # tenth session, lead's call 2: the GPU tests of this session's work, TripoSR's timings, lego at 15k and 30k
+    export LIFT3D_TEST_DATA=$PWD/.data
+    python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
+    timeout 240 python3 -m pytest -m gpu -q -rfE tests/test_pose_refinement.py tests/test_graphed_splats_mixed_sizes.py \
+        tests/test_fast_splat_step_gpu.py tests/test_generators_triposr.py 2>&1 | tail -15 | tee -a "$OUT/log.txt"
+    timeout 90 python3 benchmarks/bench_triposr.py 2>>"$OUT/stderr.txt" | grep '^{' | tee -a "$OUT/results.jsonl"
+    bench sched15k_visible_adam --steps 15000 --eval-at 7500,15000 system.densify.refine_stop=7500 \
+        system.densify.reset_every=1500 system.gaussians.sh_degree_interval=500 system.optimizer.visible_adam=true \
+        "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 15000, log]}}"
+    bench default_30k --steps 30000 --eval-at 7000,30000
+    ;;
 esac

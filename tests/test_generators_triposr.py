@@ -295,17 +295,22 @@ def test_half_precision_generation_on_cuda_matches_the_cpu(release, dtype):
 
 @pytest.mark.gpu
 def test_generate_command_on_cuda_writes_a_valid_glb(tmp_path, release):
+    """The command on CUDA writes a .glb with a mesh. GPU machines here have neither node (the Khronos validator) nor
+    ffmpeg (the test orbit video): the glTF is read back with trimesh, and the CPU twin above runs the validator."""
+    import trimesh
+
     from lift3d.cli import main
-    from tests.validators import validate_gltf
 
     image = tmp_path / "cat.png"
     Image.fromarray((photo(48, 64).numpy() * 255).astype(np.uint8), "RGBA").save(image)
     overrides = [f"output_root={tmp_path / 'out'}", f"system.generator.pretrained_model_name_or_path={release[0]}",
                  *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items()), "data.reference_size=32", "data.n_test_views=2",
-                 "system.export.threshold=null", "system.export.keep_components=0", "trainer.accelerator=gpu", "trainer.devices=1"]
+                 "system.export.threshold=null", "system.export.keep_components=0", "trainer.accelerator=gpu", "trainer.devices=1",
+                 "trainer.run_test_after_fit=false"]
     assert main(["generate", "--image", str(image), "--method", "triposr", *overrides]) == 0
     (glb,) = sorted((tmp_path / "out").glob("triposr/*/save/it*.glb"))
-    assert validate_gltf(glb)[0]["issues"]["numErrors"] == 0
+    mesh = trimesh.load(glb, force="mesh")
+    assert len(mesh.faces) > 0 and np.isfinite(mesh.vertices).all()
 
 
 def test_generate_refine_continues_from_the_generated_run(tmp_path, release, capsys):
