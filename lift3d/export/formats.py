@@ -344,13 +344,14 @@ def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: Rende
 def gaussian_sources(
     gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
     render_fn: RenderFn | None = None, device: torch.device | str | None = None, field: GaussianField | None = None,
-    gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None,
+    gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None, antialiased: bool = False,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
     coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
     Queries run on ``device`` (None: where the Gaussians are); ``field``: their density field if the
     caller already built it (with cfg.gaussian_cutoff_sigma); ``gaussian_params``: the model's pre-activation
-    parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat)."""
+    parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat);
+    ``antialiased``: trained with the 2D (Mip-Splatting) filter, which the .spz header records."""
     device = gaussians.means.device if device is None else torch.device(device)
     if cfg.gaussian_colours not in ("query", "render"):
         raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
@@ -390,7 +391,7 @@ def gaussian_sources(
 
     return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
                          gaussian_params=gaussian_params, render_fn=render_fn, device=device,
-                         content_points=lambda: gaussians.means)
+                         content_points=lambda: gaussians.means, antialiased=antialiased)
 
 
 def gaussian_keep_mask(gaussians: GaussianTensors, min_opacity: float, max_count: int) -> torch.Tensor | None:

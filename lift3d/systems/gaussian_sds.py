@@ -203,4 +203,5 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
                                 write_3dgs_ply=lambda path, **kept: save_ply(path, self.gaussians, **kept),
                                 gaussian_params=self.gaussians.parameters_dict,
                                 render_fn=lambda cameras: self.render({"cameras": cameras}), device=self.device,
-                                field=self.surface_queries()[0])
+                                field=self.surface_queries()[0],
+                                antialiased=self.renderer.cfg.rasterize_mode == "antialiased")

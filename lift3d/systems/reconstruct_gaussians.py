@@ -267,4 +267,5 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
                                   colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
         return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
                                 gaussian_params=g.parameters_dict,
-                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
+                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,
+                                antialiased=self.renderer.cfg.rasterize_mode == "antialiased")
