@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -110,7 +111,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on CUDA), fp32, fp16, bf16")
     parser.add_argument("--resolution", type=int, default=256, help="marching-cubes samples per side")
-    parser.add_argument("--texture-size", type=int, default=1024)
+    parser.add_argument("--texture-sizes", default="0,1024", help="comma-separated: each a timed .glb export (0: vertex colours)")
     parser.add_argument("--repeats", type=int, default=5, help="timed forward passes (median reported)")
     args = parser.parse_args()
     from lift3d.export import ExportConfig, ExportSources, export_formats, mesh_from_field
@@ -155,7 +156,8 @@ def main() -> None:
     field = generator.generate(rgba).build().to(device)
     del generator
     sculpt_sphere(field)
-    cfg = ExportConfig(resolution=args.resolution, threshold=25.0, texture_size=args.texture_size, formats=["glb"])
+    sizes = [int(size) for size in args.texture_sizes.split(",")]
+    cfg = ExportConfig(resolution=args.resolution, threshold=25.0, texture_size=sizes[0], formats=["glb"])
     albedo = lambda p: torch.sigmoid(field.features(p))  # noqa: E731  (the emission material's colour)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -165,16 +167,19 @@ def main() -> None:
         sync()
         record["marching_cubes_s"] = round(time.perf_counter() - start, 3)
         record["faces"] = int(len(mesh.faces))
-        with tempfile.TemporaryDirectory() as out:
-            start = time.perf_counter()
-            written = export_formats(OutputSaver(Path(out)), ["glb"], cfg, ExportSources(mesh=lambda: mesh, colour_fn=albedo,
-                                                                                          device=device))
-            sync()
-            record["export_glb_s"] = round(time.perf_counter() - start, 3)
-            record["glb_mb"] = round(written[0].stat().st_size / 2**20, 2)
+        for size in sizes:  # the same mesh exported with vertex colours and with a baked texture of each size
+            with tempfile.TemporaryDirectory() as out:
+                start = time.perf_counter()
+                written = export_formats(OutputSaver(Path(out)), ["glb"], replace(cfg, texture_size=size),
+                                         ExportSources(mesh=lambda: mesh, colour_fn=albedo, device=device))
+                sync()
+                record[f"export_glb_texture{size}_s"] = round(time.perf_counter() - start, 3)
+                record[f"glb_texture{size}_mb"] = round(written[0].stat().st_size / 2**20, 2)
     if cuda:
         record["mesh_export_peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-    record["forward_mesh_export_s"] = round(record["forward_s"] + record["marching_cubes_s"] + record["export_glb_s"], 3)
+    for size in sizes:
+        total = record["forward_s"] + record["marching_cubes_s"] + record[f"export_glb_texture{size}_s"]
+        record[f"forward_mesh_export_texture{size}_s"] = round(total, 3)
     print(json.dumps(record), flush=True)
 
 
