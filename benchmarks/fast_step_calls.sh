@@ -79,4 +79,13 @@ case "${1:-1}" in
         "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 15000, log]}}"
     bench default_30k --steps 30000 --eval-at 7000,30000
     ;;
+6)  # tenth session, lead's call 3: TripoSR's export modes and GPU tests, lego on a 20k schedule
+    export LIFT3D_TEST_DATA=$PWD/.data
+    timeout 150 python3 -m pytest -m gpu -q -rfE tests/test_generators_triposr.py 2>&1 | tail -6 | tee -a "$OUT/log.txt"
+    timeout 120 python3 benchmarks/bench_triposr.py 2>>"$OUT/stderr.txt" | grep '^{' | tee -a "$OUT/results.jsonl"
+    python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
+    bench sched20k_visible_adam --steps 20000 --eval-at 10000,20000 system.densify.refine_stop=10000 \
+        system.densify.reset_every=2000 system.gaussians.sh_degree_interval=700 system.optimizer.visible_adam=true \
+        "system.optimizer.params={gaussians.means: {lr: [0, 1.6e-4, 1.6e-6, 20000, log]}}"
+    ;;
 esac
