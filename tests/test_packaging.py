@@ -49,7 +49,9 @@ def test_wheel_holds_every_recipe_asset_and_module(wheel):
     recipes = sorted(p.relative_to(REPO).as_posix() for p in (PACKAGE / "configs").glob("*.yaml"))
     assets = sorted(p.relative_to(REPO).as_posix() for p in (PACKAGE / "assets").rglob("*") if p.is_file())
     assert len(recipes) >= 30 and "lift3d/configs/reconstruct-gaussians-sample.yaml" in recipes
-    assert len(assets) == 2 + N_TRAIN + N_VAL  # transforms_{train,val}.json and the photos
+    scene = [a for a in assets if a.startswith("lift3d/assets/sample_scene/")]
+    assert len(scene) == 2 + N_TRAIN + N_VAL  # transforms_{train,val}.json and the photos
+    assert "lift3d/assets/html/splat_viewer.js" in assets  # the html export's viewer
     assert [r for r in recipes if r not in names] == []
     assert [a for a in assets if a not in names] == []
     assert "lift3d/py.typed" in names
