@@ -56,3 +56,13 @@ def test_a_half_turn_only_changes_sh_signs():
 def test_a_reflection_is_refused():
     with pytest.raises(ValueError, match="proper rotation"):
         rotate_gaussians(random_params(3, degree=1), torch.diag(torch.tensor([1.0, 1.0, -1.0])))
+
+
+def test_sh_rotation_of_half_turns_is_exact_and_the_same_every_call():
+    """A half turn about an axis (the .spz and glTF axis conversions) turns each SH coefficient into +-itself: exactly,
+    and identically on every call (the least-squares solve alone leaves call-to-call noise near 1e-16, which broke
+    exact round trips)."""
+    for matrix in (FLIP_YZ, [[-1.0, 0, 0], [0, -1.0, 0], [0, 0, 1.0]], [[-1.0, 0, 0], [0, 1.0, 0], [0, 0, -1.0]]):
+        first = sh_rotation(torch.as_tensor(matrix, dtype=torch.float64), 3)
+        assert torch.equal(first, first.round()) and torch.equal(first.abs(), torch.eye(16, dtype=torch.float64))
+        assert all(torch.equal(first, sh_rotation(torch.as_tensor(matrix, dtype=torch.float64), 3)) for _ in range(20))

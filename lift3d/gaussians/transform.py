@@ -69,7 +69,9 @@ def sh_rotation(matrix: Tensor, degree: int) -> Tensor:
     for band in range(degree + 1):
         s = slice(band * band, (band + 1) ** 2)
         out[s, s] = torch.linalg.lstsq(a[:, s], b[:, s]).solution
-    return out
+    # the solve leaves ~1e-16 noise that varies from call to call (threaded BLAS); entries that are 0 or +-1 within
+    # 1e-9 are made exact, so axis flips and quarter turns convert SH exactly and the same way every time
+    return torch.where((out - out.round()).abs() < 1e-9, out.round(), out)
 
 
 def rotate_gaussians(params: dict[str, Tensor], matrix) -> dict[str, Tensor]:
