@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-cap", type=float, default=0.0, help="stop training after this many seconds (then validate)")
     args = parser.parse_args(argv)
 
-    import lift3d.runner as runner
+    import lift3d.runs.runner as runner
     from lift3d.commands.reconstruct import is_unbounded, recipe_for
     from lift3d.config import load_config
     from lift3d.data.scene import detect_format

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # lift3d.gaussians.replicas.DDP_GRAPHS_ENV (read there by every rank)
+DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # lift3d.systems.replicas.DDP_GRAPHS_ENV (read there by every rank)
 for folder in (REPO, REPO / "benchmarks"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
@@ -55,7 +55,7 @@ def worker(args: argparse.Namespace) -> int:
     from lightning.pytorch.callbacks import Callback
 
     from lift3d.config import load_config
-    from lift3d.runner import build_parts, build_trainer
+    from lift3d.runs.runner import build_parts, build_trainer
 
     cpu = args.cpu
     devices: Any = int(args.devices) if cpu else [int(d) for d in args.devices.split(",")]

@@ -97,7 +97,7 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
               profile_start: int = 20) -> tuple[dict[str, Any], Path]:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     cfg = load_config(recipe_config(recipe), overrides=overrides)
     timer = StageTimer()
@@ -105,7 +105,7 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
 
     window = ProfileWindow(profile_start, profile)  # after the warm-up steps
     windows = WindowTimer()
-    import lift3d.runner as runner
+    import lift3d.runs.runner as runner
 
     build = runner.build_trainer
 

@@ -47,7 +47,7 @@ from profiling import HostProfileWindow, ProfileWindow, StepTimes, build_gsplat_
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
+from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
 
 
 def default_data() -> Path:

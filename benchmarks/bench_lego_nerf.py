@@ -267,7 +267,7 @@ def train_recipe(cfg, trial: Path, checkpoints: list[int], args, name: str) -> t
     """Train the recipe ``cfg`` through the CLI's trainer, scoring at the checkpoint steps -> (system, data, records)."""
     import lightning as L
 
-    from lift3d.runner import build_parts, build_trainer
+    from lift3d.runs.runner import build_parts, build_trainer
 
     start = time.perf_counter()
     trainer = build_trainer(cfg, trial, train=True)

@@ -21,7 +21,7 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.meshes.mesh import Mesh
 from lift3d.meshes.primitives import sphere_with_faces
 from lift3d.meshes.topology import edge_topology
-from lift3d.render.mesh_renderer import MeshRenderer
+from lift3d.render.meshes.renderer import MeshRenderer
 
 
 def bumpy_sphere(target_faces: int, device: torch.device) -> Mesh:

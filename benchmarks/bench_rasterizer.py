@@ -29,8 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at  # noqa: E402
-from lift3d.render import splat  # noqa: E402
-from lift3d.render.splat import Splats, rasterize  # noqa: E402
+from lift3d.render.splats import renderer as splat  # noqa: E402
+from lift3d.render.splats.renderer import Splats, rasterize  # noqa: E402
 
 
 def scene(n: int, device: torch.device, seed: int = 0) -> Splats:

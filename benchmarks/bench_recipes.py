@@ -74,7 +74,7 @@ from random_if import build_if_models  # noqa: E402
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
 from lift3d.registry import find  # noqa: E402
-from lift3d.runner import build_parts, build_trainer  # noqa: E402
+from lift3d.runs.runner import build_parts, build_trainer  # noqa: E402
 
 PROMPT = ["system.guidance.prompt=a DSLR photo of a hamburger", "system.guidance.prompt_cache_dir=none"]
 PD64 = ["data.height=64", "data.width=64", "data.batch_size=1", "data.resolution_milestones=[]"]
@@ -276,7 +276,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
     if deepfloyd:  # 0: every embedding came from the disk cache, the encoder was never built in the measured run
         record["text_encoder_calls"] = system.guidance.prompts.encoder_calls
     if hasattr(system, "gaussians"):
-        from lift3d.render.splat import choose_backend
+        from lift3d.render.splats.renderer import choose_backend
 
         record["gaussians"] = len(system.gaussians)  # after the run's densification
         record["splat_backend"] = choose_backend(system.renderer.cfg.backend, device)

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lift3d.render.compositing import segment_starts  # noqa: E402
+from lift3d.render.volume.compositing import segment_starts  # noqa: E402
 
 
 def cummax_segment_starts(ray_indices: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Sizes and render fidelity of lift3d's Gaussian file formats on a lego reconstruction.
 
 Writes the same Gaussians as the 3DGS .ply, .splat, .spz, .sog and KHR_gaussian_splatting .glb, reads each
-back through ``lift3d.gaussians.files.load_gaussian_file`` (what ``lift3d`` uses wherever it loads a Gaussian
+back through ``lift3d.gaussians.formats.files.load_gaussian_file`` (what ``lift3d`` uses wherever it loads a Gaussian
 file), renders it with lift3d's rasterizer from an orbit of views around the object and prints one JSON line:
 each file's size, its ratio to the .ply, and the PSNR of its renders against the .ply's renders (the .ply is
 lossless, so its renders are the reference; ``null`` means identical images). Targets (issue 21): .sog and .spz
@@ -34,17 +34,17 @@ sys.path.insert(0, str(REPO))
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.export.gaussian_density import GaussianTensors  # noqa: E402
-from lift3d.export.splat import rgb_from_sh_dc, write_splat  # noqa: E402
 from lift3d.export.video import orbit_cameras  # noqa: E402
-from lift3d.gaussians.files import load_gaussian_file  # noqa: E402
-from lift3d.gaussians.gltf_splat import save_gltf_splat  # noqa: E402
-from lift3d.gaussians.ply import save_ply, with_sh_degree  # noqa: E402
-from lift3d.gaussians.sh import degree_of  # noqa: E402
-from lift3d.gaussians.sog import save_sog  # noqa: E402
-from lift3d.gaussians.spz import save_spz  # noqa: E402
+from lift3d.gaussians.formats.files import load_gaussian_file  # noqa: E402
+from lift3d.gaussians.formats.gltf import save_gltf_splat  # noqa: E402
+from lift3d.gaussians.formats.ply import save_ply, with_sh_degree  # noqa: E402
+from lift3d.gaussians.formats.sog import save_sog  # noqa: E402
+from lift3d.gaussians.formats.splat import rgb_from_sh_dc, write_splat  # noqa: E402
+from lift3d.gaussians.formats.spz import save_spz  # noqa: E402
 from lift3d.metrics import psnr  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
 from lift3d.registry import find  # noqa: E402
+from lift3d.render.splats.sh import degree_of  # noqa: E402
 
 
 def default_data() -> Path:
@@ -58,7 +58,7 @@ def train_lego(data: Path, steps: int, max_side: int, output: Path) -> dict[str,
     """Pre-activation parameters of Gaussians fitted to lego on the CPU (reconstruct-gaussians-cpu, SH degree 3)."""
     import lightning as L
 
-    from lift3d.runner import build_parts, build_trainer, make_trial_dir
+    from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir
 
     overrides = [
         f"output_root={output}", f"data.root={data}", f"data.max_image_side={max_side}", f"trainer.max_steps={steps}",

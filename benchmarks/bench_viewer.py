@@ -36,7 +36,7 @@ from benchmarks.bench_lego_gaussians import default_data  # noqa: E402
 from lift3d.cameras import look_at  # noqa: E402
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
+from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
 
 
 class StepTimer(Callback):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lift3d.config import load_config  # noqa: E402
 from lift3d.data.sample_scene import sample_scene_path  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runner import run_experiment  # noqa: E402
+from lift3d.runs.runner import run_experiment  # noqa: E402
 
 
 def run(precision: str, steps: int, recipe: str) -> dict:

@@ -28,7 +28,7 @@ from lightning.pytorch.callbacks import Callback
 from lift3d.config import ExperimentConfig, load_config
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
-from lift3d.runner import build_parts, build_trainer
+from lift3d.runs.runner import build_parts, build_trainer
 
 TWIN = "mvdream-analytic"  # the offline twin of the mvdream recipe: same NeRF and 4-view loop, analytic prior
 SHARED = ("field_type", "field", "material_type", "material", "background_type", "background",

@@ -25,7 +25,7 @@ def train_plain(cfg: Any, datamodule: Any, device: torch.device, checkpoints: li
     training has passed, checked every 50 steps) stop the clock and record ``score(system)``."""
     import lightning as L
 
-    from lift3d.runner import build_parts
+    from lift3d.runs.runner import build_parts
 
     L.seed_everything(cfg.seed, verbose=False)
     _, system = build_parts(cfg)

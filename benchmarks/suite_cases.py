@@ -81,7 +81,7 @@ def raster_case(backend: str, backward: bool) -> Callable[[Context], Prepared]:
 
     def setup(ctx: Context) -> Prepared:
         from benchmarks import bench_rasterizer as br
-        from lift3d.render.splat import rasterize
+        from lift3d.render.splats.renderer import rasterize
 
         if backend == "gsplat" and ctx.device.type != "cuda":
             raise SkipCase("gsplat needs CUDA")

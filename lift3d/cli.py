@@ -14,7 +14,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from lift3d import __version__, threads
+from lift3d import __version__
+from lift3d.runs import threads
 
 # sub-command -> module in lift3d.commands (each has HELP, add_arguments(parser), run(args) -> int)
 COMMAND_MODULES: dict[str, str] = {
@@ -45,7 +46,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ("lift3d.data.reference_image", "ReferenceImageError"),
         ("lift3d.export.formats", "ExportFormatError"),
         ("lift3d.systems.base", "NonFiniteLossError"),
-        ("lift3d.gaussians.ply", "PlyFormatError"),
+        ("lift3d.gaussians.formats.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),
         ("lift3d.commands.export", "ExportFailedError"),
     ):
@@ -143,7 +144,7 @@ def check_arguments(argv: Sequence[str], args: argparse.Namespace) -> None:
     """Arguments no sub-command can use: names that are not UTF-8 (Linux hands undecodable bytes through as
     surrogates, which fail later when a path is written into a config, a log or JSON) and ports out of range."""
     from lift3d.config import ConfigError
-    from lift3d.trainer_checks import check_port
+    from lift3d.runs.trainer_checks import check_port
 
     for item in argv:
         if any("\udc80" <= ch <= "\udcff" for ch in item):

@@ -56,7 +56,7 @@ def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
     """A run with the default (relative) ``output_root`` started while the working directory is in the checkout writes
     its trial under a temp folder, not ``outputs/`` in the user's clone (a test that chdirs to its tmp_path first keeps
     ``tmp_path/outputs``). Every trial folder comes from ``runner.make_trial_dir``, so that is the one place to redirect."""
-    import lift3d.runner as runner
+    import lift3d.runs.runner as runner
 
     make_trial_dir = runner.make_trial_dir
 

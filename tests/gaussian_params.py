@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lift3d.export.gaussian_density import quat_to_rotmat
-from lift3d.gaussians.sh import num_bases
+from lift3d.render.splats.sh import num_bases
 
 
 def random_params(n: int = 64, degree: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:

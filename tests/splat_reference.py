@@ -1,6 +1,6 @@
 """An independent, brute-force per-pixel Gaussian renderer in float64 NumPy (the tests' reference).
 
-It follows the rules written in lift3d.render.splat_torch's docstring one pixel and one Gaussian at a
+It follows the rules written in lift3d.render.splats.torch_backend's docstring one pixel and one Gaussian at a
 time, without tiles, chunks or vectorised tricks, and shares no code with lift3d's rasterizer.
 """
 

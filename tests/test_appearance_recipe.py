@@ -14,7 +14,7 @@ from PIL import Image
 from lift3d.config import load_config
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 
 GAIN = (0.5, 1.5)  # exposure gain per training photo
 TINT = (0.7, 1.3)  # white-balance gain per colour channel per training photo

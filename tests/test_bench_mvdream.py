@@ -60,7 +60,7 @@ def test_the_pretrained_state_is_the_timed_systems_and_not_a_fresh_one(bench):
     from benchmarks.field_start import load_pretrained, parse_field_start, pretrain, pretrain_config
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts
+    from lift3d.runs.runner import build_parts
 
     args = bench.parse_args(["--tiny", "--cases", "mvdream-256", "--field-start", "analytic:8"])
     timed = load_config(recipe_config("mvdream"), overrides=bench.case_overrides("mvdream-256", args))

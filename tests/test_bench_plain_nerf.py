@@ -7,7 +7,7 @@ from benchmarks.plain_nerf import train_plain
 from lift3d.config import load_config
 from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config
-from lift3d.runner import build_parts
+from lift3d.runs.runner import build_parts
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 from tests.test_reconstruct_nerf import TINY
 

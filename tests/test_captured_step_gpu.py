@@ -11,7 +11,7 @@ import torch
 
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
-from lift3d.runner import build_parts, build_trainer
+from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.captured_step import CapturedStep
 from tests.test_reconstruct_nerf import TINY
 

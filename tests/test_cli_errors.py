@@ -108,8 +108,8 @@ def _cases(tmp, run):
     (tmp / "notmesh.glb").write_text("not a glb")
     (tmp / "nokeys.json").write_text('{"keyframes": []}')
     (tmp / "path.json").write_text(json.dumps({"keyframes": [{"c2w": torch.eye(4).tolist()}]}))
+    from lift3d.gaussians.formats.ply import save_ply
     from lift3d.gaussians.model import GaussianModel
-    from lift3d.gaussians.ply import save_ply
 
     model = GaussianModel({"sh_degree": 0})
     model.initialize(torch.rand(20, 3), torch.rand(20, 3))
@@ -282,9 +282,9 @@ def test_train_with_gpus_fails_before_the_config_is_used(tmp_path, capsys, time_
 
 def test_lightnings_own_refusals_are_user_errors_too(tmp_path, capsys, monkeypatch, time_limit):
     """A trainer value lift3d does not check itself still ends as one line naming Lightning's reason."""
-    import lift3d.runner
+    import lift3d.runs.runner
 
-    monkeypatch.setattr(lift3d.runner, "check_trainer", lambda cfg: None)
+    monkeypatch.setattr(lift3d.runs.runner, "check_trainer", lambda cfg: None)
     _fails_cleanly(["reconstruct", f"output_root={tmp_path}", "trainer.max_steps=-5"], capsys,
                    ["Lightning refused the trainer settings", "max_steps"])
 
@@ -323,8 +323,8 @@ def test_a_zero_vertex_ply_is_refused(command, empty_ply, capsys, time_limit):
 
 def test_a_full_disk_while_exporting(tmp_path, capsys, monkeypatch, time_limit):
     import lift3d.export.formats as formats
+    from lift3d.gaussians.formats.ply import save_ply
     from lift3d.gaussians.model import GaussianModel
-    from lift3d.gaussians.ply import save_ply
 
     model = GaussianModel({"sh_degree": 0})
     model.initialize(torch.rand(20, 3), torch.rand(20, 3))
@@ -369,8 +369,8 @@ def test_ports_out_of_range(command, capsys, time_limit):
                                                 ("nosuchhost.invalid", "the name does not resolve")])
 def test_a_viewer_that_cannot_listen_fails_fast(host, expected, tmp_path, capsys, time_limit):
     """viser retries 1000 ports on a thread and its caller waits forever; lift3d checks the host first."""
+    from lift3d.gaussians.formats.ply import save_ply
     from lift3d.gaussians.model import GaussianModel
-    from lift3d.gaussians.ply import save_ply
 
     model = GaussianModel({"sh_degree": 0})
     model.initialize(torch.rand(20, 3), torch.rand(20, 3))

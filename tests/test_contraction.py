@@ -7,7 +7,7 @@ import torch
 
 from lift3d.fields.contraction import contract, from_unit_cube, to_unit_cube, uncontract
 from lift3d.registry import find
-from lift3d.render.sampling import step_bounds, step_distance, step_index
+from lift3d.render.volume.sampling import step_bounds, step_distance, step_index
 from tests.nerf_fields import AnalyticField, single_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -148,7 +148,7 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     from lift3d.data.sample_scene import render_toy, sample_cameras
     from lift3d.data.scene import detect_format
     from lift3d.metrics import psnr
-    from lift3d.runner import build_parts, load_system, run_experiment
+    from lift3d.runs.runner import build_parts, load_system, run_experiment
     from tests.test_reconstruct_nerf import TINY
 
     scene = tmp_path / "scene"

@@ -15,7 +15,7 @@ from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.metrics import psnr, ssim
 from lift3d.recipes import recipe_config
 from lift3d.rng import step_generator
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from tests.mixed_photo_sets import HOLDOUT, write_colmap_scene, write_nerfstudio_scene
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from lift3d.config import load_config
-from lift3d.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer, throttle_sigterm_broadcast
+from lift3d.runs.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer, throttle_sigterm_broadcast
 from tests.conftest import TEST_CONFIGS
 
 

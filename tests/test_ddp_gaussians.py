@@ -18,12 +18,12 @@ import torch.multiprocessing as mp
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.config import load_config
 from lift3d.gaussians.model import GaussianModel
-from lift3d.gaussians.replicas import ReplicaDivergenceError, ReplicatedDDPStrategy, check_replicas
 from lift3d.gaussians.strategy import DensifyStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runner import TRIAL_DIR_ENV, build_trainer
+from lift3d.runs.runner import TRIAL_DIR_ENV, build_trainer
 from lift3d.systems.base import _finite_on_every_rank
+from lift3d.systems.replicas import ReplicaDivergenceError, ReplicatedDDPStrategy, check_replicas
 from tests.conftest import TEST_CONFIGS
 
 REPO = TEST_CONFIGS.parents[1]

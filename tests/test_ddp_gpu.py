@@ -40,8 +40,8 @@ def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path, vie
     two views per step per rank, and with the captured step (render, loss, backward as a CUDA graph; Adam eager after
     the all-reduce) under LIFT3D_DDP_CUDA_GRAPHS=1: the ranks end with bit-identical Gaussians and Adam state (the
     CPU twins: tests/test_ddp_gaussians.py, tests/test_ddp_views.py)."""
-    from lift3d.gaussians.replicas import DDP_GRAPHS_ENV
-    from lift3d.render.splat_gsplat import gsplat_available
+    from lift3d.render.splats.gsplat_backend import gsplat_available
+    from lift3d.systems.replicas import DDP_GRAPHS_ENV
 
     scene = TEST_CONFIGS.parents[1] / "lift3d" / "assets" / "sample_scene"
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "reconstruct-gaussians-ddp.yaml"), "--gpus", "0,1",

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
-from lift3d.gaussians.replicas import DDP_GRAPHS_DEFAULT, DDP_GRAPHS_ENV
 from lift3d.systems.graphed_splats import SLOT_GRAIN, GraphedSplatStep
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
+from lift3d.systems.replicas import DDP_GRAPHS_DEFAULT, DDP_GRAPHS_ENV
 
 
 def _system_and_views() -> tuple[ReconstructGaussiansSystem, Cameras, torch.Tensor]:
@@ -106,7 +106,7 @@ def test_the_captured_step_stays_off_under_ddp_unless_asked_and_then_leaves_adam
 
 def test_intersection_slots_hold_a_batch_of_views(monkeypatch):
     """A batch of B views renders into one set of slots: they hold the B views that need the most, not one view's."""
-    import lift3d.render.splat_gsplat as splat_gsplat
+    import lift3d.render.splats.gsplat_backend as splat_gsplat
 
     counts = torch.tensor([70_000, 200_000, 150_000, 10_000])
     monkeypatch.setattr(splat_gsplat, "view_intersections", lambda *args, **kwargs: counts)

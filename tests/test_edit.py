@@ -18,7 +18,7 @@ from lift3d.config import load_config
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.guidance.editing import BRONZE_MATRIX, BRONZE_OFFSET
-from lift3d.runner import load_system
+from lift3d.runs.runner import load_system
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 from tests.tiny_instruct_pix2pix import tiny_instruct_pix2pix_path
 

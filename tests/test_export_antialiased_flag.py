@@ -4,7 +4,7 @@ that honour it render the Gaussians with the same 2D filter; a classic run's fil
 import pytest
 
 from lift3d.cli import main
-from lift3d.gaussians.spz import spz_info
+from lift3d.gaussians.formats.spz import spz_info
 
 
 @pytest.mark.parametrize("mode", ["antialiased", "classic"])

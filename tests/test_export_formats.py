@@ -11,8 +11,8 @@ from plyfile import PlyData
 from lift3d.cli import main
 from lift3d.config import ConfigError, load_config, parse_structured
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, export_formats, gaussian_sources, mesh_from_field
-from lift3d.export.splat import read_splat
-from lift3d.runner import run_experiment
+from lift3d.gaussians.formats.splat import read_splat
+from lift3d.runs.runner import run_experiment
 from lift3d.saving import OutputSaver
 from tests.conftest import TEST_CONFIGS
 from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density

@@ -10,9 +10,9 @@ import torch
 
 from lift3d.cli import main
 from lift3d.export import ExportConfig, GaussianTensors, export_formats, gaussian_sources, rgb_from_sh_dc
-from lift3d.gaussians.files import load_gaussian_file
+from lift3d.gaussians.formats.files import load_gaussian_file
+from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.model import GaussianModel
-from lift3d.gaussians.ply import save_ply
 from lift3d.saving import OutputSaver
 from tests.gaussian_params import random_params
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from lift3d.cli import main
-from lift3d.gaussians.ply import save_ply
-from lift3d.gaussians.sh import rgb_to_sh
+from lift3d.gaussians.formats.ply import save_ply
+from lift3d.render.splats.sh import rgb_to_sh
 from tests.conftest import REPO
 from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS
 

@@ -7,12 +7,12 @@ import pytest
 from lift3d.cli import main
 from lift3d.export.formats import FORMATS
 from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
-from lift3d.export.splat import write_splat
-from lift3d.gaussians.files import load_gaussian_file
-from lift3d.gaussians.gltf_splat import save_gltf_splat
-from lift3d.gaussians.ply import save_ply
-from lift3d.gaussians.sog import save_sog
-from lift3d.gaussians.spz import save_spz
+from lift3d.gaussians.formats.files import load_gaussian_file
+from lift3d.gaussians.formats.gltf import save_gltf_splat
+from lift3d.gaussians.formats.ply import save_ply
+from lift3d.gaussians.formats.sog import save_sog
+from lift3d.gaussians.formats.splat import write_splat
+from lift3d.gaussians.formats.spz import save_spz
 from lift3d.progress import Stage
 from tests.gaussian_params import random_params
 from tests.test_export_gaussian_formats import tensors

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.gaussians.ply import load_ply, save_ply
-from lift3d.gaussians.sog import SogFormatError, encode_sog, load_sog, save_sog
+from lift3d.gaussians.formats.ply import load_ply, save_ply
+from lift3d.gaussians.formats.sog import SogFormatError, encode_sog, load_sog, save_sog
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import splat_transform
 

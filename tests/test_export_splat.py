@@ -8,7 +8,7 @@ import torch
 from plyfile import PlyData, PlyElement
 
 from lift3d.export import GaussianTensors, read_splat, rgb_from_sh_dc, write_splat
-from lift3d.export.splat import SH_C0, splat_records
+from lift3d.gaussians.formats.splat import SH_C0, splat_records
 from tests.validators import read_csv_columns, splat_transform
 
 
@@ -50,7 +50,7 @@ def reference_3dgs_ply(path, raw: dict[str, np.ndarray]) -> None:
 # 3DGS .ply writers checked against splat-transform: writer(path, raw) with raw as in raw_gaussians().
 PLY_WRITERS = {"plyfile-reference": reference_3dgs_ply}
 # After merging the Gaussian issue, add lift3d's own writer here in one line, e.g.
-# PLY_WRITERS["lift3d"] = lambda path, raw: lift3d.gaussians.ply.write_ply(path, **adapt(raw))
+# PLY_WRITERS["lift3d"] = lambda path, raw: lift3d.gaussians.formats.ply.write_ply(path, **adapt(raw))
 
 
 @pytest.mark.parametrize("writer", list(PLY_WRITERS))

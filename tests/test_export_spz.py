@@ -11,8 +11,8 @@ import pytest
 import torch
 import zstandard
 
-from lift3d.gaussians.ply import load_ply, save_ply
-from lift3d.gaussians.spz import SpzFormatError, decode_spz, encode_spz, load_spz, save_spz, spz_info, unpack_rotations
+from lift3d.gaussians.formats.ply import load_ply, save_ply
+from lift3d.gaussians.formats.spz import SpzFormatError, decode_spz, encode_spz, load_spz, save_spz, spz_info, unpack_rotations
 from lift3d.gaussians.transform import quat_multiply
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import splat_transform
@@ -239,7 +239,7 @@ def test_spz_written_by_splat_transform_reads_back_within_the_quantisation(tmp_p
 
 
 def test_files_read_through_load_gaussian_file(tmp_path):
-    from lift3d.gaussians.files import load_gaussian_file
+    from lift3d.gaussians.formats.files import load_gaussian_file
 
     params = random_params(30, degree=1)
     save_spz(tmp_path / "g.spz", params)

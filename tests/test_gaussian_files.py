@@ -13,7 +13,7 @@ from lift3d.cli import main
 from lift3d.config import load_config
 from lift3d.export import read_splat
 from lift3d.export.video import orbit_cameras
-from lift3d.gaussians.ply import load_ply
+from lift3d.gaussians.formats.ply import load_ply
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from tests.validators import validate_gltf

@@ -20,7 +20,7 @@ from lift3d.export import GaussianField
 from lift3d.export.gaussian_density import quat_to_rotmat
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from lift3d.systems.stages import load_previous_stage
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (one_thread: autouse fixture)
 from tests.validators import gltf_problems, validate_gltf
@@ -235,7 +235,7 @@ def test_sds_with_the_analytic_prior_moves_the_inherited_texture_to_a_known_one(
     from lift3d.data.random_views import RandomViewsConfig, sample_random_views
     from lift3d.guidance.analytic import AnalyticGuidance
     from lift3d.metrics import psnr
-    from lift3d.render.mesh_renderer import MeshRenderer
+    from lift3d.render.meshes.renderer import MeshRenderer
 
     system, _, _ = texture_stage(gaussian_run, guidance=["system.guidance_type=analytic", "system.guidance.view_angle_deg=20",
                                                          "system.guidance.max_step_percent=0.5"])

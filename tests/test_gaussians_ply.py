@@ -6,8 +6,8 @@ import torch
 from plyfile import PlyData, PlyElement
 
 from lift3d.cli import main
+from lift3d.gaussians.formats.ply import PlyFormatError, load_ply, property_names, save_ply
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
-from lift3d.gaussians.ply import PlyFormatError, load_ply, property_names, save_ply
 
 
 def _model(degree: int, n: int = 25) -> GaussianModel:

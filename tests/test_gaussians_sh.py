@@ -7,7 +7,7 @@ import pytest
 import scipy.special
 import torch
 
-from lift3d.gaussians.sh import Y0, degree_of, eval_sh, num_bases, rgb_to_sh, sh_bases, sh_to_color, sh_to_rgb
+from lift3d.render.splats.sh import Y0, degree_of, eval_sh, num_bases, rgb_to_sh, sh_bases, sh_to_color, sh_to_rgb
 
 
 def _complex_sh(degree: int, order: int, polar: np.ndarray, azimuth: np.ndarray) -> np.ndarray:

@@ -87,7 +87,7 @@ def test_split_samples_children_from_the_parent():
     big = _model(1)
     with torch.no_grad():
         big.log_scales.copy_(torch.log(torch.tensor([[0.5, 0.1, 0.2]])))
-    rot = __import__("lift3d.render.splat_project", fromlist=["quat_to_rotmat"]).quat_to_rotmat(big.quats)[0]
+    rot = __import__("lift3d.render.splats.project", fromlist=["quat_to_rotmat"]).quat_to_rotmat(big.quats)[0]
     mean = big.means[0].detach().clone()
     split_gaussians(big, None, torch.tensor([True]), into=20000, shrink=1.6)
     offsets = (big.means - mean).detach()
@@ -204,7 +204,7 @@ def test_absgrad_grows_by_the_absolute_gradient_with_its_own_threshold():
 def test_absgrad_statistics_from_the_torch_rasterizer():
     """End to end on the CPU: the torch rasterizer's means2d.absgrad feeds the statistics."""
     from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-    from lift3d.render.splat import SplatRenderer
+    from lift3d.render.splats.renderer import SplatRenderer
 
     model = _model(30)
     c2w = look_at(torch.tensor([[0.0, -4.0, 0.5]]), torch.zeros(1, 3), torch.tensor([0.0, 0.0, 1.0]))

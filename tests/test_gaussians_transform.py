@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lift3d.export.gaussian_density import quat_to_rotmat
-from lift3d.gaussians.sh import eval_sh
 from lift3d.gaussians.transform import FLIP_YZ, Z_UP_TO_Y_UP, rotate_gaussians, rotation_quat, sh_rotation
+from lift3d.render.splats.sh import eval_sh
 from tests.gaussian_params import covariances, random_params
 
 

@@ -259,7 +259,7 @@ def test_refinement_starts_from_the_generated_field(tmp_path, release):
     from lift3d.config import load_config
     from lift3d.data.sample_scene import sample_scene_path
     from lift3d.recipes import recipe_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     scene = sample_scene_path()
     common = [f"output_root={tmp_path}", "trainer.accelerator=cpu", "trainer.run_test_after_fit=false", f"data.reference_scene={scene}",
@@ -358,7 +358,7 @@ def twin_run(tmp_path: Path, steps: int, extra: list[str]) -> Path:
     from lift3d.config import load_config
     from lift3d.data.sample_scene import sample_scene_path
     from lift3d.recipes import recipe_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     overrides = [f"data.reference_scene={sample_scene_path()}", f"output_root={tmp_path}", "trainer.accelerator=cpu", *TWIN_FIELD,
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", f"checkpoint.every_n_train_steps={steps}",
@@ -384,7 +384,7 @@ def test_refinement_from_a_degraded_object_beats_a_blank_start(tmp_path):
     from lift3d.config import load_config
     from lift3d.metrics import psnr
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts
+    from lift3d.runs.runner import build_parts
     from lift3d.systems.stages import load_previous_stage
 
     fit = twin_run(tmp_path / "fit", 100, ["system.optimizer.params.field\\.triplane.lr=0.03",

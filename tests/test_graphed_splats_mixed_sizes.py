@@ -14,7 +14,7 @@ from lift3d.config import load_config
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.recipes import recipe_config
 from lift3d.rng import step_generator
-from lift3d.runner import build_parts, build_trainer
+from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from tests.mixed_photo_sets import HOLDOUT, write_colmap_scene
 from tests.test_graphed_splats import _CudaLike, _system

@@ -85,7 +85,7 @@ def test_mvdream_with_the_analytic_prior_reconstructs_the_sample_scene(tmp_path)
     from lift3d.data.sample_scene import sample_scene_path
     from lift3d.metrics import psnr
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts, run_experiment
+    from lift3d.runs.runner import build_parts, run_experiment
 
     recipe = recipe_config("mvdream-analytic")
     overrides = [f"data.reference_scene={sample_scene_path()}", f"output_root={tmp_path}", *COMMON, *NERF, "data.batch_size=4",

@@ -18,7 +18,7 @@ import torch
 import lift3d.checkpoints
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import ConfigError, load_config
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from tests.conftest import REPO, TEST_CONFIGS
 
 FIT_IMAGE = TEST_CONFIGS / "fit-image.yaml"

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.gaussians.files import load_gaussian_file
-from lift3d.gaussians.ksplat import KsplatFormatError, decode_ksplat, encode_ksplat, load_ksplat, save_ksplat
-from lift3d.gaussians.ply import load_ply, save_ply
-from lift3d.gaussians.sh import Y0
+from lift3d.gaussians.formats.files import load_gaussian_file
+from lift3d.gaussians.formats.ksplat import KsplatFormatError, decode_ksplat, encode_ksplat, load_ksplat, save_ksplat
+from lift3d.gaussians.formats.ply import load_ply, save_ply
+from lift3d.render.splats.sh import Y0
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import JS, _node, _require, splat_transform
 

@@ -13,8 +13,8 @@ from tests.test_volume_rendering import _rays, make_renderer
 MARCH_CHECK = textwrap.dedent(
     """
     import torch
-    from lift3d.render import march_triton
-    from lift3d.render.sampling import ray_box
+    from lift3d.render.volume import march_triton
+    from lift3d.render.volume.sampling import ray_box
     # random rays through random grids: some start inside the box, some miss it, steps end mid-way
     assert march_triton.compare(torch.device("cpu")) == 0
     assert march_triton.compare(torch.device("cpu"), n_rays=64, n_steps=301, resolution=7) == 0
@@ -52,7 +52,7 @@ def test_fused_march_is_a_checked_option():
 def test_the_renderer_marches_with_the_kernel_on_cuda_and_renders_the_same():
     """Training renders with sample budgets, fused march against the PyTorch ops: the same samples, so the same
     colours and the same table gradients."""
-    from lift3d.render import march_triton
+    from lift3d.render.volume import march_triton
 
     assert march_triton.available(torch.device("cuda"))
     # fused multiply-adds are off, but a midpoint within rounding of a cell face may still land on either side

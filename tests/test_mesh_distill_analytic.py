@@ -17,7 +17,7 @@ from lift3d.data.random_views import RandomViewsConfig, sample_random_views
 from lift3d.guidance.analytic import AnalyticGuidance
 from lift3d.meshes.io import load_mesh
 from lift3d.metrics import psnr
-from lift3d.render.mesh_renderer import MeshRenderer
+from lift3d.render.meshes.renderer import MeshRenderer
 from lift3d.systems.mesh_stages import MeshStageSystem
 
 SIZE, FOVY, DISTANCE = 32, 45.0, 1.6

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.render.mesh_raster import interpolate, rasterize, world_to_clip
+from lift3d.render.meshes.raster import interpolate, rasterize, world_to_clip
 from tests.mesh_raster_reference import render_reference
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lift3d.render.mesh_antialias import antialias
-from lift3d.render.mesh_raster import interpolate, rasterize, world_to_clip
+from lift3d.render.meshes.antialias import antialias
+from lift3d.render.meshes.raster import interpolate, rasterize, world_to_clip
 from tests.test_mesh_raster import front_camera
 
 SIZE = 32

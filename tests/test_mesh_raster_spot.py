@@ -12,7 +12,7 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.meshes.io import load_mesh
 from lift3d.meshes.mesh import Mesh
 from lift3d.registry import find
-from lift3d.render.mesh_renderer import sample_texture
+from lift3d.render.meshes.renderer import sample_texture
 from tests.mesh_raster_reference import bilinear, render_reference
 
 WIDTH, HEIGHT = 40, 32

@@ -15,7 +15,7 @@ from lift3d.cli import main
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from lift3d.systems.stages import load_previous_stage
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (one_thread: autouse fixture)
 from tests.validators import gltf_problems, validate_gltf

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from lift3d import multi_prompt
-from lift3d.multi_prompt import generate_many, read_prompts, run_sharded, shard
+from lift3d.commands import multi_prompt
+from lift3d.commands.multi_prompt import generate_many, read_prompts, run_sharded, shard
 
 FAKE = (  # stands in for `lift3d generate`: reports its GPU, sleeps, fails on prompts containing "bad"
     "import os, sys, time; prompt = sys.argv[1]; time.sleep(0.3); "
@@ -66,7 +66,7 @@ def test_generate_many_writes_a_summary(tmp_path, monkeypatch):
 def test_run_prompt_list_takes_overrides_from_the_prompt_slot(tmp_path, monkeypatch):
     from argparse import Namespace
 
-    from lift3d.multi_prompt import run_prompt_list
+    from lift3d.commands.multi_prompt import run_prompt_list
 
     calls = []
     monkeypatch.setattr(multi_prompt, "generate_many", lambda *a: calls.append(a) or (None, [{"returncode": 0}]))

@@ -6,14 +6,14 @@ import textwrap
 import pytest
 import torch
 
-from lift3d.render.pack_triton import take_rows
-from lift3d.render.sampling import compact
+from lift3d.render.volume.pack_triton import take_rows
+from lift3d.render.volume.sampling import compact
 from tests.conftest import run_in_triton_interpreter
 
 GATHER_CHECK = textwrap.dedent(
     """
     import torch
-    from lift3d.render.pack_triton import ROWS, take_rows_triton
+    from lift3d.render.volume.pack_triton import ROWS, take_rows_triton
     torch.manual_seed(0)
     for dtype, columns in ((torch.float16, 32), (torch.float32, 8), (torch.int64, 1)):
         source = (torch.randn(300, columns) * 100).to(dtype)
@@ -37,7 +37,7 @@ def test_take_rows_is_index_select_where_the_kernel_does_not_apply():
 
 @pytest.mark.gpu
 def test_the_triton_row_gather_is_checked_and_used_on_cuda(monkeypatch):
-    import lift3d.render.pack_triton as pack
+    import lift3d.render.volume.pack_triton as pack
 
     calls = []
     real = pack.take_rows_triton
@@ -51,8 +51,8 @@ def test_the_triton_row_gather_is_checked_and_used_on_cuda(monkeypatch):
 COMPACT_CHECK = textwrap.dedent(
     """
     import torch
-    from lift3d.render.pack_triton import BLOCK
-    from lift3d.render.sampling import compact
+    from lift3d.render.volume.pack_triton import BLOCK
+    from lift3d.render.volume.sampling import compact
     torch.manual_seed(0)
     for n, rate in ((BLOCK * 2 + 77, 0.3), (500, 0.0), (500, 1.0), (0, 0.5)):
         mask = torch.rand(n) < rate
@@ -81,7 +81,7 @@ def test_budgeted_compaction_by_hand():
 
 @pytest.mark.gpu
 def test_the_triton_compaction_is_checked_and_used_on_cuda(monkeypatch):
-    import lift3d.render.pack_triton as kernel
+    import lift3d.render.volume.pack_triton as kernel
 
     calls = []
     real = kernel.place

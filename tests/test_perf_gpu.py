@@ -80,7 +80,7 @@ def test_dreamfusion_training_steps_have_no_host_sync(tmp_path):
     the progress-bar loss) never waits for the GPU, so the CPU queues the next step while the GPU runs."""
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts, build_trainer
+    from lift3d.runs.runner import build_parts, build_trainer
     from tests.test_recipes import NERF
     from tests.tiny_diffusion import tiny_sd_path
 

@@ -68,7 +68,7 @@ def test_correction_rotates_about_the_camera_centre_and_shifts_it():
 
 def test_gradients_reach_the_corrections_through_the_rasterizer():
     from lift3d.gaussians.model import GaussianModel
-    from lift3d.render.splat import rasterize
+    from lift3d.render.splats.renderer import rasterize
 
     gaussians = GaussianModel({"sh_degree": 1, "init_opacity": 0.5})
     gaussians.initialize(torch.randn(200, 3) * 0.5, generator=torch.Generator().manual_seed(0))
@@ -218,7 +218,7 @@ def fit_overrides(tmp_path: Path, scene: Path, tag: str, refine: str, steps: int
 def fit(tmp_path: Path, scene: Path, tag: str, refine: str, steps: int, lr: float | str) -> tuple[float, Tensor, Path]:
     """Reconstruct ``scene`` (``fit_overrides``) -> (held-out PSNR, the corrected training c2w [N, 4, 4], the trial
     folder)."""
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     config = recipe_config("reconstruct-gaussians-sample")
     overrides = fit_overrides(tmp_path, scene, tag, refine, steps, lr)
@@ -250,7 +250,7 @@ def test_refinement_recovers_perturbed_poses_and_scores_higher(tmp_path):
 
 def test_a_resumed_run_keeps_its_corrections(tmp_path):
     """Corrections and their optimizer state are in the checkpoint: a resumed run continues from them."""
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     scene, _ = write_perturbed_scene(tmp_path / "scene")
     _, _, trial = fit(tmp_path, scene, "first", "true", 20, 1e-3)
@@ -275,7 +275,7 @@ def test_a_resumed_run_keeps_its_corrections(tmp_path):
 def test_gradients_reach_the_corrections_through_gsplat(capacity):
     """gsplat's rasterization (and the fixed-slot render of the captured step) differentiates its ``viewmats``."""
     from lift3d.gaussians.model import GaussianModel
-    from lift3d.render.splat import rasterize
+    from lift3d.render.splats.renderer import rasterize
     from tests.test_splat_parity import _require_gpu_and_gsplat
 
     device = _require_gpu_and_gsplat()
@@ -297,7 +297,7 @@ def test_gradients_reach_the_corrections_through_gsplat(capacity):
 def test_refinement_with_gsplat_and_the_captured_step(tmp_path):
     """The CPU test's perturbed capture on the GPU with gsplat and the CUDA-graph step: the step is replayed with
     refinement on, and refinement scores higher and brings the poses closer to the truth."""
-    from lift3d.runner import build_parts, build_trainer
+    from lift3d.runs.runner import build_parts, build_trainer
     from tests.test_splat_parity import _require_gpu_and_gsplat
 
     _require_gpu_and_gsplat()

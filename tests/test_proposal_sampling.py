@@ -1,4 +1,4 @@
-"""Proposal-network sampling (lift3d.render.proposal) and the distortion loss: the losses' fixed points, the sampler
+"""Proposal-network sampling (lift3d.render.volume.proposal) and the distortion loss: the losses' fixed points, the sampler
 over an unbounded field, and the unbounded recipe with it against the occupancy-grid march at equal steps."""
 
 import math
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lift3d.registry import find
-from lift3d.render.distortion import distortion_loss
-from lift3d.render.proposal import dense_weights, interlevel_loss, outer_weights
+from lift3d.render.volume.distortion import distortion_loss
+from lift3d.render.volume.proposal import dense_weights, interlevel_loss, outer_weights
 from tests.nerf_fields import AnalyticField, single_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -146,7 +146,7 @@ def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_ti
 
     from lift3d.commands.reconstruct import recipe_for
     from lift3d.config import load_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
     from tests.test_reconstruct_nerf import TINY
 
     scene = _sky_scene(tmp_path / "scene")
@@ -168,7 +168,7 @@ def test_the_captured_proposal_step_gives_the_eager_loss_and_gradients(tmp_path)
     the replay's loss terms and gradients equal the eager step's (jitter off, so both see the same samples)."""
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import build_parts
+    from lift3d.runs.runner import build_parts
     from lift3d.systems.captured_step import CapturedStep
     from tests.test_reconstruct_nerf import TINY
 

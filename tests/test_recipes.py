@@ -14,7 +14,7 @@ from lift3d.commands.generate import generate_overrides, prompt_tag
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runner import build_parts, load_system, run_experiment
+from lift3d.runs.runner import build_parts, load_system, run_experiment
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (fixture)
 
 SIZE = 32
@@ -160,7 +160,7 @@ def test_a_stage_starts_from_the_previous_stage_checkpoint(tmp_path):
 
 
 def test_generate_with_a_prompt_file_goes_to_the_multi_prompt_runner(tmp_path, monkeypatch):
-    from lift3d import multi_prompt
+    from lift3d.commands import multi_prompt
 
     calls = []
     monkeypatch.setattr(multi_prompt, "generate_many", lambda *a: calls.append(a) or (None, [{"returncode": 0}]))

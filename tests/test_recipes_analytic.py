@@ -12,7 +12,7 @@ from lift3d.config import load_config
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config
-from lift3d.runner import build_parts, run_experiment
+from lift3d.runs.runner import build_parts, run_experiment
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 
 SIZE = 32

@@ -13,9 +13,9 @@ from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
 from lift3d.commands.reconstruct import recipe_for
 from lift3d.config import ConfigError, load_config
-from lift3d.gaussians.ply import load_ply
+from lift3d.gaussians.formats.ply import load_ply
 from lift3d.recipes import recipe_config
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem, _scale_schedule
 
 QUIET = ["trainer.enable_progress_bar=false", "use_timestamp=false"]

@@ -13,7 +13,7 @@ import lift3d.data.base
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from tests.conftest import TEST_CONFIGS
 
 QUIET = ["trainer.enable_progress_bar=false", "use_timestamp=false", "trainer.run_test_after_fit=false"]

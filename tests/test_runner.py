@@ -15,7 +15,7 @@ import torch
 from lift3d.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from lift3d.cli import main
 from lift3d.config import load_config
-from lift3d.runner import run_experiment
+from lift3d.runs.runner import run_experiment
 from lift3d.systems.base import NonFiniteLossError
 from tests.conftest import REPO, TEST_CONFIGS
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import torch
 
-from lift3d.gaussians.sog_lod import _rotmats, load_sog_lod, merge_pairs, save_sog_lod
+from lift3d.gaussians.formats.sog_lod import _rotmats, load_sog_lod, merge_pairs, save_sog_lod
 from tests.gaussian_params import random_params
 from tests.validators import read_csv_columns, splat_transform
 
@@ -87,7 +87,7 @@ def test_lod_bundle_layout_and_splat_transform_reads_every_level(tmp_path):
 
 def test_lift3d_export_writes_levels_of_detail(tmp_path, capsys):
     from lift3d.cli import main
-    from lift3d.gaussians.ply import save_ply
+    from lift3d.gaussians.formats.ply import save_ply
 
     save_ply(tmp_path / "model.ply", random_params(400, degree=1, seed=4))
     assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=2"]) == 0, \

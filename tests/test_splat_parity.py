@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.render.splat import Splats, rasterize
+from lift3d.render.splats.renderer import Splats, rasterize
 
 pytestmark = pytest.mark.gpu
 

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.render.splat_project import (
+from lift3d.render.splats.project import (
     ALPHA_THRESHOLD,
     covariance_3d,
     extent_for_opacity,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.render.splat import SplatRenderer, Splats, rasterize
-from lift3d.render.splat_project import covariance_3d, project_gaussians
+from lift3d.render.splats.project import covariance_3d, project_gaussians
+from lift3d.render.splats.renderer import SplatRenderer, Splats, rasterize
 
 
 def _scene(n: int = 40, seed: int = 0, device="cpu") -> Splats:

@@ -1,4 +1,4 @@
-"""Tile intersections in fixed slots (lift3d/render/splat_tiles.py) against a brute-force listing per tile."""
+"""Tile intersections in fixed slots (lift3d/render/splats/tiles.py) against a brute-force listing per tile."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.render.splat_tiles import intersection_counts, tile_grid, tile_intersections, tile_masks
+from lift3d.render.splats.tiles import intersection_counts, tile_grid, tile_intersections, tile_masks
 
 
 def _scene(n_images: int, n: int, width: int, height: int, seed: int = 0):

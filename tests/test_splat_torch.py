@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.gaussians.sh import sh_to_color
-from lift3d.render import splat, splat_composite
-from lift3d.render.splat import Splats, rasterize
+from lift3d.render.splats import composite as splat_composite
+from lift3d.render.splats import renderer as splat
+from lift3d.render.splats.renderer import Splats, rasterize
+from lift3d.render.splats.sh import sh_to_color
 from tests.splat_reference import render_reference
 
 F64 = torch.float64
@@ -161,7 +162,7 @@ def test_front_end_options(caplog):
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         rasterize(scene, cameras, backend="gsplat")
     splat._logged.clear()
-    with caplog.at_level(logging.INFO, logger="lift3d.render.splat"):
+    with caplog.at_level(logging.INFO, logger="lift3d.render.splats.renderer"):
         rasterize(scene, cameras, backend="auto")
         rasterize(scene, cameras, backend="auto")
     messages = [r.getMessage() for r in caplog.records if "splat rasterizer" in r.getMessage()]

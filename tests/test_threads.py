@@ -1,4 +1,4 @@
-"""lift3d.threads: the CLI makes OpenMP threads sleep instead of spin before torch loads, unless the user chose."""
+"""lift3d.runs.threads: the CLI makes OpenMP threads sleep instead of spin before torch loads, unless the user chose."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from lift3d.threads import configure_cpu_threads
+from lift3d.runs.threads import configure_cpu_threads
 
 # libgomp prints its settings when it loads (OMP_DISPLAY_ENV); GOMP_SPINCOUNT 0 is the passive wait, 300000 the default spin
 PROBE = """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import load_config
-from lift3d.runner import make_trial_dir, run_experiment
+from lift3d.runs.runner import make_trial_dir, run_experiment
 from tests.conftest import REPO, TEST_CONFIGS
 
 FIT_IMAGE = TEST_CONFIGS / "fit-image.yaml"

@@ -16,7 +16,7 @@ from lift3d.cli import main
 from lift3d.config import load_config
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
-from lift3d.runner import build_parts, build_trainer
+from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.viewer.camera_math import c2w_to_viser_pose, viewer_cameras
 from lift3d.viewer.models import RENDER_MODES, load_view_model, render_picture
 from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
@@ -150,7 +150,7 @@ def test_pause_holds_the_training_loop_and_the_page_still_renders(tmp_path):
     pytest.param("reconstruct-nerf-cpu", [], marks=pytest.mark.slow),
 ])
 def test_view_model_of_a_finished_run_renders_and_has_its_training_cameras(tmp_path, recipe, extra):
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     overrides = [f"data.root={sample_scene_path()}", f"output_root={tmp_path}", "use_timestamp=false", "trainer.max_steps=3",
                  "trainer.enable_progress_bar=false", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",

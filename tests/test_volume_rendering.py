@@ -7,10 +7,10 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.registry import find
-from lift3d.render.compositing import accumulate, exclusive_segment_cumsum, render_weights
-from lift3d.render.occupancy import cell_coordinates
-from lift3d.render.regularisers import depth_variance
-from lift3d.render.sampling import compact, ray_box, sample_pdf
+from lift3d.render.volume.compositing import accumulate, exclusive_segment_cumsum, render_weights
+from lift3d.render.volume.occupancy import cell_coordinates
+from lift3d.render.volume.regularisers import depth_variance
+from lift3d.render.volume.sampling import compact, ray_box, sample_pdf
 from tests.nerf_fields import (
     AnalyticField,
     ball,

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.commands.reconstruct import _summary
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     trial, parsed, checkpoint = source_run(args.run)
     from lift3d.config import allow_run_imports, refuse_imports

@@ -49,7 +49,7 @@ def raise_failed_exports() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lift3d.runner import load_system, make_trial_dir, trial_dir_of_checkpoint
+    from lift3d.runs.runner import load_system, make_trial_dir, trial_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
     if args.format:  # --format takes every later word: hand key=value overrides back to the config
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _gaussian_file(items: list[str]) -> Path | None:
     """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
-    from lift3d.gaussians.files import READERS
+    from lift3d.gaussians.formats.files import READERS
 
     paths = [Path(item) for item in items if "=" not in item]
     if len(paths) == 1 and paths[0].suffix.lower() in (*GAUSSIAN_FILE_SUFFIXES, *READERS):
@@ -95,11 +95,11 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     from lift3d.config import load_config
     from lift3d.export.formats import ExportFormatError, export_formats
     from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
-    from lift3d.gaussians.files import load_gaussian_file
-    from lift3d.gaussians.sh import degree_of
-    from lift3d.gaussians.spz import spz_info
+    from lift3d.gaussians.formats.files import load_gaussian_file
+    from lift3d.gaussians.formats.spz import spz_info
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
+    from lift3d.render.splats.sh import degree_of
     from lift3d.saving import OutputSaver
 
     stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]

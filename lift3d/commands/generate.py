@@ -6,7 +6,7 @@ one photo -> 3D (the method's first stage, then its mesh stage ending in a textu
 ``lift3d generate --image PHOTO --method triposr [--refine]``: a feed-forward generator's field in one forward
 pass (seconds to a textured .glb); ``--refine`` continues from it with Zero123 distillation.
 ``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides...]`` makes one asset per line of FILE,
-sharded across the GPUs (``lift3d.multi_prompt``)."""
+sharded across the GPUs (``lift3d.commands.multi_prompt``)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ FEED_FORWARD = ("triposr",)  # --image methods whose refine stage runs only with
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     from lift3d.commands.common import add_viewer_arguments
-    from lift3d.multi_prompt import PROMPTS_HELP
+    from lift3d.commands.multi_prompt import PROMPTS_HELP
 
     parser.add_argument("prompt", nargs="?", default=None, help='what to make, e.g. "a DSLR photo of a hamburger"')
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",  # "config": lift3d.cli appends stray overrides there
@@ -117,7 +117,7 @@ def _applies_to(override: str, cfg) -> bool:
 def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
     """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
     from lift3d.config import load_config
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     cfg = load_config(config, overrides=overrides)
     print(f"lift3d: {announce.format(steps=cfg.trainer.max_steps)}", flush=True)
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if args.image:
         return run_image(args, parse_gpus(args.gpus))
     if args.prompts:
-        from lift3d.multi_prompt import run_prompt_list
+        from lift3d.commands.multi_prompt import run_prompt_list
 
         if args.viewer:
             raise ConfigError("--viewer shows one run; it does not go with --prompts (view a finished asset with lift3d view RUN)")

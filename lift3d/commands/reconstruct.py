@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.data.sample_scene import sample_scene_path
     from lift3d.data.scene import detect_format
     from lift3d.data.sfm import prepare_capture
-    from lift3d.runner import run_experiment
-    from lift3d.trainer_checks import check_devices
+    from lift3d.runs.runner import run_experiment
+    from lift3d.runs.trainer_checks import check_devices
 
     paths = [item for item in args.config if "=" not in item]
     overrides = [item for item in args.config if "=" in item]

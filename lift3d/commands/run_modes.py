@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lift3d.runner import run_experiment
+    from lift3d.runs.runner import run_experiment
 
     cfg, paths, overrides = load_experiment(args, viewer_overrides(args))
     trial = run_experiment(args.command, cfg, paths, overrides)

@@ -31,7 +31,7 @@ A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` 
 
 Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
 (needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
-``gaussian_params``; codecs in ``lift3d.gaussians.spz`` / ``.sog`` / ``.gltf_splat``); ``mp4``, ``gif`` (need
+``gaussian_params``; codecs in ``lift3d.gaussians.formats.spz`` / ``.sog`` / ``.gltf_splat``); ``mp4``, ``gif`` (need
 ``render_fn``; framed by ``content_points``, as the viewer frames them: ``lift3d.framing``). Files are
 ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``, ``<stem>.splat``,
 ``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``, ``<stem>-orbit.mp4``/``.gif``, ``<stem>.html``
@@ -58,10 +58,10 @@ from lift3d.export.formats import (
 )
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.mesh import Mesh, extract_mesh
-from lift3d.export.splat import read_splat, rgb_from_sh_dc, write_splat
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import orbit_cameras, write_orbit_video
 from lift3d.export.writers import write_glb, write_obj, write_ply
+from lift3d.gaussians.formats.splat import read_splat, rgb_from_sh_dc, write_splat
 
 __all__ = [
     "FORMATS",

@@ -18,15 +18,15 @@ from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox
 from lift3d.export.html import write_html
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.naming import export_name
-from lift3d.export.splat import write_splat
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import framed_orbit_cameras, orbit_cameras, render_frames
 from lift3d.export.writers import write_glb, write_obj, write_ply
-from lift3d.gaussians.gltf_splat import save_gltf_splat
-from lift3d.gaussians.ksplat import save_ksplat
-from lift3d.gaussians.sog import save_sog
-from lift3d.gaussians.sog_lod import save_sog_lod
-from lift3d.gaussians.spz import save_spz
+from lift3d.gaussians.formats.gltf import save_gltf_splat
+from lift3d.gaussians.formats.ksplat import save_ksplat
+from lift3d.gaussians.formats.sog import save_sog
+from lift3d.gaussians.formats.sog_lod import save_sog_lod
+from lift3d.gaussians.formats.splat import write_splat
+from lift3d.gaussians.formats.spz import save_spz
 from lift3d.saving import OutputSaver
 
 log = logging.getLogger(__name__)

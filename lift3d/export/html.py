@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 from lift3d.export.gaussian_density import GaussianTensors
-from lift3d.export.splat import splat_records
 from lift3d.framing import content_bounds, framing_distance
+from lift3d.gaussians.formats.splat import splat_records
 from lift3d.saving import atomic_write_bytes
 
 VIEWER_JS = Path(__file__).resolve().parent.parent / "assets" / "html" / "splat_viewer.js"

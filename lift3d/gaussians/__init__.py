@@ -1,3 +1,3 @@
-"""3D Gaussians: parameters and activations, SH, initialisation, densification, PLY I/O."""
+"""3D Gaussians: parameters and activations, initialisation, densification strategies; file codecs in ``formats/``."""
 
 from lift3d.gaussians import mcmc, model, strategy  # noqa: F401  (register the parts)

@@ -95,7 +95,7 @@ def read_point_cloud(path: str | Path) -> tuple[Tensor, Tensor]:
     """Points and colours (0..1; grey when absent) of a PLY point cloud (x, y, z[, red, green, blue])."""
     from plyfile import PlyData
 
-    from lift3d.gaussians.ply import PlyFormatError
+    from lift3d.gaussians.formats.ply import PlyFormatError
 
     path = Path(path)
     if not path.is_file():

@@ -27,7 +27,7 @@ from lift3d.config_checks import check_minimums
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategy import replace_parameters
 from lift3d.registry import register
-from lift3d.render.splat_project import covariance_3d
+from lift3d.render.splats.project import covariance_3d
 from lift3d.rng import step_generator
 
 log = logging.getLogger("lift3d.gaussians.mcmc")

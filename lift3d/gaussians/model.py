@@ -21,8 +21,8 @@ from lift3d.base import BaseModule
 from lift3d.config import ConfigError
 from lift3d.config_checks import check_minimums
 from lift3d.gaussians.init import knn_scales, mesh_rotation
-from lift3d.gaussians.sh import degree_of, num_bases, rgb_to_sh
 from lift3d.registry import register
+from lift3d.render.splats.sh import degree_of, num_bases, rgb_to_sh
 
 log = logging.getLogger("lift3d.gaussians")
 
@@ -48,7 +48,7 @@ class GaussianModelConfig:
 @register("gaussians")
 class GaussianModel(BaseModule):
     """N anisotropic 3D Gaussians with SH colours; ``means``, ``quats``, ``scales``, ``opacities``, ``sh``
-    are what the rasterizer reads (``lift3d.render.splat.SplatSource``)."""
+    are what the rasterizer reads (``lift3d.render.splats.renderer.SplatSource``)."""
 
     Config = GaussianModelConfig
 
@@ -125,8 +125,8 @@ class GaussianModel(BaseModule):
         """Every attribute of a Gaussian file (3DGS .ply as Inria / gsplat / nerfstudio write it, .splat, .spz, .sog,
         KHR_gaussian_splatting .glb) as this model's Gaussians, SH bands padded with zeros or cut to ``sh_degree``;
         returns the file's own SH degree."""
-        from lift3d.gaussians.files import load_gaussian_file
-        from lift3d.gaussians.ply import with_sh_degree
+        from lift3d.gaussians.formats.files import load_gaussian_file
+        from lift3d.gaussians.formats.ply import with_sh_degree
 
         params = load_gaussian_file(path)
         file_degree = degree_of(params["shN"].shape[1] + 1)

@@ -27,11 +27,11 @@ from torch import Tensor
 from lift3d.base import Configurable
 from lift3d.config import ConfigError
 from lift3d.config_checks import check_minimums
+from lift3d.distributed import all_reduce_sum_, world_size
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
-from lift3d.gaussians.replicas import all_reduce_sum_, world_size
 from lift3d.gaussians.resolution_schedule import check_schedule
 from lift3d.registry import register
-from lift3d.render.splat_project import quat_to_rotmat
+from lift3d.render.splats.project import quat_to_rotmat
 from lift3d.rng import step_generator
 
 log = logging.getLogger("lift3d.gaussians.strategy")

@@ -3,7 +3,7 @@
 A rotation R moves each Gaussian's mean (R mu), its orientation (q_R * q) and its view-dependent colour:
 the rotated Gaussian seen along d looks like the original seen along R^T d, so each SH band l gets a
 (2l+1) x (2l+1) matrix. That matrix is solved here by least squares from the basis itself
-(``lift3d.gaussians.sh.sh_bases``) at a fixed set of directions, in float64: exact to rounding for any
+(``lift3d.render.splats.sh.sh_bases``) at a fixed set of directions, in float64: exact to rounding for any
 rotation, with no hand-written Wigner tables to get wrong.
 """
 
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.sh import degree_of, sh_bases
+from lift3d.render.splats.sh import degree_of, sh_bases
 
 # lift3d's world is +z up; glTF (and the .glb meshes lift3d writes) is +y up: (x, y, z) -> (x, z, -y).
 Z_UP_TO_Y_UP = ((1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0))

@@ -1,3 +1,7 @@
-"""Renderers: volume rendering, Gaussian splatting, mesh rasterization; materials and backgrounds."""
+"""Renderers, one folder each: ``volume/`` (NeRF fields), ``splats/`` (3D Gaussians), ``meshes/``; beside them the
+pieces they share: materials, backgrounds, per-photo appearance and pose refinement."""
 
-from lift3d.render import backgrounds, materials, mesh_renderer, splat, volume  # noqa: F401  (register the parts)
+from lift3d.render import backgrounds, materials  # noqa: F401  (register the parts)
+from lift3d.render.meshes import renderer as mesh_renderer  # noqa: F401
+from lift3d.render.splats import renderer as splat_renderer  # noqa: F401
+from lift3d.render.volume import renderer as volume_renderer  # noqa: F401

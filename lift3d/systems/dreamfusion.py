@@ -22,7 +22,7 @@ from torch import Tensor
 
 from lift3d.config import scheduled
 from lift3d.registry import register
-from lift3d.render.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
+from lift3d.render.volume.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
 

@@ -24,10 +24,10 @@ from torch import Tensor
 
 from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_colour_fn, gaussian_sources
 from lift3d.export.grid import ColourFn
-from lift3d.export.splat import rgb_from_sh_dc
-from lift3d.gaussians.ply import save_ply
-from lift3d.gaussians.replicas import ReplicatedGaussians
+from lift3d.gaussians.formats.ply import save_ply
+from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.registry import register
+from lift3d.systems.replicas import ReplicatedGaussians
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
 
 log = logging.getLogger(__name__)

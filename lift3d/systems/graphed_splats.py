@@ -2,7 +2,7 @@
 
 A 3DGS step on a 400x400 photo keeps the GPU busy ~3.4 ms, but launched kernel by kernel from Python it takes ~8
 ms, and gsplat reads its tile-intersection count on the host in every render, so the host cannot queue the next
-step ahead. Here the render puts its intersections into fixed slots (``lift3d.render.splat_tiles``), sized from
+step ahead. Here the render puts its intersections into fixed slots (``lift3d.render.splats.tiles``), sized from
 every training view with some headroom whenever the Gaussians change (densification replaces their tensors, so the
 graph is captured again then anyway), and the step is captured with ``CapturedStep``. A render that needs more
 slots than there are drops its last pairs; the peak is checked every ``CHECK_EVERY`` steps (one host read) and
@@ -36,11 +36,11 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
-from lift3d.gaussians.replicas import graphs_under_ddp
 from lift3d.gaussians.resolution_schedule import scaled_batch
 from lift3d.gaussians.strategy import DensifyStrategy
-from lift3d.render.splat import choose_backend
+from lift3d.render.splats.renderer import choose_backend
 from lift3d.systems.captured_step import CapturedStep
+from lift3d.systems.replicas import graphs_under_ddp
 from lift3d.systems.visible_adam import supports as visible_adam_supports
 from lift3d.systems.visible_adam import visibility, visible_adam_step
 
@@ -256,7 +256,7 @@ class GraphedSplatStep:
     def _size_slots(self, cameras: Cameras, at_least: int = 0) -> None:
         """Slots for the current Gaussians: ``isect_headroom`` x the most any training view needs, or than
         ``at_least`` (one host read)."""
-        from lift3d.render.splat_gsplat import view_intersections
+        from lift3d.render.splats.gsplat_backend import view_intersections
 
         system, options = self.system, self.system.renderer.cfg
         g = system.gaussians

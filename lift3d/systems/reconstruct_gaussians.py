@@ -19,9 +19,8 @@ from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, scheduled
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
-from lift3d.export.splat import rgb_from_sh_dc
-from lift3d.gaussians.ply import save_ply
-from lift3d.gaussians.replicas import ReplicatedGaussians
+from lift3d.gaussians.formats.ply import save_ply
+from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.metrics import masked_prediction, ssim
 from lift3d.registry import register
 from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
@@ -31,6 +30,7 @@ from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from lift3d.systems.pose_refinement import PoseRefinementHooks
+from lift3d.systems.replicas import ReplicatedGaussians
 
 log = logging.getLogger("lift3d.systems.reconstruct_gaussians")
 # the pinned, non-blocking batch transfer below is meant to override the data module's default

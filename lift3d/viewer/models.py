@@ -99,7 +99,7 @@ def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int
 def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:
     from lift3d.config import load_config
     from lift3d.registry import find
-    from lift3d.runner import load_system
+    from lift3d.runs.runner import load_system
 
     # the run's config may list plugin code (imports:); a run folder may be someone else's: run it only when allowed
     cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
@@ -116,10 +116,10 @@ def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_import
 
 def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
     from lift3d.config import load_config
-    from lift3d.gaussians.files import load_gaussian_file
-    from lift3d.gaussians.sh import degree_of
+    from lift3d.gaussians.formats.files import load_gaussian_file
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
+    from lift3d.render.splats.sh import degree_of
 
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
@@ -136,7 +136,7 @@ def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
 def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     from lift3d.config import ConfigError
     from lift3d.meshes.io import load_mesh
-    from lift3d.render.mesh_renderer import MeshRenderer
+    from lift3d.render.meshes.renderer import MeshRenderer
 
     try:
         mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
@@ -151,7 +151,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
     """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, a Gaussian file
     (.ply, .splat) or a mesh (.glb, .gltf, .obj). A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
-    from lift3d.runner import trial_dir_of_checkpoint
+    from lift3d.runs.runner import trial_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)
     if path.is_dir():

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from lift3d.config import ConfigError, ViewerConfig
-from lift3d.trainer_checks import check_listen
+from lift3d.runs.trainer_checks import check_listen
 from lift3d.viewer.camera_math import c2w_to_viser_pose, render_size, viewer_cameras, viser_pose_to_c2w
 from lift3d.viewer.models import RENDER_MODES, TrainingViews
 from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path

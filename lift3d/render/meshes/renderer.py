@@ -19,8 +19,8 @@ from lift3d.config_checks import check_minimums
 from lift3d.meshes.mesh import Mesh, face_normals, vertex_normals
 from lift3d.meshes.topology import EdgeTopology, edge_topology
 from lift3d.registry import register
-from lift3d.render.mesh_antialias import antialias
-from lift3d.render.mesh_raster import interpolate, rasterize, world_to_clip
+from lift3d.render.meshes.antialias import antialias
+from lift3d.render.meshes.raster import interpolate, rasterize, world_to_clip
 
 ColorFn = Callable[[dict[str, Tensor]], Tensor]
 

@@ -1,7 +1,7 @@
 """Proposal-network sampling (Mip-NeRF 360, nerfacto): where along a ray the field is evaluated, decided by small
 density-only fields trained to bound the field's own weights.
 
-A ray's samples start evenly spaced in step counts (``lift3d.render.sampling.step_index``: fixed steps up to the
+A ray's samples start evenly spaced in step counts (``lift3d.render.volume.sampling.step_index``: fixed steps up to the
 renderer's ``disparity_from``, evenly in inverse distance beyond, so over an unbounded field they reach the far
 plane). Each proposal network (a small hash grid and a 16-wide MLP) gives densities at them, whose weights are a
 histogram along the ray; the next stage draws its interval edges from that histogram, and the last stage's
@@ -12,7 +12,7 @@ field is evaluated ``n_samples`` times a ray however young and foggy it is.
 The proposal networks learn only from the interlevel (histogram) loss: each proposal histogram must hold at least
 the field's weight over every interval of the field's samples (the field's weights held constant); the renderer
 returns it per ray as "interlevel", and Mip-NeRF 360's distortion loss of the field's weights as "distortion"
-(``lift3d.render.distortion``).
+(``lift3d.render.volume.distortion``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from torch import Tensor
 
 from lift3d.base import Updateable
 from lift3d.fields.volume import ImplicitVolume
-from lift3d.render.distortion import distortion_loss
-from lift3d.render.sampling import sample_pdf, step_distance, step_index
+from lift3d.render.volume.distortion import distortion_loss
+from lift3d.render.volume.sampling import sample_pdf, step_distance, step_index
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lift3d.render.compositing import accumulate
+from lift3d.render.volume.compositing import accumulate
 
 
 def orientation_loss(weights: Tensor, normals: Tensor, directions: Tensor, n_rays: int) -> Tensor:

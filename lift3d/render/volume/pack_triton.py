@@ -75,7 +75,7 @@ def compaction_available(device: torch.device) -> bool:
 
 def compare_compaction(device: torch.device) -> None:
     """Raise unless the kernel's compaction is the PyTorch one (budgets below, at and above the selected count)."""
-    from lift3d.render.sampling import compact
+    from lift3d.render.volume.sampling import compact
 
     generator = torch.Generator(device=device).manual_seed(0)
     mask = torch.rand(5000, device=device, generator=generator) < 0.3

@@ -31,10 +31,10 @@ from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
 from lift3d.config_checks import check_minimums
 from lift3d.registry import register
-from lift3d.render.compositing import accumulate, render_weights
-from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
-from lift3d.render.proposal import ProposalConfig, ProposalSampler
-from lift3d.render.sampling import (
+from lift3d.render.volume.compositing import accumulate, render_weights
+from lift3d.render.volume.occupancy import OccupancyGrid, OccupancyGridConfig
+from lift3d.render.volume.proposal import ProposalConfig, ProposalSampler
+from lift3d.render.volume.sampling import (
     Packed,
     compact,
     intervals_from_points,
@@ -53,7 +53,7 @@ class VolumeRendererConfig:
     """How rays are sampled and composited."""
 
     sampler: str = "occupancy"  # occupancy (Instant-NGP marching with empty-space skipping), importance (NeRF-style) or proposal (nerfacto)
-    proposal: ProposalConfig = field(default_factory=ProposalConfig)  # sampler proposal: networks and samples (lift3d.render.proposal)
+    proposal: ProposalConfig = field(default_factory=ProposalConfig)  # sampler proposal: networks and samples (lift3d.render.volume.proposal)
     steps_per_diagonal: int = 1024  # occupancy: marching step = box diagonal / this
     occupancy: OccupancyGridConfig = field(default_factory=OccupancyGridConfig)  # the grid (also masks importance samples)
     early_stop_eps: float = 1e-4  # occupancy: drop samples once transmittance falls below this (0: keep all)
@@ -315,14 +315,14 @@ class VolumeRenderer(BaseModule):
             return False
         if not self.occupancy.cfg.enabled or self.cfg.disparity_from > 0:
             return False
-        from lift3d.render import march_triton
+        from lift3d.render.volume import march_triton
 
         return march_triton.available(device)
 
     def _march_fused(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, jitter: Tensor, n_steps: int,
                      training: bool, use_budget: bool) -> dict[str, Any]:
         """``_march`` with the candidates' mask from one kernel; intervals only for the candidates kept."""
-        from lift3d.render import march_triton
+        from lift3d.render.volume import march_triton
 
         occupancy = self.occupancy
         mask = march_triton.occupied_steps(rays_o, rays_d, t_near, t_far, jitter, self.step_size, n_steps,
@@ -363,7 +363,7 @@ class VolumeRenderer(BaseModule):
                 ray_ok = ~lost if ray_ok is None else ray_ok & ~lost
             ray, lo, hi, valid = ray[second.index], lo[second.index], hi[second.index], second.valid
             if encoding is not None:
-                from lift3d.render.pack_triton import take_rows
+                from lift3d.render.volume.pack_triton import take_rows
 
                 encoding = take_rows(encoding, second.index)
         if training:

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from lift3d.export.gaussian_density import GaussianTensors
-from lift3d.gaussians.files import SPLAT_DTYPE, decode_splat
+from lift3d.gaussians.formats.files import SPLAT_DTYPE, decode_splat
+from lift3d.gaussians.tensors import GaussianTensors
 from lift3d.saving import atomic_write_bytes
 
 SH_C0 = 0.28209479177387814  # the degree-0 spherical-harmonic constant 1 / (2 sqrt(pi))

@@ -17,12 +17,19 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressB
 from lift3d import aftercare
 from lift3d.checkpoints import AtomicCheckpointIO, check_recipe, load_checkpoint
 from lift3d.config import ConfigError, ExperimentConfig, to_yaml
-from lift3d.interrupts import Interrupted, StopAndSaveCallback, StopRequested, StopSignals, checkpoint_step, newest_checkpoint
+from lift3d.interrupts import (
+    Interrupted,
+    StopAndSaveCallback,
+    StopRequested,
+    StopSignals,
+    checkpoint_step,
+    newest_checkpoint,
+)
 from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
+from lift3d.runs.trainer_checks import check_trainer
 from lift3d.saving import OutputSaver
-from lift3d.trainer_checks import check_trainer
 
 log = logging.getLogger("lift3d")
 TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
@@ -198,7 +205,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         # DDP: each rank renders its own views (per-rank seeds), gradients are all-reduced; parameters a step
         # leaves without gradient (a background or shading branch not taken) must not stall the reduction
         strategy = "ddp_find_unused_parameters_true"
-        from lift3d.gaussians.replicas import ReplicatedDDPStrategy, ReplicatedGaussians
+        from lift3d.systems.replicas import ReplicatedDDPStrategy, ReplicatedGaussians
 
         if issubclass(find(cfg.system_type), ReplicatedGaussians):
             # densification replaces the parameters: the system averages its gradients itself (see replicas.py)

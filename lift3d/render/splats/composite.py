@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lift3d.render.splat_bins import TileBins, tile_lists, tile_origins, to_image, to_tiles
-from lift3d.render.splat_project import ALPHA_THRESHOLD, exact_float32_matmuls
+from lift3d.render.splats.bins import TileBins, tile_lists, tile_origins, to_image, to_tiles
+from lift3d.render.splats.project import ALPHA_THRESHOLD, exact_float32_matmuls
 
 ALPHA_MAX = 0.999  # gsplat's clamp (the original 3DGS CUDA code uses 0.99)
 T_MIN = 1e-4  # a pixel is finished once its transmittance would fall to this or below

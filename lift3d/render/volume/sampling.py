@@ -79,14 +79,14 @@ def compact(mask: Tensor, budget: int | None = None, fused: bool | None = None) 
     """Positions of the True entries of ``mask`` [n] in order: exactly, or into ``budget`` slots (on CUDA by one
     Triton kernel, ``pack_triton``, unless ``fused`` is False; the same result)."""
     if fused is None and mask.is_cuda:  # checked on the first call, which comes before any graph capture
-        from lift3d.render import pack_triton
+        from lift3d.render.volume import pack_triton
 
         fused = pack_triton.compaction_available(mask.device)
     if budget is None:
         return Packed(torch.nonzero(mask).reshape(-1), None, None)
     n = mask.shape[0]
     if fused:
-        from lift3d.render.pack_triton import place
+        from lift3d.render.volume.pack_triton import place
 
         slots, running = place(mask.contiguous(), budget)
         return Packed(slots.clamp_max(max(n - 1, 0)), slots < n, mask & (running > budget))

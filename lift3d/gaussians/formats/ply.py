@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.sh import degree_of, num_bases
+from lift3d.render.splats.sh import degree_of, num_bases
 from lift3d.saving import atomic_write_bytes
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lift3d.render.splat_project import Projection
+from lift3d.render.splats.project import Projection
 
 
 @dataclass

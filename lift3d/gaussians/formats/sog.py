@@ -32,8 +32,8 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from lift3d.gaussians.ply import PlyFormatError, pruned
-from lift3d.gaussians.sh import degree_of
+from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.render.splats.sh import degree_of
 from lift3d.saving import atomic_write_bytes
 
 SH_COEFFS = {0: 0, 1: 3, 2: 8, 3: 15}
@@ -265,7 +265,7 @@ def decode_sog(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         n = int(meta["count"])
         return _decode(bundle, meta, n, files, name)
     except (KeyError, TypeError, IndexError) as error:
-        raise SogFormatError(f"{name}: meta.json lacks or misstates {error} (see the SOG layout in lift3d.gaussians.sog)") from None
+        raise SogFormatError(f"{name}: meta.json lacks or misstates {error} (see the SOG layout in lift3d.gaussians.formats.sog)") from None
 
 
 def _decode(bundle: zipfile.ZipFile, meta: dict, n: int, files: set[str], name: str) -> dict[str, Tensor]:

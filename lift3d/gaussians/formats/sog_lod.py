@@ -4,7 +4,7 @@ the layout splat-transform writes for ``lod-meta.json`` outputs and PlayCanvas's
     <folder>/lod-meta.json   {"version": 1, "asset": {...}, "count": total, "counts": [per level], "lodLevels": L,
                               "filenames": ["0_0/meta.json", "1_0/meta.json", ...], "tree": node}
     <folder>/<l>_0/          level l as an unbundled SOG: meta.json (version 2) and its WebP images
-                             (``lift3d.gaussians.sog``), the level's Gaussians grouped by the tree's leaves
+                             (``lift3d.gaussians.formats.sog``), the level's Gaussians grouped by the tree's leaves
 
 A node is ``{"bound": {"min": [x, y, z], "max": [x, y, z]}, "children": [node, node]}`` (the box of its Gaussians'
 one-sigma boxes, as splat-transform bounds them) or a leaf
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.ply import pruned
-from lift3d.gaussians.sog import decode_sog, encode_sog, morton_order
+from lift3d.gaussians.formats.ply import pruned
+from lift3d.gaussians.formats.sog import decode_sog, encode_sog, morton_order
 from lift3d.saving import atomic_write_bytes
 
 CHUNK_COUNT, CHUNK_EXTENT = 512 * 1024, 16.0  # splat-transform's --lod-chunk-count (K) and --lod-chunk-extent

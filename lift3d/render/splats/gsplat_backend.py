@@ -1,6 +1,6 @@
 """The gsplat backend: one call to ``gsplat.rasterization`` (CUDA; gsplat JIT-builds its kernels once).
 
-Returns the same dict as ``lift3d.render.splat_torch.rasterize_torch`` so the front-end treats both alike.
+Returns the same dict as ``lift3d.render.splats.torch_backend.rasterize_torch`` so the front-end treats both alike.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def rasterize_gsplat_fixed(
     than ``capacity`` means some were dropped."""
     from gsplat import rasterize_to_pixels, spherical_harmonics
 
-    from lift3d.render.splat_tiles import tile_grid, tile_intersections, tile_masks
+    from lift3d.render.splats.tiles import tile_grid, tile_intersections, tile_masks
 
     means, quats, scales, opacities, colors = (t.float().contiguous() for t in (means, quats, scales, opacities, colors))
     viewmats, Ks = viewmats.float().contiguous(), Ks.float().contiguous()
@@ -136,7 +136,7 @@ def view_intersections(
 ) -> Tensor:
     """[C] how many tile intersections a render of each view has (gsplat's projection, ``splat_tiles``' counting):
     what fixed intersection slots must hold."""
-    from lift3d.render.splat_tiles import intersection_counts, tile_grid
+    from lift3d.render.splats.tiles import intersection_counts, tile_grid
 
     means, quats, scales, opacities = (t.float().contiguous() for t in (means, quats, scales, opacities))
     tile_width, tile_height = tile_grid(width, height, tile_size)

@@ -1,8 +1,8 @@
-"""Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.ply``), the
-compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.export.splat``),
-Niantic's ``.spz`` (``lift3d.gaussians.spz``), PlayCanvas's bundled ``.sog`` (``lift3d.gaussians.sog``), glTF
-``.glb`` with ``KHR_gaussian_splatting`` (``lift3d.gaussians.gltf_splat``) and GaussianSplats3D's ``.ksplat``
-(``lift3d.gaussians.ksplat``), chosen by the file's suffix."""
+"""Gaussian files made by other tools, as model parameters: the 3DGS .ply (``lift3d.gaussians.formats.ply``), the
+compact ``.splat`` of web viewers (32 bytes a Gaussian; its layout is documented in ``lift3d.gaussians.formats.splat``),
+Niantic's ``.spz`` (``lift3d.gaussians.formats.spz``), PlayCanvas's bundled ``.sog`` (``lift3d.gaussians.formats.sog``), glTF
+``.glb`` with ``KHR_gaussian_splatting`` (``lift3d.gaussians.formats.gltf``) and GaussianSplats3D's ``.ksplat``
+(``lift3d.gaussians.formats.ksplat``), chosen by the file's suffix."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.gltf_splat import load_gltf_splat
-from lift3d.gaussians.ksplat import load_ksplat
-from lift3d.gaussians.ply import PlyFormatError, load_ply
-from lift3d.gaussians.sh import rgb_to_sh
-from lift3d.gaussians.sog import load_sog
-from lift3d.gaussians.spz import load_spz
+from lift3d.gaussians.formats.gltf import load_gltf_splat
+from lift3d.gaussians.formats.ksplat import load_ksplat
+from lift3d.gaussians.formats.ply import PlyFormatError, load_ply
+from lift3d.gaussians.formats.sog import load_sog
+from lift3d.gaussians.formats.spz import load_spz
+from lift3d.render.splats.sh import rgb_to_sh
 
 SPLAT_DTYPE = np.dtype(
     [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]

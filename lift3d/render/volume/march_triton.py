@@ -96,8 +96,8 @@ def _check(device: torch.device) -> None:
 def reference_steps(rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, jitter: Tensor, step_size: float,
                     n_steps: int, occupied: Tensor, bbox: Tensor, resolution: int) -> Tensor:
     """The same mask from PyTorch ops (the renderer's CPU path): what the kernel is checked against."""
-    from lift3d.render.occupancy import OccupancyGrid, OccupancyGridConfig
-    from lift3d.render.sampling import step_bounds
+    from lift3d.render.volume.occupancy import OccupancyGrid, OccupancyGridConfig
+    from lift3d.render.volume.sampling import step_bounds
 
     k = torch.arange(n_steps, device=rays_o.device, dtype=rays_o.dtype)
     lo, hi = step_bounds(t_near[:, None], t_far[:, None], jitter[:, None], step_size, k[None, :])
@@ -110,7 +110,7 @@ def reference_steps(rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tenso
 def compare(device: torch.device, n_rays: int = 333, n_steps: int = 97, resolution: int = 16) -> int:
     """Candidates where the kernel and ``reference_steps`` disagree, on random rays through a random grid (rays
     from outside the box, some missing it, steps that end mid-way)."""
-    from lift3d.render.sampling import ray_box
+    from lift3d.render.volume.sampling import ray_box
 
     generator = torch.Generator(device=device).manual_seed(0)
     bbox = torch.tensor([[-1.0, -0.8, -1.2], [1.0, 0.9, 1.1]], device=device)

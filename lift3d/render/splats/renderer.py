@@ -17,10 +17,10 @@ from torch import Tensor
 from lift3d.base import Configurable
 from lift3d.cameras import Cameras
 from lift3d.registry import register
-from lift3d.render.splat_gsplat import gsplat_available, rasterize_gsplat, rasterize_gsplat_fixed
-from lift3d.render.splat_torch import rasterize_torch
+from lift3d.render.splats.gsplat_backend import gsplat_available, rasterize_gsplat, rasterize_gsplat_fixed
+from lift3d.render.splats.torch_backend import rasterize_torch
 
-log = logging.getLogger("lift3d.render.splat")
+log = logging.getLogger("lift3d.render.splats.renderer")
 BACKENDS = ("auto", "torch", "gsplat")
 RASTERIZE_MODES = ("classic", "antialiased")
 _logged: set[str] = set()

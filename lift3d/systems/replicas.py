@@ -40,6 +40,8 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
+from lift3d.distributed import all_reduce_sum_, world_size
+
 DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
 DDP_GRAPHS_DEFAULT = False  # without the variable: measured on GPUs before it becomes the default
 
@@ -51,28 +53,6 @@ def graphs_under_ddp() -> bool:
 
 class ReplicaDivergenceError(RuntimeError):
     """The DDP ranks' parameters differ: densification or an update was not the same on every rank."""
-
-
-def world_size() -> int:
-    """The number of processes in the default group (1 without torch.distributed)."""
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def all_reduce_sum_(tensors: Iterable[Tensor]) -> None:
-    """Sum ``tensors`` in place over all ranks in one collective (nothing to do in a single process)."""
-    import torch.distributed as dist
-
-    tensors = list(tensors)
-    if world_size() <= 1 or not tensors:
-        return
-    flat = torch.cat([t.reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in tensors])
-    dist.all_reduce(flat)
-    offset = 0
-    for tensor in tensors:
-        tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
-        offset += tensor.numel()
 
 
 def average_gradients(parameters: Iterable[Tensor]) -> None:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from lift3d.meshes.topology import EdgeTopology, edge_topology
-from lift3d.render.mesh_raster import Rasterization
+from lift3d.render.meshes.raster import Rasterization
 
 
 @torch.no_grad()

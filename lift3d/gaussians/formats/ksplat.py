@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.ply import PlyFormatError, pruned
-from lift3d.gaussians.sh import Y0, degree_of
+from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.render.splats.sh import Y0, degree_of
 from lift3d.saving import atomic_write_bytes
 
 log = logging.getLogger(__name__)

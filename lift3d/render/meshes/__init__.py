@@ -1,0 +1,1 @@
+"""The mesh renderer: differentiable triangle rasterization with analytic silhouette antialiasing."""
