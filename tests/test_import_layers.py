@@ -135,3 +135,10 @@ def test_the_check_sees_a_cycle_and_an_upward_import(tmp_path):
     b = imported_modules("lift3d.render.b", known["lift3d.render.b"], known)
     assert b == {"lift3d.render.a", "lift3d.systems.x"}
     assert imported_modules("lift3d.render.a", known["lift3d.render.a"], known) == {"lift3d.render.b"}
+
+
+def test_no_module_is_over_400_lines():
+    """Files stay small enough to read in one sitting (CONTRIBUTING.md): split by responsibility past 400 lines."""
+    long = {str(path.relative_to(PACKAGE.parent)): n for path in PACKAGE.rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400}
+    assert long == {}
