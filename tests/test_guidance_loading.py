@@ -20,7 +20,7 @@ def test_offline_hub_id_names_model_what_was_tried_and_the_fix(monkeypatch, tmp_
     message = str(info.value)
     assert "'someone/missing-model'" in message
     assert "HF_HUB_OFFLINE is set" in message and "Hub was not contacted" in message
-    assert "guidance.pretrained_model_name_or_path=/path/to/folder" in message
+    assert " system.guidance.pretrained_model_name_or_path=/path/to/folder" in message
     assert "hf download someone/missing-model" in message
     assert "\n" not in message  # one line for the CLI
 

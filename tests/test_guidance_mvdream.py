@@ -52,12 +52,12 @@ def test_loads_through_the_real_path_with_the_multiview_processor_on_self_attent
 def test_load_errors_say_what_to_fix(tmp_path):
     with pytest.raises(ModelLoadError, match="not an MVDream model.*projection_class_embeddings_input_dim=16"):
         make(tmp_path, pretrained_model_name_or_path=str(tiny_sd_path()))
-    with pytest.raises(ModelLoadError, match="pretrained_model_name_or_path is empty"):
+    with pytest.raises(ModelLoadError, match="system.guidance.pretrained_model_name_or_path is empty"):
         make(tmp_path, pretrained_model_name_or_path="")
     broken = tmp_path / "broken"
     shutil.copytree(tiny_mvdream_path(), broken)
     shutil.rmtree(broken / "vae")
-    with pytest.raises(ModelLoadError, match=r"local folder .*broken \(its 'vae/' part\).*guidance.pretrained_model_name_or_path"):
+    with pytest.raises(ModelLoadError, match=r"local folder .*broken \(its 'vae/' part\).*system\.guidance\.pretrained_model_name_or_path="):
         make(tmp_path, pretrained_model_name_or_path=str(broken))
     with pytest.raises(ValueError, match="perp_neg"):
         make(tmp_path, perp_neg=True)

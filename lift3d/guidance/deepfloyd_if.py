@@ -110,14 +110,7 @@ def load_deepfloyd_if(name: str, dtype: torch.dtype, variant: str | None = None,
                           **({"variant": variant} if variant else {}))
         return T5TextEncoder(tokenizer, frozen(model).to(device=device), max_length)
 
-    return DiffusionModels(
-        unet=unet,
-        vae=None,
-        alphas_cumprod=scheduler.alphas_cumprod.float(),
-        prediction_type=str(scheduler.config.prediction_type),
-        text_encoder=text_encoder,
-        model_key=if_model_key(name, max_length),
-    )
+    return DiffusionModels.with_schedule(unet, None, scheduler, text_encoder, if_model_key(name, max_length))
 
 
 def if_model_key(name: str, max_length: int) -> str:

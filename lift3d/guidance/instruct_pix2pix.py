@@ -32,6 +32,7 @@ from lift3d.guidance.loading import (
     model_key,
     resolve_dtype,
 )
+from lift3d.guidance.placement import LazyPlacement, runtime_dtype
 from lift3d.guidance.score import per_sample, predict_x0, to_epsilon
 from lift3d.registry import register
 
@@ -91,9 +92,7 @@ def load_instruct_pix2pix(name: str, dtype: torch.dtype, variant: str | None = N
                           **({"variant": variant} if variant else {}))
         return TextEncoder(tokenizer, frozen(model).to(device=device, dtype=dtype))
 
-    return DiffusionModels(unet=unet, vae=vae, alphas_cumprod=scheduler.alphas_cumprod.float(),
-                           prediction_type=str(scheduler.config.prediction_type), text_encoder=text_encoder,
-                           model_key=model_key(name))
+    return DiffusionModels.with_schedule(unet, vae, scheduler, text_encoder, model_key(name))
 
 
 # ------------------------------------------------------------------------------------------ the editor
@@ -112,7 +111,7 @@ class InstructPix2PixConfig(EditorConfig):
 
 
 @register("instruct-pix2pix")
-class InstructPix2PixEditor(Editor):
+class InstructPix2PixEditor(LazyPlacement, Editor):
     """Edits renders with InstructPix2Pix, conditioned on the original photos (models loaded on construction)."""
 
     Config = InstructPix2PixConfig
@@ -132,20 +131,11 @@ class InstructPix2PixEditor(Editor):
         self._placed: torch.device | None = None
         self._context: Tensor | None = None  # [3, L, D]: instruction, empty, empty (computed once, encoder freed)
 
-    def to(self, *args: Any, **kwargs: Any) -> InstructPix2PixEditor:
-        """Move to a device (the frozen models follow on the next edit, in the editor's dtype)."""
-        device = torch._C._nn._parse_to(*args, **kwargs)[0]
-        if device is not None:
-            super().to(device)
-            self.execution_device = torch.device(device)
-        return self
-
     def _ready(self) -> None:
         device = self.execution_device
         if self._placed == device:
             return
-        if device.type != "cuda" and self.dtype != torch.float32 and self.cfg.dtype == "auto":
-            self.dtype = torch.float32
+        self.dtype = runtime_dtype(self.dtype, self.cfg.dtype, device)
         for module in (self.models.unet, self.models.vae):
             module.to(device=device, dtype=self.dtype)
         self.alphas_cumprod = self.alphas_cumprod.to(device)

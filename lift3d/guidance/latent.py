@@ -28,6 +28,7 @@ from lift3d.guidance.options import (
     configure_attention,
     set_memory_format,
 )
+from lift3d.guidance.placement import LazyPlacement, runtime_dtype
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class LatentDiffusionConfig(DistillationConfig, ModelOptionsConfig):
     latent_input: bool = False  # take renders as [B,h,w,4] latents directly (no VAE), as Latent-NeRF
 
 
-class LatentDiffusionGuidance(DistillationGuidance):
+class LatentDiffusionGuidance(LazyPlacement, DistillationGuidance):
     """Distillation through a frozen latent diffusion model; subclasses load ``models`` and condition it."""
 
     Config = LatentDiffusionConfig
@@ -89,23 +90,16 @@ class LatentDiffusionGuidance(DistillationGuidance):
     def vae(self) -> torch.nn.Module:
         return self.models.vae
 
-    def to(self, *args: Any, **kwargs: Any) -> LatentDiffusionGuidance:
-        """Move to a device (the frozen models follow; dtypes are the guidance's own policy)."""
-        device = torch._C._nn._parse_to(*args, **kwargs)[0]
-        if device is not None:
-            super().to(device)
-            self.execution_device = torch.device(device)
-        return self
-
     def _ready(self) -> None:
         """Place the models on the execution device and set up speed options, once per device."""
         device = self.execution_device
         if self._placed == device:
             return
         cuda = device.type == "cuda"
-        if not cuda and self.dtype != torch.float32 and self.cfg.dtype == "auto":
+        dtype = runtime_dtype(self.dtype, self.cfg.dtype, device)
+        if dtype != self.dtype:
             log.info("the guidance runs on %s: using fp32 weights", device)
-            self.dtype = torch.float32
+            self.dtype = dtype
         modules = [m for m in (self.unet, self.vae) if m is not None]  # no VAE: a pixel-space model (DeepFloyd IF)
         for module in modules + self.extra_modules():
             if next(module.parameters()).dtype != self.dtype:

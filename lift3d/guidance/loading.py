@@ -168,6 +168,13 @@ class DiffusionModels:
     text_encoder: Callable[[torch.device, torch.dtype], Callable[[list[str]], Tensor]] | None  # TextEncoder factory
     model_key: str  # names the model in the prompt-embedding cache
 
+    @classmethod
+    def with_schedule(cls, unet: torch.nn.Module, vae: torch.nn.Module | None, scheduler: Any,
+                      text_encoder: Callable[..., Any] | None, key: str) -> DiffusionModels:
+        """The parts, with the noise schedule and prediction type read from a diffusers scheduler."""
+        return cls(unet=unet, vae=vae, alphas_cumprod=scheduler.alphas_cumprod.float(),
+                   prediction_type=str(scheduler.config.prediction_type), text_encoder=text_encoder, model_key=key)
+
 
 def model_key(name: str) -> str:
     """A stable name for the prompt cache: the absolute path of a local folder, else the hub id."""
@@ -192,11 +199,4 @@ def load_stable_diffusion(name: str, dtype: torch.dtype, variant: str | None = N
         model = load_part(CLIPTextModel.from_pretrained, name, "text_encoder", local_only, **({"variant": variant} if variant else {}))
         return TextEncoder(tokenizer, frozen(model).to(device=device, dtype=dtype))
 
-    return DiffusionModels(
-        unet=unet,
-        vae=vae,
-        alphas_cumprod=scheduler.alphas_cumprod.float(),
-        prediction_type=str(scheduler.config.prediction_type),
-        text_encoder=text_encoder,
-        model_key=model_key(name),
-    )
+    return DiffusionModels.with_schedule(unet, vae, scheduler, text_encoder, model_key(name))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from lift3d.guidance.latent import LatentDiffusionConfig, LatentDiffusionGuidance
-from lift3d.guidance.loading import DiffusionModels, ModelLoadError, load_stable_diffusion
+from lift3d.guidance.loading import CONFIG_KEY, DiffusionModels, ModelLoadError, load_stable_diffusion
 from lift3d.guidance.multiview import CAMERA_DIM, install_multiview_attention, mvdream_camera, rescale_guidance, set_num_views
 from lift3d.guidance.prompts import PromptConfig, PromptProcessor
 from lift3d.guidance.score import classifier_free_guidance, per_sample, predict_x0, to_epsilon
@@ -97,7 +97,7 @@ class MVDreamGuidance(LatentDiffusionGuidance):
     def load_models(self) -> DiffusionModels:
         cfg = self.cfg
         if not cfg.pretrained_model_name_or_path:
-            raise ModelLoadError("guidance.pretrained_model_name_or_path is empty: point it at an MVDream model in diffusers "
+            raise ModelLoadError(f"{CONFIG_KEY} is empty: point it at an MVDream model in diffusers "
                                  "layout (unet/ with a 16-input camera projection, vae/, text_encoder/, tokenizer/, scheduler/); "
                                  "python -m lift3d.guidance.mvdream_convert makes one from MVDream's sd-v2.1-base-4view.pt")
         return load_mvdream(cfg.pretrained_model_name_or_path, self.dtype, cfg.variant or None, cfg.local_files_only, cfg.n_views)
