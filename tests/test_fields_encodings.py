@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from lift3d.fields.encodings import (
-    HASH_PRIMES,
     HashGrid,
     HashGridConfig,
     frequency_encode,
@@ -15,6 +14,7 @@ from lift3d.fields.encodings import (
     hash_grid_layout,
     spherical_harmonics,
 )
+from lift3d.fields.hash_reference import HASH_PRIMES
 from tests.conftest import run_in_triton_interpreter
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 

@@ -1,4 +1,4 @@
-"""The hash-grid lookup on the CPU: the same numbers as ``lift3d.fields.encodings.hash_grid_encode``, faster.
+"""The hash-grid lookup on the CPU: the same numbers as ``lift3d.fields.hash_reference.hash_grid_encode``, faster.
 
 The reference lays its work out as [N, L, 2, 2, 2] tensors of int64 rows and weights over all the points at
 once: every step streams hundreds of megabytes through memory and broadcasts over tiny innermost axes. Here
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from lift3d.fields.encodings import HASH_PRIMES, HashGridLayout
+from lift3d.fields.hash_reference import HASH_PRIMES, HashGridLayout
 
 DEFAULT_CHUNK = 8192  # points per block: its rows and weights (~0.5 MB per level) stay in the L2 cache
 

@@ -5,7 +5,7 @@ Instant-NGP hash), gathers their features and blends them trilinearly, so no [N,
 tensor is ever written. The backward pass scatters ``weight * grad`` into the table with relaxed atomic
 adds, after summing runs of consecutive points that hit the same row (a segmented scan in the block).
 Gradients with respect to the points are not provided: callers needing them use the PyTorch path
-(``lift3d.fields.encodings.hash_grid_encode``), which is also the reference these kernels are tested
+(``lift3d.fields.hash_reference.hash_grid_encode``), which is also the reference these kernels are tested
 against (under ``TRITON_INTERPRET=1`` on CPU).
 """
 
@@ -14,7 +14,7 @@ import logging
 import torch
 from torch import Tensor
 
-from lift3d.fields.encodings import HashGridLayout, hash_grid_encode
+from lift3d.fields.hash_reference import HashGridLayout, hash_grid_encode
 
 log = logging.getLogger("lift3d")
 
