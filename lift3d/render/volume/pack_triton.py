@@ -1,18 +1,16 @@
 """Packing the renderer's samples on CUDA as Triton kernels: budgeted compaction and the gather of kept rows.
 
-**Compaction into a fixed budget** (``sampling.compact`` with a budget): the PyTorch form writes every candidate's
-slot (its position among the selected, or a spare slot) as int64, then scatters an ``arange`` of all candidates
-through them: over the 16.8M marching candidates of each chunk of an MVDream 256 step, eight chunks a step, that is
-four full-length passes. Here a running count of the mask (int32) is the only full-length tensor; ``place`` reads it
-with the mask and writes the index of each selected candidate that fits straight into its slot: the PyTorch result
-exactly.
+**Compaction into a fixed budget** (``sampling.compact`` with a budget): the PyTorch form writes an int64 slot for
+every candidate and scatters an ``arange`` through them (four full-length passes). Here a running count of the mask
+(int32) is the only full-length tensor; ``place`` writes the index of each selected candidate that fits straight into
+its slot: the PyTorch result exactly.
 
 **Rows at given indices** (``source[index]``), the gather of the hash-grid features the density-only pass keeps for
-the full pass: PyTorch's indexing, ``index_select`` and ``embedding`` all reach one gather kernel that on an H100
-moved 2.3M rows of 64 bytes (32 half features) in 1.4 ms, about 0.2 TB/s: 22 ms of an MVDream step, as much as the
-lookup it spares. Here a program copies a block of whole rows, each a contiguous load.
+the full pass: PyTorch's gather kernel is slow for narrow rows; here a program copies a block of whole rows, each a
+contiguous load.
 
-Each kernel is compared with the PyTorch ops once per GPU before use (``triton_checks.checked_once``).
+Each kernel is compared with the PyTorch ops once per GPU before use (``triton_checks.checked_once``): the gather
+here, the compaction beside ``compact`` (``sampling.compaction_available``), so this module imports no sampling code.
 """
 
 import torch
@@ -63,28 +61,6 @@ def place(mask: Tensor, budget: int) -> tuple[Tensor, Tensor]:
     if n:
         _place_kernel[(triton.cdiv(n, BLOCK),)](mask.view(torch.uint8), running, slots, n, budget, BLOCK_SIZE=BLOCK)
     return slots, running
-
-
-_COMPACT_CHECKED: dict[torch.device, bool] = {}
-
-
-def compaction_available(device: torch.device) -> bool:
-    """Whether the kernel runs on ``device`` and passed its comparison with the PyTorch compaction there."""
-    return triton is not None and checked_once(_COMPACT_CHECKED, device, compare_compaction, "Triton compaction", "the PyTorch ops")
-
-
-def compare_compaction(device: torch.device) -> None:
-    """Raise unless the kernel's compaction is the PyTorch one (budgets below, at and above the selected count)."""
-    from lift3d.render.volume.sampling import compact
-
-    generator = torch.Generator(device=device).manual_seed(0)
-    mask = torch.rand(5000, device=device, generator=generator) < 0.3
-    count = int(mask.sum())
-    for budget in (count // 2, count, count + 100):
-        fast, reference = compact(mask, budget, fused=True), compact(mask, budget, fused=False)
-        for a, b in ((fast.index, reference.index), (fast.valid, reference.valid), (fast.dropped, reference.dropped)):
-            if not torch.equal(a, b):
-                raise RuntimeError("the Triton compaction differs from the PyTorch ops")
 
 
 def take_rows_triton(source: Tensor, index: Tensor) -> Tensor:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lift3d.triton_checks import checked_once
+
 
 def ray_box(rays_o: Tensor, rays_d: Tensor, bbox: Tensor, near: float = 0.0) -> tuple[Tensor, Tensor]:
     """Entry and exit distances [R] of rays [R, 3] through the box ``bbox`` [2, 3] (exit <= entry: miss)."""
@@ -79,9 +81,7 @@ def compact(mask: Tensor, budget: int | None = None, fused: bool | None = None) 
     """Positions of the True entries of ``mask`` [n] in order: exactly, or into ``budget`` slots (on CUDA by one
     Triton kernel, ``pack_triton``, unless ``fused`` is False; the same result)."""
     if fused is None and mask.is_cuda:  # checked on the first call, which comes before any graph capture
-        from lift3d.render.volume import pack_triton
-
-        fused = pack_triton.compaction_available(mask.device)
+        fused = compaction_available(mask.device)
     if budget is None:
         return Packed(torch.nonzero(mask).reshape(-1), None, None)
     n = mask.shape[0]
@@ -98,6 +98,30 @@ def compact(mask: Tensor, budget: int | None = None, fused: bool | None = None) 
     index = buffer[:budget]
     valid = index < n
     return Packed(index.clamp_max(max(n - 1, 0)), valid, mask & ~keep)
+
+
+_COMPACT_CHECKED: dict[torch.device, bool] = {}
+
+
+def compaction_available(device: torch.device) -> bool:
+    """Whether the kernel runs on ``device`` and passed its comparison with the PyTorch compaction there."""
+    from lift3d.render.volume import pack_triton
+
+    if pack_triton.triton is None:
+        return False
+    return checked_once(_COMPACT_CHECKED, device, compare_compaction, "Triton compaction", "the PyTorch ops")
+
+
+def compare_compaction(device: torch.device) -> None:
+    """Raise unless the kernel's compaction is the PyTorch one (budgets below, at and above the selected count)."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    mask = torch.rand(5000, device=device, generator=generator) < 0.3
+    count = int(mask.sum())
+    for budget in (count // 2, count, count + 100):
+        fast, reference = compact(mask, budget, fused=True), compact(mask, budget, fused=False)
+        for a, b in ((fast.index, reference.index), (fast.valid, reference.valid), (fast.dropped, reference.dropped)):
+            if not torch.equal(a, b):
+                raise RuntimeError("the Triton compaction differs from the PyTorch ops")
 
 
 def stratified_samples(t_near: Tensor, t_far: Tensor, n_samples: int, jitter: Tensor | None) -> Tensor:
