@@ -55,10 +55,10 @@ def _session_outputs(tmp_path_factory) -> Path:
 def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
     """A run with the default (relative) ``output_root`` started while the working directory is in the checkout writes
     its trial under a temp folder, not ``outputs/`` in the user's clone (a test that chdirs to its tmp_path first keeps
-    ``tmp_path/outputs``). Every trial folder comes from ``runner.make_trial_dir``, so that is the one place to redirect."""
-    import lift3d.runs.runner as runner
+    ``tmp_path/outputs``). Every trial folder comes from ``run_dirs.make_trial_dir``, so that is the one place to redirect."""
+    import lift3d.runs.run_dirs as run_dirs
 
-    make_trial_dir = runner.make_trial_dir
+    make_trial_dir = run_dirs.make_trial_dir
 
     def outside_the_checkout(cfg, *args, **kwargs):
         root = Path(cfg.output_root)
@@ -66,7 +66,7 @@ def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
             cfg = dataclasses.replace(cfg, output_root=str(_session_outputs / root))
         return make_trial_dir(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "make_trial_dir", outside_the_checkout)
+    monkeypatch.setattr(run_dirs, "make_trial_dir", outside_the_checkout)
 
 
 @pytest.fixture(autouse=True)

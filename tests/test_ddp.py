@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from lift3d.config import load_config
-from lift3d.runs.runner import TRIAL_DIR_ENV, _shared_trial_dir, build_trainer, throttle_sigterm_broadcast
+from lift3d.runs.run_dirs import TRIAL_DIR_ENV, shared_trial_dir
+from lift3d.runs.runner import build_trainer, throttle_sigterm_broadcast
 from tests.conftest import TEST_CONFIGS
 
 
@@ -102,9 +103,9 @@ def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
     monkeypatch.setenv(TRIAL_DIR_ENV, str(tmp_path / "from-rank-0"))
     for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)
-    assert _shared_trial_dir() is None  # rank 0 (or a plain run) never reuses a previous run's folder
+    assert shared_trial_dir() is None  # rank 0 (or a plain run) never reuses a previous run's folder
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert _shared_trial_dir() == tmp_path / "from-rank-0"
+    assert shared_trial_dir() == tmp_path / "from-rank-0"
 
 
 

@@ -21,7 +21,8 @@ from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategy import DensifyStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runs.runner import TRIAL_DIR_ENV, build_trainer
+from lift3d.runs.run_dirs import TRIAL_DIR_ENV
+from lift3d.runs.runner import build_trainer
 from lift3d.systems.base import _finite_on_every_rank
 from lift3d.systems.replicas import ReplicaDivergenceError, ReplicatedDDPStrategy, check_replicas
 from tests.conftest import TEST_CONFIGS

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import load_config
-from lift3d.runs.runner import make_trial_dir, run_experiment
+from lift3d.runs.run_dirs import make_trial_dir
+from lift3d.runs.runner import run_experiment
 from tests.conftest import REPO, TEST_CONFIGS
 
 FIT_IMAGE = TEST_CONFIGS / "fit-image.yaml"

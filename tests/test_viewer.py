@@ -13,6 +13,7 @@ import torch
 
 from lift3d.cameras import look_at
 from lift3d.cli import main
+from lift3d.commands.common import training_callbacks
 from lift3d.config import load_config
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
@@ -89,7 +90,7 @@ def _tiny_run(tmp_path, viewer: bool, steps: int):
                  "viewer.port=0", "viewer.max_side=32", "viewer.preview_max_side=16"]
     cfg = load_config(recipe_config("reconstruct-gaussians-sample"), overrides=overrides)
     trial = tmp_path / "run"
-    return cfg, build_trainer(cfg, trial, train=True), trial
+    return cfg, build_trainer(cfg, trial, train=True, callbacks=training_callbacks(cfg, trial)), trial
 
 
 def test_the_viewer_callback_exists_only_with_the_flag(tmp_path):

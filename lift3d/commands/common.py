@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -103,6 +104,16 @@ def add_viewer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--viewer-port", type=int, default=None, metavar="PORT", help="the viewer's port (default 8080)")
     parser.add_argument("--viewer-host", default=None, metavar="HOST",
                         help="the viewer's interface (default 127.0.0.1; 0.0.0.0 for the LAN)")
+
+
+def training_callbacks(cfg: Any, trial_dir: Path) -> list[Any]:
+    """The callbacks the commands add to a training run (the runner's ``callbacks``): the live viewer when
+    ``viewer.enabled`` (--viewer). Off, the viewer is not even imported, so it costs nothing."""
+    if not cfg.viewer.enabled:
+        return []
+    from lift3d.viewer.training import ViewerCallback
+
+    return [ViewerCallback(cfg.viewer, trial_dir)]
 
 
 def viewer_overrides(args: argparse.Namespace) -> list[str]:

@@ -116,7 +116,7 @@ def edit_overrides(trial: Path, checkpoint: Path, instruction: str) -> list[str]
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lift3d.commands.common import parse_gpus
+    from lift3d.commands.common import parse_gpus, training_callbacks
     from lift3d.commands.reconstruct import _summary
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
@@ -151,6 +151,6 @@ def run(args: argparse.Namespace) -> int:
         elif gpus is None and not torch.cuda.is_available():
             print("lift3d: no CUDA GPU: InstructPix2Pix edits will be slow on the CPU", flush=True)
         print(f"lift3d: editing {trial} ({method}) with {args.editor}: \"{args.instruction}\"", flush=True)
-        new_trial = run_experiment("train", cfg, [layer, recipe], overrides)
+        new_trial = run_experiment("train", cfg, [layer, recipe], overrides, callbacks=training_callbacks)
     print("\n".join(_summary(new_trial)))
     return 0

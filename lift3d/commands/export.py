@@ -49,7 +49,7 @@ def raise_failed_exports() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lift3d.runs.runner import load_system, make_trial_dir, trial_dir_of_checkpoint
+    from lift3d.runs.run_dirs import load_system, make_trial_dir, trial_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
     if args.format:  # --format takes every later word: hand key=value overrides back to the config

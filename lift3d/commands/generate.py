@@ -116,12 +116,13 @@ def _applies_to(override: str, cfg) -> bool:
 
 def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
     """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
+    from lift3d.commands.common import training_callbacks
     from lift3d.config import load_config
     from lift3d.runs.runner import run_experiment
 
     cfg = load_config(config, overrides=overrides)
     print(f"lift3d: {announce.format(steps=cfg.trainer.max_steps)}", flush=True)
-    trial = run_experiment("train", cfg, [config], overrides)
+    trial = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
     print(f"lift3d: results in {trial}")
     return trial
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from lift3d.commands.common import add_config_arguments, add_viewer_arguments, load_experiment, viewer_overrides
+from lift3d.commands.common import (
+    add_config_arguments,
+    add_viewer_arguments,
+    load_experiment,
+    training_callbacks,
+    viewer_overrides,
+)
 
 HELP = {
     "train": "train a config (resume with --resume CKPT)",
@@ -23,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runs.runner import run_experiment
 
     cfg, paths, overrides = load_experiment(args, viewer_overrides(args))
-    trial = run_experiment(args.command, cfg, paths, overrides)
+    trial = run_experiment(args.command, cfg, paths, overrides, callbacks=training_callbacks)
     print(f"lift3d: results in {trial}")
     return 0

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressB
 
 from lift3d import aftercare
 from lift3d.checkpoints import AtomicCheckpointIO, check_recipe, load_checkpoint
-from lift3d.config import ConfigError, ExperimentConfig, to_yaml
+from lift3d.config import ConfigError, ExperimentConfig
 from lift3d.interrupts import (
     Interrupted,
     StopAndSaveCallback,
@@ -28,11 +26,20 @@ from lift3d.interrupts import (
 from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
+from lift3d.runs import run_dirs
+from lift3d.runs.run_dirs import (
+    TRIAL_DIR_ENV,
+    process_rank,
+    shared_trial_dir,
+    trial_dir_name,
+    trial_dir_of_checkpoint,
+    write_configs,
+)
 from lift3d.runs.trainer_checks import check_trainer
-from lift3d.saving import OutputSaver
 
 log = logging.getLogger("lift3d")
-TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
+# the callbacks a caller adds to a training run, given its config and trial folder (the commands add the live viewer)
+CallbackFactory = Callable[[ExperimentConfig, Path], Sequence[Callback]]
 
 
 class RNGStateCallback(Callback):
@@ -64,64 +71,6 @@ class AnnounceCallback(Callback):
             print(f"lift3d: writing to {self.trial_dir}", flush=True)
 
 
-def trial_dir_name(cfg: ExperimentConfig) -> Path:
-    """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off), not created."""
-    tag = (cfg.tag or "run").replace("/", "_").replace(" ", "_")[:80]
-    if cfg.use_timestamp:
-        tag = f"{tag}@{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(cfg.output_root) / cfg.name / tag
-
-
-def make_trial_dir(cfg: ExperimentConfig) -> Path:
-    """Create and return the folder of ``trial_dir_name``, exclusively: when another run has it (started in the same
-    second, or the same tag without timestamps) this run takes ``<folder>-1``, ``-2``, ..., never a shared one."""
-    base = trial_dir_name(cfg)
-    parent, tag = base.parent, base.name
-    parent.mkdir(parents=True, exist_ok=True)
-    for suffix in range(10_000):
-        candidate = parent / (tag if suffix == 0 else f"{tag}-{suffix}")
-        try:
-            candidate.mkdir(exist_ok=False)
-            return candidate
-        except FileExistsError:
-            continue
-    raise ConfigError(f"{parent} holds 10000 runs tagged {tag!r}: give this run another tag= or output_root=")
-
-
-def trial_dir_of_checkpoint(path: str | Path) -> Path | None:
-    """The trial folder a checkpoint lives in (``<trial>/ckpts/x.ckpt``), if it does."""
-    path = Path(path).resolve()
-    if path.parent.name == "ckpts" and (path.parent.parent / "configs").is_dir():
-        return path.parent.parent
-    return None
-
-
-def _write_configs(trial_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str]) -> None:
-    configs = trial_dir / "configs"
-    configs.mkdir(parents=True, exist_ok=True)
-    OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
-    for path in config_paths:
-        target = configs / Path(path).name
-        if Path(path).resolve() != target.resolve():  # resuming from the trial's own configs/parsed.yaml
-            shutil.copyfile(path, target)
-    if overrides:
-        OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
-
-
-def _rank() -> int:
-    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
-        if key in os.environ:
-            return int(os.environ[key])
-    return 0
-
-
-def _shared_trial_dir() -> Path | None:
-    """In a DDP rank other than 0: the trial folder rank 0 chose (its timestamp may differ from ours)."""
-    if _rank() > 0 and os.environ.get(TRIAL_DIR_ENV):
-        return Path(os.environ[TRIAL_DIR_ENV])
-    return None
-
-
 def _device_count(devices: Any) -> int:
     if isinstance(devices, (list, tuple)):
         return len(devices)
@@ -148,9 +97,11 @@ def resolve_precision(precision: str, accelerator: str) -> str:
 
 
 def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None,
-                  signals: StopSignals | None = None) -> L.Trainer:
+                  signals: StopSignals | None = None, callbacks: Sequence[Callback] = ()) -> L.Trainer:
     """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus). With ``signals`` (the
-    runner's), SIGINT / SIGTERM stop training at the end of a step with a checkpoint of it."""
+    runner's), SIGINT / SIGTERM stop training at the end of a step with a checkpoint of it. ``callbacks`` are added
+    to a training run after the runner's own (the commands pass the live viewer's)."""
+    extra_callbacks = list(callbacks)
     tcfg = cfg.trainer
     devices = tcfg.devices if devices is None else devices
     callbacks: list[Callback] = []
@@ -182,10 +133,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
             raise ConfigError(f"checkpoint.every_n_minutes must be >= 0 (0: off), got {cfg.checkpoint.every_n_minutes}")
         callbacks.append(StopAndSaveCallback(signals or StopSignals(), trial_dir / "ckpts", cfg.checkpoint.save_last,
                                              cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
-        if cfg.viewer.enabled:  # off: not even imported, so the viewer costs nothing
-            from lift3d.viewer.training import ViewerCallback
-
-            callbacks.append(ViewerCallback(cfg.viewer, trial_dir))
+        callbacks += extra_callbacks
         from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
         kwargs["logger"] = [
@@ -202,14 +150,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         kwargs["limit_val_batches"] = tcfg.limit_val_batches
     strategy = tcfg.strategy
     if strategy == "auto" and _device_count(devices) > 1:
-        # DDP: each rank renders its own views (per-rank seeds), gradients are all-reduced; parameters a step
-        # leaves without gradient (a background or shading branch not taken) must not stall the reduction
-        strategy = "ddp_find_unused_parameters_true"
-        from lift3d.systems.replicas import ReplicatedDDPStrategy, ReplicatedGaussians
-
-        if issubclass(find(cfg.system_type), ReplicatedGaussians):
-            # densification replaces the parameters: the system averages its gradients itself (see replicas.py)
-            strategy = ReplicatedDDPStrategy()
+        strategy = ddp_strategy(find(cfg.system_type))
     trainer = L.Trainer(
         max_steps=tcfg.max_steps,
         max_epochs=-1,
@@ -236,14 +177,22 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
     return trainer
 
 
+def ddp_strategy(system_class: type) -> Any:
+    """The strategy for several devices: the system's own (``ddp_strategy()``, e.g. the Gaussians' replicas), else
+    DDP where parameters a step leaves without gradient (a background or shading branch not taken) do not stall
+    the reduction. Each rank renders its own views (per-rank seeds)."""
+    chosen = getattr(system_class, "ddp_strategy", None)
+    strategy = chosen() if chosen is not None else None
+    return "ddp_find_unused_parameters_true" if strategy is None else strategy
+
+
 def throttle_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
     """Run Lightning's per-step SIGTERM agreement between DDP ranks only every ``every`` steps (0: never).
 
     Before each training step Lightning (2.5+) broadcasts rank 0's SIGTERM flag and reads it back with
-    ``.item()``: a host sync per step, so the CPU cannot queue the next step while the GPU runs (two H200s,
-    dreamfusion-sd: 39.6 ms/step against 27.9 on one GPU). Every rank is at the same global step, so the
-    throttled collective still matches across ranks. Without that private hook (other Lightning versions)
-    nothing changes."""
+    ``.item()``: a host sync per step, so the CPU cannot queue the next step while the GPU runs. Every rank is at
+    the same global step, so the throttled collective still matches across ranks. Without that private hook
+    (other Lightning versions) nothing changes."""
     loop = trainer.fit_loop.epoch_loop
     broadcast = getattr(loop, "_broadcast_sigterm_tensor", None)
     if broadcast is None:
@@ -272,8 +221,10 @@ def run_experiment(
     config_paths: Sequence[str | Path] = (),
     overrides: Sequence[str] = (),
     devices: Any = None,
+    callbacks: CallbackFactory | None = None,
 ) -> Path:
-    """Run ``mode`` (train, validate, test, export) and return the trial folder."""
+    """Run ``mode`` (train, validate, test, export) and return the trial folder. ``callbacks(cfg, trial_dir)``
+    gives the callbacks to add to a training run (the commands' live viewer); the runner adds none of its own."""
     if mode not in ("train", "validate", "test", "export"):
         raise ValueError(f"unknown mode {mode!r}")
     aftercare.reset()
@@ -283,14 +234,14 @@ def run_experiment(
     if cfg.resume:
         check_recipe(load_checkpoint(cfg.resume), cfg.system_type, cfg.resume)
     # a resumed run continues in its checkpoint's folder; DDP ranks > 0 use rank 0's; a new run gets a folder of its own
-    trial_dir = (trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or _shared_trial_dir()
-    if _rank() == 0:
+    trial_dir = (trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or shared_trial_dir()
+    if process_rank() == 0:
         try:
-            trial_dir = trial_dir or make_trial_dir(cfg)
+            trial_dir = trial_dir or run_dirs.make_trial_dir(cfg)  # through the module: tests redirect it
             os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
             trial_dir.mkdir(parents=True, exist_ok=True)
             if mode == "train":
-                _write_configs(trial_dir, cfg, config_paths, overrides)
+                write_configs(trial_dir, cfg, config_paths, overrides)
         except OSError as error:
             raise ConfigError(f"cannot write the run's folder {trial_dir or Path(cfg.output_root) / cfg.name}: "
                               f"{error.strerror or error}; set output_root= to a folder you can write") from None
@@ -298,11 +249,13 @@ def run_experiment(
         trial_dir = trial_dir_name(cfg)
     train = mode == "train"
     signals = StopSignals()
-    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1), signals=signals)
+    extra = list(callbacks(cfg, trial_dir)) if callbacks is not None and train else []
+    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1), signals=signals,
+                            callbacks=extra)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     system.set_save_dir(trial_dir / "save")
-    if mode == "train" and _rank() == 0 and hasattr(datamodule, "write_records"):
+    if mode == "train" and process_rank() == 0 and hasattr(datamodule, "write_records"):
         datamodule.write_records(trial_dir)  # what the data module read (a capture's split, its normalisation)
     with signals:
         try:
@@ -315,7 +268,7 @@ def run_experiment(
         except (StopRequested, KeyboardInterrupt, SystemExit) as error:
             if not signals.signum:
                 raise
-            raise _interrupted(error, signals.signum, trial_dir, train, _rank() == 0) from None
+            raise _interrupted(error, signals.signum, trial_dir, train, process_rank() == 0) from None
     return trial_dir
 
 
@@ -347,12 +300,3 @@ def _interrupted(error: BaseException, signum: int, trial_dir: Path, train: bool
         update_progress(trial_dir, status="interrupted", **reached, checkpoint=str(checkpoint) if checkpoint else None,
                         checkpoint_step=step, signal=SIGNAL_NAMES.get(signum, str(signum)), error=None)
     return Interrupted(signum, step, checkpoint, trial_dir if train else None, quiet=not rank_zero)
-
-
-def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path) -> Any:
-    """The system of ``cfg`` with the weights of a checkpoint (for export and chained stages)."""
-    system = find(cfg.system_type)(cfg.system)
-    checkpoint = load_checkpoint(checkpoint_path)
-    system.on_load_checkpoint(checkpoint)
-    system.load_state_dict(checkpoint["state_dict"])
-    return system

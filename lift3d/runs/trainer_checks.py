@@ -66,8 +66,9 @@ def check_strategy(strategy: Any) -> None:
 
     known = StrategyRegistry.available_strategies()
     if strategy not in known:
+        ddp = ", ".join(s for s in known if s.startswith("ddp") and "_find_unused" not in s)
         raise ConfigError(f"trainer.strategy '{strategy}' is not a Lightning strategy: use auto (lift3d picks DDP for "
-                          f"several GPUs) or one of {', '.join(s for s in known if s.startswith('ddp') and '_find_unused' not in s)}")
+                          f"several GPUs) or one of {ddp}")
 
 
 def check_trainer(cfg: Any) -> None:
@@ -135,4 +136,5 @@ def check_viewer(v: Any) -> None:
     _at_least("viewer.preview_max_side", v.preview_max_side, 16, "a render size >= 16 pixels", "256")
     if not 0 < v.max_share <= 1:
         raise ConfigError(f"viewer.max_share must be a fraction in (0, 1], got {v.max_share}: e.g. viewer.max_share=0.1")
-    check_listen(v.host, v.port, "--viewer-host")  # before training: a host that is not this machine's fails now, not at the first step
+    # before training: a host that is not this machine's fails now, not at the first step
+    check_listen(v.host, v.port, "--viewer-host")

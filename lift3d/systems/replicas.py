@@ -1,34 +1,19 @@
 """Gaussians trained on several processes (Lightning DDP): gradients averaged by hand, replicas checked equal.
 
-Why not torch's DistributedDataParallel wrapper: it registers the module's parameters once, when it wraps
-the module, and all-reduces only those. Densification replaces every Gaussian parameter by a new
-``nn.Parameter`` of a new size, so after the first refine step DDP would reduce the stale tensors (zeros,
-through ``find_unused_parameters``) and leave the live ones to each rank: replicas diverge. Re-wrapping
-after every refine step would rebuild the reducer (and its buckets) mid-run. Instead
-``ReplicatedDDPStrategy`` keeps all of Lightning's DDP machinery (process launch, process group, seeding,
-barriers, rank-0 checkpoints) but does not wrap the module; the system calls ``average_gradients`` on the
-parameters its optimizer steps, after each backward pass and before densification. For Gaussians nothing
-is lost: every parameter's gradient arrives at the end of the backward pass (through the projection), so
-DDP's overlap of communication with backward could not start earlier; one flat all-reduce per step
-is what DDP's bucketing would do at best.
+Why not torch's DistributedDataParallel wrapper: it registers the module's parameters once, and densification
+replaces every Gaussian parameter by a new ``nn.Parameter`` of a new size, so DDP would reduce stale tensors and
+the replicas would diverge. ``ReplicatedDDPStrategy`` keeps Lightning's DDP machinery (launch, process group,
+seeding, barriers, rank-0 checkpoints) without wrapping the module; the system calls ``average_gradients`` on the
+parameters its optimizer steps, after each backward pass and before densification. Every Gaussian gradient
+arrives at the end of backward, so one flat all-reduce per step loses nothing against DDP's bucketing.
 
-Several views per step (``data.batch_size`` = B on each rank): the rank renders its B photos as one batch
-(gsplat rasterizes a batch of cameras in one launch; the PyTorch rasterizer loops over them), the loss is the
-mean over them, and one all-reduce then serves B views: with a ~3 ms step the all-reduce and its
-synchronisation no longer dominate. Averaged over N ranks, a step's gradient is the mean over N x B views, as
-one process rendering all of them; the densification statistics are per view (the strategy multiplies the
-image-space gradient of the mean loss by B and counts each view) and are summed over the ranks. The
-hyperparameters stay per step: learning rates and the step-based schedules (densification, SH degree, the
-position rate's decay) are not rescaled, so N x B views a step see N x B times the views at equal steps.
-To train on the same number of views as one view a step, divide ``trainer.max_steps`` and the schedules by
-N x B; gsplat's multi-GPU example then also multiplies the learning rates by sqrt(N x B) (the Adam square-root
-rule), which lift3d leaves to the user.
+With ``data.batch_size`` = B views per rank and N ranks, a step's gradient is the mean over N x B views; the
+densification statistics are per view and summed over the ranks. Learning rates and step-based schedules are
+not rescaled: to see as many views as one view a step, divide ``trainer.max_steps`` and the schedules by N x B
+(gsplat's multi-GPU example also multiplies the rates by sqrt(N x B); lift3d leaves that to the user).
 
-The captured CUDA-graph step (``lift3d.systems.graphed_splats``) replays render, loss and backward; under
-DDP the all-reduce must come between backward and Adam, so Adam stays out of the graph and the all-reduce runs
-eagerly after the replay. No collective is captured: each rank captures its own graph whenever its Gaussians
-change (the same steps on every rank), and PyTorch waits for NCCL's watchdog event queries before a capture
-begins. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1`` (``graphs_under_ddp``) until measured on GPUs.
+The captured CUDA-graph step (``lift3d.systems.graphed_splats``) keeps Adam out of the graph under DDP: the
+all-reduce runs eagerly between the replay and Adam. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1``.
 """
 
 from __future__ import annotations
@@ -125,6 +110,11 @@ class ReplicatedGaussians:
     """Mixin of the Gaussian systems: under ``ReplicatedDDPStrategy`` average the gradients after each backward
     pass (before densification reads or replaces the parameters) and, every ``system.replica_check_every``
     steps, check that every rank holds the same Gaussians."""
+
+    @classmethod
+    def ddp_strategy(cls) -> ReplicatedDDPStrategy:
+        """Densification replaces the parameters: DDP without the wrapper, the system averages its gradients."""
+        return ReplicatedDDPStrategy()
 
     def init_seed(self) -> int:
         """The seed of the Gaussians' initialisation: the run's seed on every rank (the runner seeds each rank

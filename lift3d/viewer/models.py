@@ -99,7 +99,7 @@ def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int
 def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:
     from lift3d.config import load_config
     from lift3d.registry import find
-    from lift3d.runs.runner import load_system
+    from lift3d.runs.run_dirs import load_system
 
     # the run's config may list plugin code (imports:); a run folder may be someone else's: run it only when allowed
     cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
@@ -151,7 +151,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
     """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, a Gaussian file
     (.ply, .splat) or a mesh (.glb, .gltf, .obj). A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
-    from lift3d.runs.runner import trial_dir_of_checkpoint
+    from lift3d.runs.run_dirs import trial_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)
     if path.is_dir():

@@ -1,0 +1,90 @@
+"""Run folders: where a trial writes, which trial a checkpoint belongs to, and a trained system loaded back.
+
+Below both the runner and the viewer (and the commands that export or view a finished run), so none of them
+has to import another to find a run's files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lift3d.checkpoints import load_checkpoint
+from lift3d.config import ConfigError, ExperimentConfig, to_yaml
+from lift3d.registry import find
+from lift3d.saving import OutputSaver
+
+TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
+
+
+def trial_dir_name(cfg: ExperimentConfig) -> Path:
+    """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off), not created."""
+    tag = (cfg.tag or "run").replace("/", "_").replace(" ", "_")[:80]
+    if cfg.use_timestamp:
+        tag = f"{tag}@{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.output_root) / cfg.name / tag
+
+
+def make_trial_dir(cfg: ExperimentConfig) -> Path:
+    """Create and return the folder of ``trial_dir_name``, exclusively: when another run has it (started in the same
+    second, or the same tag without timestamps) this run takes ``<folder>-1``, ``-2``, ..., never a shared one."""
+    base = trial_dir_name(cfg)
+    parent, tag = base.parent, base.name
+    parent.mkdir(parents=True, exist_ok=True)
+    for suffix in range(10_000):
+        candidate = parent / (tag if suffix == 0 else f"{tag}-{suffix}")
+        try:
+            candidate.mkdir(exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{parent} holds 10000 runs tagged {tag!r}: give this run another tag= or output_root=")
+
+
+def trial_dir_of_checkpoint(path: str | Path) -> Path | None:
+    """The trial folder a checkpoint lives in (``<trial>/ckpts/x.ckpt``), if it does."""
+    path = Path(path).resolve()
+    if path.parent.name == "ckpts" and (path.parent.parent / "configs").is_dir():
+        return path.parent.parent
+    return None
+
+
+def write_configs(trial_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str]) -> None:
+    """``configs/``: the parsed config, copies of the YAML files it came from, and the overrides (if any)."""
+    configs = trial_dir / "configs"
+    configs.mkdir(parents=True, exist_ok=True)
+    OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
+    for path in config_paths:
+        target = configs / Path(path).name
+        if Path(path).resolve() != target.resolve():  # resuming from the trial's own configs/parsed.yaml
+            shutil.copyfile(path, target)
+    if overrides:
+        OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
+
+
+def process_rank() -> int:
+    """This process's global rank as the launcher set it (0 outside DDP)."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
+def shared_trial_dir() -> Path | None:
+    """In a DDP rank other than 0: the trial folder rank 0 chose (its timestamp may differ from ours)."""
+    if process_rank() > 0 and os.environ.get(TRIAL_DIR_ENV):
+        return Path(os.environ[TRIAL_DIR_ENV])
+    return None
+
+
+def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path) -> Any:
+    """The system of ``cfg`` with the weights of a checkpoint (for export, viewing and chained stages)."""
+    system = find(cfg.system_type)(cfg.system)
+    checkpoint = load_checkpoint(checkpoint_path)
+    system.on_load_checkpoint(checkpoint)
+    system.load_state_dict(checkpoint["state_dict"])
+    return system
