@@ -123,7 +123,8 @@ def main() -> None:
     from lift3d.commands.edit import edit_overrides, source_layer, source_run
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir
+    from lift3d.runs.run_dirs import make_trial_dir
+    from lift3d.runs.runner import build_parts, build_trainer
 
     work = Path(tempfile.mkdtemp(prefix="lift3d-bench-edit-"))
     source = args.source or reconstruct(args.data, args.method, args.source_steps, work / "runs", args.device, args.tiny)

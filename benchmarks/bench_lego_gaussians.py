@@ -47,11 +47,14 @@ from profiling import HostProfileWindow, ProfileWindow, StepTimes, build_gsplat_
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
+from lift3d.runs.run_dirs import make_trial_dir  # noqa: E402
+from lift3d.runs.runner import build_parts, build_trainer  # noqa: E402
 
 
 def default_data() -> Path:
-    for candidate in (REPO.parent / "shared" / "data" / "lego", REPO / "shared" / "data" / "lego", Path("/work/shared/data/lego")):
+    """NeRF-synthetic lego from the shared data folder beside (or inside) the checkout."""
+    shared = (REPO.parent / "shared", REPO / "shared", Path("/work/shared"))
+    for candidate in (root / "data" / "lego" for root in shared):
         if (candidate / "transforms_train.json").is_file():
             return candidate
     return REPO.parent / "shared" / "data" / "lego"
@@ -112,7 +115,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=0, help="stop (and score) after this much training time")
     parser.add_argument("--output", type=Path, default=None, help="where the trial folder goes (default: a temporary one)")
     parser.add_argument("--reference", choices=["none", "plain"], default="none",
-                        help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, same process")
+                        help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, "
+                             "same process")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N recipe steps (profiling.py)")
     parser.add_argument("--profile-start", default="2000", metavar="STEPS",
                         help="the first profiled step (comma-separated: a window of --profile steps at each)")
@@ -120,7 +124,8 @@ def main() -> None:
                         help="cProfile N recipe steps from step 3000 (and N steps of the plain loop): host time per function")
     parser.add_argument("--step-times", action="store_true",
                         help="time every step, synchronising the device at each (a diagnostic: see profiling.StepTimes)")
-    parser.add_argument("--gpus", default="", metavar="IDS", help="train on these GPUs with DDP, e.g. 0,1 (rank 0 scores; --device cpu: as many gloo processes)")
+    parser.add_argument("--gpus", default="", metavar="IDS",
+                        help="train on these GPUs with DDP, e.g. 0,1 (rank 0 scores; --device cpu: as many gloo processes)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
     args = parser.parse_args()
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else None

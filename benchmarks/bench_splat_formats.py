@@ -32,8 +32,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.bench_lego_gaussians import default_data  # noqa: E402
 from lift3d.config import load_config  # noqa: E402
-from lift3d.export.gaussian_density import GaussianTensors  # noqa: E402
 from lift3d.export.video import orbit_cameras  # noqa: E402
 from lift3d.gaussians.formats.files import load_gaussian_file  # noqa: E402
 from lift3d.gaussians.formats.gltf import save_gltf_splat  # noqa: E402
@@ -41,24 +41,19 @@ from lift3d.gaussians.formats.ply import save_ply, with_sh_degree  # noqa: E402
 from lift3d.gaussians.formats.sog import save_sog  # noqa: E402
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc, write_splat  # noqa: E402
 from lift3d.gaussians.formats.spz import save_spz  # noqa: E402
+from lift3d.gaussians.tensors import GaussianTensors  # noqa: E402
 from lift3d.metrics import psnr  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
 from lift3d.registry import find  # noqa: E402
 from lift3d.render.splats.sh import degree_of  # noqa: E402
 
 
-def default_data() -> Path:
-    for candidate in (REPO.parent / "shared" / "data" / "lego", REPO / "shared" / "data" / "lego", Path("/work/shared/data/lego")):
-        if (candidate / "transforms_train.json").is_file():
-            return candidate
-    return REPO.parent / "shared" / "data" / "lego"
-
-
 def train_lego(data: Path, steps: int, max_side: int, output: Path) -> dict[str, torch.Tensor]:
     """Pre-activation parameters of Gaussians fitted to lego on the CPU (reconstruct-gaussians-cpu, SH degree 3)."""
     import lightning as L
 
-    from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir
+    from lift3d.runs.run_dirs import make_trial_dir
+    from lift3d.runs.runner import build_parts, build_trainer
 
     overrides = [
         f"output_root={output}", f"data.root={data}", f"data.max_image_side={max_side}", f"trainer.max_steps={steps}",
@@ -114,7 +109,7 @@ def render(system, params: dict[str, torch.Tensor], cameras, degree: int, batch:
     system.gaussians.set_parameters({k: v.to(device) for k, v in with_sh_degree(params, degree).items()})
     system.gaussians.active_sh_degree = degree
     background = torch.ones(3, device=device)
-    images = [system.render(cameras[i: i + batch].to(device), background)["rgb"].clamp(0, 1).cpu()
+    images = [system.render_gaussians(cameras[i: i + batch].to(device), background)["rgb"].clamp(0, 1).cpu()
               for i in range(0, len(cameras), batch)]
     return torch.cat(images)
 

@@ -34,9 +34,11 @@ from lightning.pytorch.callbacks import Callback  # noqa: E402
 
 from benchmarks.bench_lego_gaussians import default_data  # noqa: E402
 from lift3d.cameras import look_at  # noqa: E402
+from lift3d.commands.common import training_callbacks  # noqa: E402
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runs.runner import build_parts, build_trainer, make_trial_dir  # noqa: E402
+from lift3d.runs.run_dirs import make_trial_dir  # noqa: E402
+from lift3d.runs.runner import build_parts, build_trainer  # noqa: E402
 
 
 class StepTimer(Callback):
@@ -111,7 +113,8 @@ def train(args: argparse.Namespace, viewer: bool, output: Path) -> dict:
         f"viewer.max_share={args.max_share}", *args.overrides,
     ]
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=overrides)
-    trainer = build_trainer(cfg, make_trial_dir(cfg), train=True)
+    trial = make_trial_dir(cfg)
+    trainer = build_trainer(cfg, trial, train=True, callbacks=training_callbacks(cfg, trial))
     timer = StepTimer(args.warmup)
     trainer.callbacks.append(timer)
     callback = client = None
@@ -124,8 +127,8 @@ def train(args: argparse.Namespace, viewer: bool, output: Path) -> dict:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     trainer.fit(system, datamodule=datamodule)
-    result = {"steps_per_s": round(timer.steps / timer.seconds, 2), "timed_steps": timer.steps, "seconds": round(timer.seconds, 2),
-              "gaussians": len(system.gaussians)}
+    result = {"steps_per_s": round(timer.steps / timer.seconds, 2), "timed_steps": timer.steps,
+              "seconds": round(timer.seconds, 2), "gaussians": len(system.gaussians)}
     if callback is not None:
         spent = callback.budget.spent if callback.budget is not None else 0.0
         result.update(renders=callback.renders, render_seconds=round(spent, 2), messages_received=client.received)

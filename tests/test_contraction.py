@@ -148,7 +148,8 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     from lift3d.data.sample_scene import render_toy, sample_cameras
     from lift3d.data.scene import detect_format
     from lift3d.metrics import psnr
-    from lift3d.runs.runner import build_parts, load_system, run_experiment
+    from lift3d.runs.run_dirs import load_system
+    from lift3d.runs.runner import build_parts, run_experiment
     from tests.test_reconstruct_nerf import TINY
 
     scene = tmp_path / "scene"

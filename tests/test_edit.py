@@ -18,7 +18,7 @@ from lift3d.config import load_config
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.guidance.editing import BRONZE_MATRIX, BRONZE_OFFSET
-from lift3d.runs.runner import load_system
+from lift3d.runs.run_dirs import load_system
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 from tests.tiny_instruct_pix2pix import tiny_instruct_pix2pix_path
 
@@ -129,7 +129,8 @@ def test_bad_runs_are_clear_errors(tmp_path, reconstruction, capsys):
     assert "give the edit instruction" in capsys.readouterr().err
 
 
-NERF = ["system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10", "system.field.encoding.base_resolution=4",
+NERF = ["system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
+        "system.field.encoding.base_resolution=4",
         "system.field.encoding.per_level_scale=2.0", "system.field.hidden_dim=16", "system.renderer.steps_per_diagonal=32",
         "system.renderer.occupancy.resolution=16", "data.rays_per_batch=256", "trainer.run_test_after_fit=false"]
 

@@ -14,7 +14,8 @@ from lift3d.commands.generate import generate_overrides, prompt_tag
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runs.runner import build_parts, load_system, run_experiment
+from lift3d.runs.run_dirs import load_system
+from lift3d.runs.runner import build_parts, run_experiment
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (fixture)
 
 SIZE = 32
@@ -86,7 +87,8 @@ def test_generate_overrides_quote_the_prompt_and_user_overrides_win():
 
 
 def test_switching_the_guidance_type_drops_the_old_guidance_options(tmp_path):
-    cfg = load_config(recipe_config("dreamfusion-sd"), overrides=["system.guidance_type=analytic", f"system.guidance.root={tmp_path}"])
+    cfg = load_config(recipe_config("dreamfusion-sd"),
+                      overrides=["system.guidance_type=analytic", f"system.guidance.root={tmp_path}"])
     assert cfg.system["guidance_type"] == "analytic"
     assert dict(cfg.system["guidance"]) == {"root": str(tmp_path)}  # no Stable Diffusion options left over
 
@@ -132,7 +134,8 @@ def test_dreamfusion_latent_warm_up_renders_latents_then_rgb(tmp_path):
 
 def test_a_stage_starts_from_the_previous_stage_checkpoint(tmp_path):
     stage1 = [f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}", "system.guidance.prompt=a cube",
-              f"output_root={tmp_path}", *TINY, *NERF, f"data.height={SIZE}", f"data.width={SIZE}", "data.resolution_milestones=[]",
+              f"output_root={tmp_path}", *TINY, *NERF, f"data.height={SIZE}", f"data.width={SIZE}",
+              "data.resolution_milestones=[]",
               "trainer.run_test_after_fit=false", "trainer.val_check_interval=0", "tag=stage1"]
     cfg = load_config(recipe_config("prolificdreamer"), overrides=stage1)
     trial = run_experiment("train", cfg, [recipe_config("prolificdreamer")], stage1)

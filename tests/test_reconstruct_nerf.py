@@ -10,7 +10,8 @@ from lift3d.cli import main
 from lift3d.config import load_config
 from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config
-from lift3d.runs.runner import build_parts, load_system, run_experiment
+from lift3d.runs.run_dirs import load_system
+from lift3d.runs.runner import build_parts, run_experiment
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")

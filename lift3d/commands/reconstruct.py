@@ -6,8 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = ("reconstruct a scene from photos: a posed folder (Blender, nerfstudio / instant-ngp transforms.json, COLMAP), "
-        "a folder of photos or a video (poses by structure from motion); with no path, the built-in sample scene")
+
+def _help() -> str:
+    from lift3d.data import formats
+
+    return (f"reconstruct a scene from photos: a posed folder ({formats.posed_list()}), {formats.unposed_list()} "
+            "(poses by structure from motion); with no path, the built-in sample scene")
+
+
+HELP = _help()
 METHODS = ("gaussians", "nerf")
 
 
@@ -46,9 +53,11 @@ def recipe_for(method: str, sample: bool, on_cpu: bool = False, unbounded: bool 
 
 
 def is_unbounded(layout: str) -> bool:
-    """Whether photos of this layout show the world around the object: every layout but Blender's (renders of an
-    object on a transparent background) comes from a camera in a real place."""
-    return layout != "blender"
+    """Whether photos of format ``layout`` show the world around the object: every format but the object-centric
+    ones (renders of an object on a transparent background) comes from a camera in a real place."""
+    from lift3d.data.formats import is_object_centric
+
+    return not is_object_centric(layout)
 
 
 def _summary(trial: Path) -> list[str]:
@@ -69,11 +78,12 @@ def _summary(trial: Path) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lift3d.commands.common import parse_gpus, viewer_overrides
+    from lift3d.commands.common import parse_gpus, training_callbacks, viewer_overrides
     from lift3d.config import load_config
+    from lift3d.data import formats
     from lift3d.data.capture import SceneFormatError
     from lift3d.data.sample_scene import sample_scene_path
-    from lift3d.data.scene import detect_format
+    from lift3d.data.scene import detect
     from lift3d.data.sfm import prepare_capture
     from lift3d.runs.runner import run_experiment
     from lift3d.runs.trainer_checks import check_devices
@@ -85,13 +95,15 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None:  # before structure from motion, which may take minutes
         check_devices("gpu", parse_gpus(args.gpus))
     scene = Path(paths[0]).expanduser().resolve() if paths else sample_scene_path()
-    scene = prepare_capture(scene)  # a video or a folder of photos without poses: structure from motion first
-    layout = detect_format(scene)  # a folder lift3d cannot read fails here, with the layouts it accepts
+    found = formats.detect(scene)
+    if found is None or not found.posed:  # a video or a folder of photos without poses: structure from motion first
+        scene = prepare_capture(scene)
+        found = detect(scene)  # a folder lift3d cannot read fails here, with the formats it accepts
     if not paths:
         print(f"lift3d: no scene given; reconstructing the built-in sample scene ({scene})", flush=True)
     gpus = parse_gpus(args.gpus)
     on_cpu = gpus is None and not torch.cuda.is_available()
-    config = recipe_for(args.method, sample=not paths, on_cpu=on_cpu, unbounded=is_unbounded(layout))
+    config = recipe_for(args.method, sample=not paths, on_cpu=on_cpu, unbounded=not found.object_centric)
     if on_cpu and config.stem.endswith("-cpu"):
         print(f"lift3d: no CUDA GPU: using the CPU budget of {config.name} (smaller images, fewer steps); "
               "override it like any config key, e.g. trainer.max_steps=...", flush=True)
@@ -100,6 +112,6 @@ def run(args: argparse.Namespace) -> int:
         extra += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
     overrides = extra + overrides
     cfg = load_config(config, overrides=overrides)
-    trial = run_experiment("train", cfg, [config], overrides)
+    trial = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
     print("\n".join(_summary(trial)))
     return 0

@@ -83,7 +83,12 @@ GRID_PANELS: tuple[tuple[str, str], ...] = (
 
 class BaseSystem(L.LightningModule, Configurable, Updateable):
     """Base for recipes: subclasses build parts in ``__init__`` and implement ``training_step`` and
-    ``render_views`` (cameras batch -> dict of [B, H, W, C] images: rgb, alpha, depth, normal, ...)."""
+    ``render_views`` (cameras batch -> dict of [B, H, W, C] images: rgb, alpha, depth, normal, ...).
+
+    Render entry points, one signature each in every family: ``render_views(batch)`` is the evaluation render
+    of every system (grids, videos, exporters, viewer); reconstruction recipes implement it directly,
+    text-to-3D recipes implement ``render(batch)`` under it (``TextTo3DSystem``); a Gaussian system's
+    rasterization of cameras is ``render_gaussians(cameras, background, **options)``."""
 
     Config = SystemConfig
 
@@ -97,6 +102,11 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._test_frames: dict[int, Any] = {}
         self._unsaved: dict[str, Any] = {}
         self.skipped_steps = 0
+
+    @classmethod
+    def ddp_strategy(cls) -> Any:
+        """The Lightning strategy for several devices, or None for the runner's default DDP."""
+        return None
 
     # ----------------------------------------------------------------------------------- building parts
     @staticmethod
@@ -119,6 +129,17 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._unsaved[name] = part
 
     def unsaved_part(self, name: str) -> Any:
+        return self._unsaved[name]
+
+    def lazy_unsaved_part(self, name: str, type_name: str, cfg: Any, update_step: bool = False) -> Any:
+        """The unsaved part ``name``, built from ``type_name`` and ``cfg`` on first use (loading weights only when
+        needed) and placed on the system's device; ``update_step``: brought to the current step when built."""
+        if name not in self._unsaved:
+            part = self.build_part(type_name, cfg)
+            self.add_unsaved_part(name, part)
+            part.to(self.device)
+            if update_step:
+                part.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
         return self._unsaved[name]
 
     def _move_unsaved_parts(self) -> None:
