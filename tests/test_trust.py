@@ -12,7 +12,7 @@ import uuid
 import pytest
 from omegaconf import OmegaConf
 
-import lift3d.config as config
+import lift3d.config_layers as config_layers
 from lift3d.cli import main
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
@@ -40,7 +40,7 @@ def shared(finished_run, tmp_path, monkeypatch):
     parsed = OmegaConf.load(run / "configs" / "parsed.yaml")
     parsed.imports = [f"{stem}.py"]
     (run / "configs" / "parsed.yaml").write_text(OmegaConf.to_yaml(parsed))
-    monkeypatch.setattr(config, "_RUN_IMPORTS_ALLOWED", False)
+    monkeypatch.setattr(config_layers, "_RUN_IMPORTS_ALLOWED", False)
     yield run, marker, stem
     sys.modules.pop(f"lift3d_plugin_{stem}", None)
 
@@ -87,7 +87,7 @@ def test_the_viewer_imports_a_runs_plugins_only_when_allowed(shared):
 
 
 def test_explicit_configs_import_as_before_and_run_folder_configs_are_told_apart(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "_RUN_IMPORTS_ALLOWED", False)
+    monkeypatch.setattr(config_layers, "_RUN_IMPORTS_ALLOWED", False)
     stem = f"plugin_{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "imported"
     (tmp_path / f"{stem}.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('yes')\n")
@@ -98,7 +98,7 @@ def test_explicit_configs_import_as_before_and_run_folder_configs_are_told_apart
     run_configs.mkdir(parents=True)
     (run_configs / "parsed.yaml").write_text(f"base: {mine}\n")
     (run_configs / "copy.yaml").write_text(f"base: {RECIPE}\nimports: ['${{tag}}']\ntag: {tmp_path / stem}.py\n")
-    assert config.in_run_folder(run_configs / "copy.yaml") and not config.in_run_folder(mine)
+    assert config_layers.in_run_folder(run_configs / "copy.yaml") and not config_layers.in_run_folder(mine)
     try:
         with pytest.raises(ConfigError, match=f"mine.yaml \\(the base of {run_configs / 'parsed.yaml'}\\) lists imports: .*{stem}.py"):
             load_config(run_configs / "parsed.yaml")

@@ -1,0 +1,143 @@
+"""Validation of configs against dataclass schemas, with errors that name the key, where it was written and a fix.
+
+Every configurable part declares a ``Config`` dataclass. A field ``foo: dict`` next to a field
+``foo_type: str`` holds the config of the part registered as ``foo_type`` and is validated against
+that part's ``Config``, so one walk checks a whole experiment, however deeply its parts nest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lift3d.schedule import validate_schedule
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config that does not match its schema; the message names the key, its source and a fix."""
+
+
+def scheduled(default: Any, **kwargs: Any) -> Any:
+    """A dataclass field that accepts a number or a schedule (see ``lift3d.schedule``)."""
+    metadata = {"scheduled": True, **kwargs.pop("metadata", {})}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata, **kwargs)
+    return field(default=default, metadata=metadata, **kwargs)
+
+
+@dataclass
+class Sources:
+    """Where each config layer came from, to say where an offending key was written."""
+
+    layers: list[tuple[str, DictConfig]] = field(default_factory=list)
+
+    def where(self, full_key: str) -> str:
+        missing = object()
+        for label, layer in reversed(self.layers):
+            if OmegaConf.select(layer, full_key, default=missing, throw_on_missing=False) is not missing:
+                return label
+        return "the defaults"
+
+
+def join_key(path: str, key: str) -> str:
+    """``path.key`` (``key`` at the root)."""
+    return f"{path}.{key}" if path else key
+
+
+def _is_dataclass_type(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _field_types(schema: type) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(schema)}
+
+
+def _unknown_key_error(key: str, valid: Sequence[str], path: str, sources: Sources, owner: str) -> ConfigError:
+    full = join_key(path, key)
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    hint = f" Did you mean '{join_key(path, close[0])}'?" if close else ""
+    return ConfigError(
+        f"unknown config key '{full}' (in {sources.where(full)}) for {owner}.{hint} "
+        f"Valid keys here: {', '.join(sorted(valid)) or '(none)'}."
+    )
+
+
+def check_config(schema: type, node: Any, path: str = "", sources: Sources | None = None) -> None:
+    """Check ``node`` against dataclass ``schema``: unknown keys, types, schedules, typed sub-parts."""
+    sources = sources or Sources()
+    owner = schema.__qualname__
+    if node is None:
+        return
+    if not isinstance(node, (dict, DictConfig)):
+        raise ConfigError(f"'{path or '<root>'}' (in {sources.where(path)}) must be a mapping for {owner}, got {node!r}")
+    types = _field_types(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node:
+        if key not in fields:
+            raise _unknown_key_error(str(key), list(fields), path, sources, owner)
+    for name, f in fields.items():
+        if name not in node:
+            continue
+        full = join_key(path, name)
+        value = node[name]
+        if f.metadata.get("scheduled"):
+            try:
+                validate_schedule(OmegaConf.to_container(value) if isinstance(value, ListConfig) else value)
+            except ValueError as error:
+                raise ConfigError(f"'{full}' (in {sources.where(full)}): {error}") from None
+        elif _is_dataclass_type(types[name]):
+            check_config(types[name], value, full, sources)
+        elif name.endswith("_type") is False and f"{name}_type" in fields:
+            type_name = node.get(f"{name}_type", fields[f"{name}_type"].default)
+            if type_name:
+                check_config(_part_config(str(type_name), join_key(path, f"{name}_type"), sources), value, full, sources)
+    # types of plain fields (OmegaConf knows how to check and convert them)
+    try:
+        OmegaConf.merge(OmegaConf.structured(schema), _shallow(node, types))
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", "") or ""
+        full = join_key(path, key) if key else path
+        reason = str(error).splitlines()[0]
+        raise ConfigError(f"'{full}' (in {sources.where(full)}) is invalid for {owner}: {reason}") from None
+
+
+def _shallow(node: Any, types: dict[str, Any]) -> dict:
+    """The node without nested dataclass values (already checked) so OmegaConf checks plain fields."""
+    container = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else dict(node)
+    return {k: v for k, v in container.items() if not _is_dataclass_type(types.get(k))}
+
+
+def _part_config(type_name: str, path: str, sources: Sources) -> type:
+    from lift3d.registry import RegistryError, find
+
+    try:
+        cls = find(type_name)
+    except RegistryError as error:
+        raise ConfigError(f"'{path}' (in {sources.where(path)}): {error}") from None
+    schema = getattr(cls, "Config", None)
+    if schema is None or not dataclasses.is_dataclass(schema):
+        raise ConfigError(f"'{type_name}' ({cls.__qualname__}) has no Config dataclass")
+    return schema
+
+
+def parse_structured(schema: type[T], cfg: Any = None, path: str = "") -> T:
+    """Validate ``cfg`` (dict, DictConfig, instance or None) against ``schema``; return an instance."""
+    if isinstance(cfg, schema):
+        return cfg
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        cfg = dataclasses.asdict(cfg)
+    node = OmegaConf.create(cfg or {})
+    check_config(schema, node, path)
+    merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
