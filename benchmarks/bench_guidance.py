@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +36,24 @@ from lift3d.guidance.score import scaled_linear_alphas_cumprod  # noqa: E402
 SD21_UNET = {
     "sample_size": 64, "in_channels": 4, "out_channels": 4, "center_input_sample": False, "flip_sin_to_cos": True,
     "freq_shift": 0, "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    "mid_block_type": "UNetMidBlock2DCrossAttn", "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+    "mid_block_type": "UNetMidBlock2DCrossAttn",
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
     "only_cross_attention": False, "block_out_channels": [320, 640, 1280, 1280], "layers_per_block": 2, "downsample_padding": 1,
     "mid_block_scale_factor": 1, "act_fn": "silu", "norm_num_groups": 32, "norm_eps": 1e-5, "cross_attention_dim": 1024,
     "attention_head_dim": [5, 10, 20, 20], "dual_cross_attention": False, "use_linear_projection": True,
     "upcast_attention": False, "num_class_embeds": None, "class_embed_type": None, "resnet_time_scale_shift": "default",
 }
 SD21_VAE = {
-    "in_channels": 3, "out_channels": 3, "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "in_channels": 3, "out_channels": 3, "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4,
     "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2, "act_fn": "silu", "latent_channels": 4,
     "norm_num_groups": 32, "sample_size": 768, "scaling_factor": 0.18215,
 }
 TINY_UNET = {**SD21_UNET, "sample_size": 8, "block_out_channels": [8, 16, 16, 16], "norm_num_groups": 4,
              "cross_attention_dim": 32, "attention_head_dim": [2, 2, 2, 2], "layers_per_block": 1}
 TINY_VAE = {**SD21_VAE, "block_out_channels": [4, 4, 8, 8], "norm_num_groups": 2, "layers_per_block": 1}
-MVDREAM_UNET = {"class_embed_type": "projection", "projection_class_embeddings_input_dim": 16}  # MVDream's camera MLP over SD 2.1's UNet
+# MVDream's camera MLP over SD 2.1's UNet
+MVDREAM_UNET = {"class_embed_type": "projection", "projection_class_embeddings_input_dim": 16}
 
 # the eager baseline is diffusers as it loads: SDPA attention in UNet and VAE, NCHW, no cuDNN autotuning
 BASE = {"prompt": "a DSLR photo of a hamburger", "prompt_cache_dir": "none", "channels_last": False, "cudnn_benchmark": False,
@@ -184,11 +188,28 @@ def environment(device: torch.device) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
 
-    info = {"torch": torch.__version__, "diffusers": version("diffusers"), "gsplat": version("gsplat"), "lift3d": version("lift3d"),
-            "python": platform.python_version(), "device": str(device)}
+    info = {"torch": torch.__version__, "diffusers": version("diffusers"), "gsplat": version("gsplat"),
+            "lift3d": version("lift3d"), "python": platform.python_version(), "device": str(device)}
     if device.type == "cuda":
         info.update(gpu=torch.cuda.get_device_name(device), gpus_visible=torch.cuda.device_count(), cuda=torch.version.cuda)
     return info
+
+
+def emit(record: dict[str, Any]) -> None:
+    """One JSON line to stdout, flushed (a caller reading the pipe sees each case as it ends)."""
+    print(json.dumps(record), flush=True)
+
+
+def unknown_case(bench: str, name: str, known: Iterable[str]) -> dict[str, Any]:
+    """The error record of a case name the benchmark does not have."""
+    return {"bench": bench, "case": name, "error": f"unknown case; known: {', '.join(known)}"}
+
+
+def over_budget(bench: str, name: str, cost_s: float, elapsed_s: float, budget_s: float) -> dict[str, Any] | None:
+    """The record of a case skipped because its rough cost would take the run past ``budget_s``; None when it fits."""
+    if elapsed_s + cost_s <= budget_s:
+        return None
+    return {"bench": bench, "case": name, "skipped": f"time budget ({elapsed_s:.0f}s used, ~{cost_s:.0f}s needed)"}
 
 
 def main() -> int:
@@ -199,7 +220,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1, help="views per step")
     parser.add_argument("--budget-s", type=float, default=300.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models at 64x64: a CPU smoke test of this script")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="after timing, profile N more steps (CUDA; benchmarks/profiling.py)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after timing, profile N more steps (CUDA; benchmarks/profiling.py)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.resolution = 64 if args.tiny else 512
@@ -225,25 +247,25 @@ def main() -> int:
                 step(guidance, rgb, batch_for(args.batch, device))  # warm: text embeddings, lazy set-up
                 flops[kind] = count_flops(guidance, rgb, batch_for(args.batch, device))
             except Exception as error:  # noqa: BLE001  (report and go on)
-                print(json.dumps({"bench": "guidance", "flops": kind, "error": repr(error)[:500]}), flush=True)
+                emit({"bench": "guidance", "flops": kind, "error": repr(error)[:500]})
         return flops[kind]
 
     results: dict[str, dict[str, Any]] = {}
     for name in args.cases.split(","):
         if name not in CASES:
-            print(json.dumps({"bench": "guidance", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}), flush=True)
+            emit(unknown_case("guidance", name, CASES))
             continue
         kind, options, cost = CASES[name]
-        elapsed = time.perf_counter() - started
-        if elapsed + cost > args.budget_s:
-            print(json.dumps({"bench": "guidance", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}), flush=True)
+        skipped = over_budget("guidance", name, cost, time.perf_counter() - started, args.budget_s)
+        if skipped:
+            emit(skipped)
             continue
         step_flops = flops_of(kind)
         try:
             record = run_case(name, kind, options, models_for(kind), args, device)
         except Exception as error:  # noqa: BLE001  (one failing option must not hide the others)
             traceback.print_exc(file=sys.stderr)
-            print(json.dumps({"bench": "guidance", "case": name, "error": repr(error)[:500], **env}), flush=True)
+            emit({"bench": "guidance", "case": name, "error": repr(error)[:500], **env})
             continue
         if step_flops:
             record["gflop_per_step"] = round(step_flops / 1e9, 1)
@@ -252,15 +274,15 @@ def main() -> int:
         if baseline:
             record["speedup_vs_eager"] = round(baseline["median_ms"] / record["median_ms"], 2)
         results[name] = record
-        print(json.dumps({"bench": "guidance", **record, **env}), flush=True)
+        emit({"bench": "guidance", **record, **env})
 
     sds = {k: v for k, v in results.items() if k.startswith("sds-")}
     if "sds-eager" in sds:
         best = min(sds, key=lambda k: sds[k]["median_ms"])
         speedup = sds["sds-eager"]["median_ms"] / sds[best]["median_ms"]
-        print(json.dumps({"bench": "guidance", "summary": True, "eager_ms": sds["sds-eager"]["median_ms"], "best_case": best,
-                          "best_ms": sds[best]["median_ms"], "speedup": round(speedup, 2), "target_2x_met": speedup >= 2.0,
-                          "total_s": round(time.perf_counter() - started, 1), **env}), flush=True)
+        emit({"bench": "guidance", "summary": True, "eager_ms": sds["sds-eager"]["median_ms"], "best_case": best,
+              "best_ms": sds[best]["median_ms"], "speedup": round(speedup, 2), "target_2x_met": speedup >= 2.0,
+              "total_s": round(time.perf_counter() - started, 1), **env})
     return 0
 
 

@@ -20,7 +20,6 @@ from a real conversion instead: a gaussian-sds system with ``--gaussians`` Gauss
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_guidance import build_models, environment  # noqa: E402
+from bench_guidance import build_models, emit, environment, over_budget, unknown_case  # noqa: E402
 from floor import sync  # noqa: E402
 
 from lift3d.config import load_config  # noqa: E402
@@ -47,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 # name -> (recipe, overrides, guidance kind, rough cost in seconds for the budget); run in this order
 CASES: dict[str, tuple[str, list[str], str, float]] = {
     "magic3d-refine": ("magic3d-refine", ["system.geometry.shape_init=sphere"], "sds", 25),
-    "magic3d-refine-grid64": ("magic3d-refine", ["system.geometry.shape_init=sphere", "system.geometry.grid_resolution=64"], "sds", 15),
+    "magic3d-refine-grid64": (
+        "magic3d-refine", ["system.geometry.shape_init=sphere", "system.geometry.grid_resolution=64"], "sds", 15),
     "prolificdreamer-geometry": ("prolificdreamer-geometry", ["system.geometry.shape_init=sphere"], "sds", 20),
     "prolificdreamer-texture": ("prolificdreamer-texture", ["system.geometry.shape_init=sphere"], "vsd", 35),
     "texture-mesh-spot": ("texture-mesh", [], "sds", 15),  # geometry.path: --mesh
@@ -80,7 +80,8 @@ def find_mesh(given: str) -> str:
     return str(path)
 
 
-def build_system(recipe: str, overrides: list[str], kind: str, models: Any, device: torch.device) -> tuple[Any, RandomViewsConfig]:
+def build_system(recipe: str, overrides: list[str], kind: str, models: Any,
+                 device: torch.device) -> tuple[Any, RandomViewsConfig]:
     """The recipe's system with random-weight guidance models, on ``device``, and its view sampler config."""
     from lift3d.guidance.sds import StableDiffusionGuidance
     from lift3d.guidance.vsd import VSDGuidance
@@ -198,18 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     shared = build_models(args.tiny, device)
     for name in args.cases.split(","):
         if name not in CASES:
-            print(json.dumps({"bench": "mesh_stages", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}), flush=True)
+            emit(unknown_case("mesh_stages", name, CASES))
             continue
         recipe, overrides, kind, cost = CASES[name]
-        elapsed = time.perf_counter() - started
-        if not args.tiny and elapsed + cost > args.budget_s:
-            print(json.dumps({"bench": "mesh_stages", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}), flush=True)
+        skipped = None if args.tiny else over_budget("mesh_stages", name, cost, time.perf_counter() - started, args.budget_s)
+        if skipped:
+            emit(skipped)
             continue
         if recipe == "texture-mesh":
             overrides = overrides + [f"system.geometry.path={find_mesh(args.mesh)}"]
         if args.tiny:
             overrides = overrides + TINY + (TINY_GRID if "grid" not in name and recipe != "texture-mesh" else [])
-            overrides = [o for o in overrides if o != "system.geometry.grid_resolution=64"] + (TINY_GRID if "grid64" in name else [])
+            overrides = [o for o in overrides if o != "system.geometry.grid_resolution=64"]
+            overrides = overrides + (TINY_GRID if "grid64" in name else [])
             overrides = overrides + (TINY_CONVERT if recipe == "gaussian-sds-texture" else [])
         try:
             models = shared if kind == "sds" else build_models(args.tiny, device)  # VSD adds adapters: fresh models
@@ -221,15 +223,14 @@ def main(argv: list[str] | None = None) -> int:
             del system
         except Exception as error:  # noqa: BLE001  (one failing case must not hide the others)
             traceback.print_exc(file=sys.stderr)
-            print(json.dumps({"bench": "mesh_stages", "case": name, "error": repr(error)[:500], **env}), flush=True)
+            emit({"bench": "mesh_stages", "case": name, "error": repr(error)[:500], **env})
             continue
         finally:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         mesh = next((o.split("=", 1)[1] for o in overrides if o.startswith("system.geometry.path=")), None)
-        print(json.dumps({"bench": "mesh_stages", **record, "guidance": kind, **({"mesh": Path(mesh).name} if mesh else {}), **env}),
-              flush=True)
-    print(json.dumps({"bench": "mesh_stages", "summary": True, "total_s": round(time.perf_counter() - started, 1), **env}), flush=True)
+        emit({"bench": "mesh_stages", **record, "guidance": kind, **({"mesh": Path(mesh).name} if mesh else {}), **env})
+    emit({"bench": "mesh_stages", "summary": True, "total_s": round(time.perf_counter() - started, 1), **env})
     return 0
 
 

@@ -5,7 +5,8 @@ precision, optimizer, densification) but hands the system a Stable Diffusion 2.1
 VAE with random weights (bench_guidance.build_models: the same compute as the real model, nothing
 downloaded); the ``dreamfusion-if`` cases get DeepFloyd IF-I-XL's UNet with random weights (random_if.py) and
 their T5 prompt embeddings cached before the timed run, as on any run after a prompt's first (made by a random
-1-layer T5 of T5-XXL's width 4096, not the 4.7B-parameter encoder: it runs once per prompt, before training). It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
+1-layer T5 of T5-XXL's width 4096, not the 4.7B-parameter encoder: it runs once per prompt, before training).
+It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
 GPU synchronisations (render + guidance + backward + optimizer + densification, the CPU free to run
 ahead as in training); ms_per_step is the window over its steps, and the full run is projected as
 full_run_steps / steps_per_s (validation, test video and export not included). One JSON line per case.
@@ -65,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lightning as L  # noqa: E402
-from bench_guidance import MVDREAM_UNET, build_models, environment  # noqa: E402
+from bench_guidance import MVDREAM_UNET, build_models, environment, over_budget, unknown_case  # noqa: E402
 from field_start import StartAt, load_pretrained, parse_field_start, pretrain  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from profiling import ProfileWindow  # noqa: E402
@@ -190,7 +191,8 @@ def case_overrides(name: str, args: argparse.Namespace) -> list[str]:
            "checkpoint.save_last=false", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1000000"]
     tiny: list[str] = []
     if args.tiny:
-        tiny = ["system.guidance.resolution=64", *(TINY_GAUSSIANS if recipe in ("gaussian-sds", "mvdream-gaussians") else TINY_NERF)]
+        gaussians = recipe in ("gaussian-sds", "mvdream-gaussians")
+        tiny = ["system.guidance.resolution=64", *(TINY_GAUSSIANS if gaussians else TINY_NERF)]
         tiny += TINY_SIZE if recipe != "prolificdreamer" else []
         overrides = [o.replace("=512", "=32").replace("=256", "=32").replace("=64", "=32")
                      .replace("init_points=100000", "init_points=800") for o in overrides]
@@ -226,8 +228,9 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device, cap_s: f
         timer = StepTimer(args.warmup, cap_s, end_step=start + args.warmup + args.steps if args.profile else 0, start_step=start)
         trainer.callbacks.append(timer)
         # profiled steps come after the timed window (the profiler's hooks can slow the steps that follow it)
-        window = ProfileWindow(start + args.warmup + args.steps, args.profile, args.profile_stacks) if args.profile and device.type == "cuda" else None
-        if window is not None:
+        window = None
+        if args.profile and device.type == "cuda":
+            window = ProfileWindow(start + args.warmup + args.steps, args.profile, args.profile_stacks)
             trainer.callbacks.append(window)
         L.seed_everything(cfg.seed, verbose=False)
         datamodule, system = build_parts(cfg)
@@ -310,7 +313,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=8, help="untimed steps first (cuDNN autotuning, text embeddings)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="skip cases whose rough cost would exceed this total")
     parser.add_argument("--tiny", action="store_true", help="tiny models and renders on the CPU: a smoke test of this script")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every case (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every case (repeatable)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N more steps after the timed ones (CUDA)")
     parser.add_argument("--profile-stacks", action="store_true", help="with --profile: name the ops behind the device time "
                         "(input shapes and Python stacks; slower profiled steps)")
@@ -337,14 +341,15 @@ def run_cases(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     for name in [n for n in args.cases.split(",") if n]:
         if name not in CASES:
-            yield {"bench": "recipes", "case": name, "error": f"unknown case; known: {', '.join(CASES)}"}
+            yield unknown_case("recipes", name, CASES)
             continue
         cost = 0.0 if args.tiny else CASES[name][3]
         if start_step(name, args):
             cost += parse_field_start(args.field_start) * PRETRAIN_S_PER_STEP
         elapsed = time.perf_counter() - started
-        if elapsed + cost > args.budget_s:
-            yield {"bench": "recipes", "case": name, "skipped": f"time budget ({elapsed:.0f}s used, ~{cost:.0f}s needed)"}
+        skipped = over_budget("recipes", name, cost, elapsed, args.budget_s)
+        if skipped:
+            yield skipped
             continue
         cap = max(10.0, min(cost, args.budget_s - elapsed)) if not args.tiny else 60.0
         try:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from tests.conftest import REPO
+from benchmarks import bench_mesh_stages as bench
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 
 def test_bench_mesh_stages_tiny_prints_one_record_per_case(capsys):
-    spec = importlib.util.spec_from_file_location("bench_mesh_stages", REPO / "benchmarks" / "bench_mesh_stages.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     cases = ["magic3d-refine", "prolificdreamer-texture", "texture-mesh-spot", "gaussian-sds-texture"]
     assert bench.main(["--tiny", "--steps", "2", "--warmup", "1", "--render-steps", "1", "--cases", ",".join(cases)]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]

@@ -3,25 +3,16 @@ benchmark cannot rot), and benchmarks/random_mvdream.py writes a folder the mvdr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 import torch
 
-from tests.conftest import REPO
+from benchmarks import bench_recipes as bench
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_recipes", REPO / "benchmarks" / "bench_recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_tiny_mvdream_cases_measure_both_stages_and_the_total(bench, capsys):
+def test_tiny_mvdream_cases_measure_both_stages_and_the_total(capsys):
     assert bench.main(["--tiny", "--cases", "mvdream-64,mvdream-256"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     cases = {r["case"]: r for r in lines if "case" in r}
@@ -39,7 +30,7 @@ def test_tiny_mvdream_cases_measure_both_stages_and_the_total(bench, capsys):
     assert lines[-1]["failed"] == 0
 
 
-def test_field_start_times_the_late_stage_from_a_pretrained_field(bench, capsys):
+def test_field_start_times_the_late_stage_from_a_pretrained_field(capsys):
     """--field-start analytic:N trains the case's field with the analytic multi-view prior first, then times the
     256 stage from that field and occupancy grid, its step counter resumed at the stage's first step (5000)."""
     assert bench.main(["--tiny", "--cases", "mvdream-256", "--field-start", "analytic:20"]) == 0
@@ -54,7 +45,7 @@ def test_field_start_times_the_late_stage_from_a_pretrained_field(bench, capsys)
     assert lines[-1]["failed"] == 0
 
 
-def test_the_pretrained_state_is_the_timed_systems_and_not_a_fresh_one(bench):
+def test_the_pretrained_state_is_the_timed_systems_and_not_a_fresh_one():
     """The pretraining shares the timed case's field, renderer, background and optimizer config (radius 1, the
     recipe's), so its whole state loads strictly; a state of another shape is refused."""
     from benchmarks.field_start import load_pretrained, parse_field_start, pretrain, pretrain_config

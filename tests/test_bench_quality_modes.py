@@ -3,22 +3,10 @@ build (so the GPU benchmark that picks the defaults cannot rot on a renamed key)
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
-
-from tests.conftest import REPO
+from benchmarks import bench_quality_modes as bench
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_quality_modes", REPO / "benchmarks" / "bench_quality_modes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_every_variant_builds(bench, tmp_path):
+def test_every_variant_builds(tmp_path):
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
@@ -40,9 +28,8 @@ def test_every_variant_builds(bench, tmp_path):
 
 
 def test_capture_records_count_the_gaussians(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_capture", REPO / "benchmarks" / "bench_capture.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from benchmarks import bench_capture as module
+
     (tmp_path / "scene").mkdir()
     (tmp_path / "scene" / "point_cloud.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 1234\n"
                                                          b"property float x\nend_header\n" + bytes(16))

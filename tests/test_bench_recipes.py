@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from tests.conftest import REPO
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_recipes", REPO / "benchmarks" / "bench_recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import bench_recipes as bench
 
 
 def records(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_tiny_benchmark_measures_every_case(bench, capsys):
+def test_tiny_benchmark_measures_every_case(capsys):
     assert bench.main(["--tiny"]) == 0
     lines = records(capsys.readouterr().out)
     cases = {r["case"]: r for r in lines if "steps_per_s" in r}
@@ -41,7 +32,7 @@ def test_tiny_benchmark_measures_every_case(bench, capsys):
     assert lines[-1]["failed"] == 0 and lines[-1]["cases_run"] == len(bench.DEFAULT_CASES)
 
 
-def test_budget_and_case_filter(bench, capsys):
+def test_budget_and_case_filter(capsys):
     assert bench.main(["--tiny", "--budget-s", "0", "--cases", "gaussian-sds"]) == 0
     lines = records(capsys.readouterr().out)
     assert [r["case"] for r in lines if "case" in r] == ["gaussian-sds"] and "skipped" in lines[0]
