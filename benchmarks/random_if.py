@@ -32,7 +32,8 @@ IF_I_XL_UNET = {  # DeepFloyd/IF-I-XL-v1.0 unet/config.json (architecture keys)
     "cross_attention_dim": 2816, "cross_attention_norm": "group_norm",
     "down_block_types": ["ResnetDownsampleBlock2D", "SimpleCrossAttnDownBlock2D", "SimpleCrossAttnDownBlock2D",
                          "SimpleCrossAttnDownBlock2D"],
-    "up_block_types": ["SimpleCrossAttnUpBlock2D", "SimpleCrossAttnUpBlock2D", "SimpleCrossAttnUpBlock2D", "ResnetUpsampleBlock2D"],
+    "up_block_types": ["SimpleCrossAttnUpBlock2D", "SimpleCrossAttnUpBlock2D", "SimpleCrossAttnUpBlock2D",
+                       "ResnetUpsampleBlock2D"],
     "encoder_hid_dim": 4096, "encoder_hid_dim_type": "text_proj", "layers_per_block": 3,
     "mid_block_type": "UNetMidBlock2DSimpleCrossAttn", "resnet_time_scale_shift": "scale_shift", "norm_num_groups": 32,
     "norm_eps": 1e-5, "flip_sin_to_cos": True, "freq_shift": 0, "only_cross_attention": False, "upcast_attention": False,
@@ -68,7 +69,8 @@ def build_if_models(tiny: bool, device: torch.device, folder: Path) -> Diffusion
 
     def text_encoder(device: torch.device, dtype: torch.dtype) -> T5TextEncoder:
         torch.manual_seed(1)
-        model = T5EncoderModel(t5_config(width, vocab)).to(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
+        t5_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # whatever dtype the caller asks
+        model = T5EncoderModel(t5_config(width, vocab)).to(device=device, dtype=t5_dtype)
         return T5TextEncoder(tokenizer, model.requires_grad_(False).eval(), IF_MAX_LENGTH)
 
     return DiffusionModels(unet, None, if_scheduler().alphas_cumprod.float(), "epsilon", text_encoder,

@@ -5,7 +5,8 @@ plus a 2-layer CLIP text encoder of the right width (benchmarks/random_sd.py). P
 ``system.guidance.pretrained_model_name_or_path=DIR``.
 
     python benchmarks/random_mvdream.py /tmp/random-mvdream          # writes the folder (~1.9 GB in fp16)
-    lift3d generate "a DSLR photo of a hamburger" --method mvdream system.guidance.pretrained_model_name_or_path=/tmp/random-mvdream
+    lift3d generate "a DSLR photo of a hamburger" --method mvdream \
+        system.guidance.pretrained_model_name_or_path=/tmp/random-mvdream
 """
 
 from __future__ import annotations

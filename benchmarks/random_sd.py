@@ -27,7 +27,7 @@ def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype =
                       unet_extra: dict | None = None) -> Path:
     """Write the folder (diffusers layout) at ``path`` unless it is already complete; return it. ``unet_extra``
     changes the UNet's config (benchmarks/random_mvdream.py: MVDream's camera embedding)."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
     root = Path(path)
@@ -44,15 +44,23 @@ def write_random_sd21(path: str | Path, tiny: bool = False, dtype: torch.dtype =
     text = CLIPTextModel(CLIPTextConfig(vocab_size=vocab, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=2,
                                         num_attention_heads=max(width // 64, 1), max_position_embeddings=77, projection_dim=width,
                                         bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1))
-    scheduler = DDPMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                              prediction_type="epsilon", clip_sample=False)
     for name, model in (("unet", unet), ("vae", vae), ("text_encoder", text)):
         model.to(dtype=dtype if device.type == "cuda" else torch.float32).save_pretrained(root / name)
-    scheduler.save_pretrained(root / "scheduler")
     index = {"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
              "vae": ["diffusers", "AutoencoderKL"], "text_encoder": ["transformers", "CLIPTextModel"],
-             "tokenizer": ["transformers", "CLIPTokenizer"], "scheduler": ["diffusers", "DDPMScheduler"]}
-    (root / "model_index.json").write_text(json.dumps(index, indent=1))  # last: marks the folder complete
+             "tokenizer": ["transformers", "CLIPTokenizer"]}
+    return finish_folder(root, index)
+
+
+def finish_folder(root: Path, index: dict) -> Path:
+    """Add Stable Diffusion's DDPM scheduler (scaled-linear betas, epsilon prediction) to the model folder ``root``,
+    then its ``model_index.json`` (``index`` plus the scheduler), written last: it marks the folder complete."""
+    from diffusers import DDPMScheduler
+
+    DDPMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                  prediction_type="epsilon", clip_sample=False).save_pretrained(root / "scheduler")
+    index = {**index, "scheduler": ["diffusers", "DDPMScheduler"]}
+    (root / "model_index.json").write_text(json.dumps(index, indent=1))
     return root
 
 

@@ -19,15 +19,17 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_guidance import SD21_UNET, SD21_VAE  # noqa: E402
+from benchmarks.random_sd import finish_folder  # noqa: E402
 
-SD15_UNET_8CH = {**SD21_UNET, "in_channels": 8, "cross_attention_dim": 768, "attention_head_dim": 8, "use_linear_projection": False}
+SD15_UNET_8CH = {**SD21_UNET, "in_channels": 8, "cross_attention_dim": 768, "attention_head_dim": 8,
+                 "use_linear_projection": False}
 CLIP_VIT_L14 = {"image_size": 224, "patch_size": 14, "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
                 "num_attention_heads": 16, "projection_dim": 768}
 
 
 def write_random_zero123(path: str | Path, dtype: torch.dtype = torch.float16) -> Path:
     """Write the folder (Zero123 diffusers layout) at ``path`` unless it is already complete; return it."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from diffusers import AutoencoderKL, UNet2DConditionModel
     from safetensors.torch import save_file
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
@@ -44,16 +46,14 @@ def write_random_zero123(path: str | Path, dtype: torch.dtype = torch.float16) -
     for name, model in parts.items():
         model.to(dtype=dtype).save_pretrained(root / name)
     (root / "cc_projection").mkdir(parents=True, exist_ok=True)
-    (root / "cc_projection" / "config.json").write_text(json.dumps({"_class_name": "CCProjection", "in_channel": 772, "out_channel": 768}))
+    projection_config = {"_class_name": "CCProjection", "in_channel": 772, "out_channel": 768}
+    (root / "cc_projection" / "config.json").write_text(json.dumps(projection_config))
     save_file({f"projection.{k}": v.to(dtype).contiguous().cpu() for k, v in projection.state_dict().items()},
               str(root / "cc_projection" / "diffusion_pytorch_model.safetensors"))
-    DDPMScheduler(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                  prediction_type="epsilon", clip_sample=False).save_pretrained(root / "scheduler")
     index = {"_class_name": "Zero1to3StableDiffusionPipeline", "unet": ["diffusers", "UNet2DConditionModel"],
              "vae": ["diffusers", "AutoencoderKL"], "image_encoder": ["transformers", "CLIPVisionModelWithProjection"],
-             "cc_projection": ["pipeline_zero1to3", "CCProjection"], "scheduler": ["diffusers", "DDPMScheduler"]}
-    (root / "model_index.json").write_text(json.dumps(index, indent=1))  # last: marks the folder complete
-    return root
+             "cc_projection": ["pipeline_zero1to3", "CCProjection"]}
+    return finish_folder(root, index)
 
 
 if __name__ == "__main__":
