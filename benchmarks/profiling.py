@@ -1,9 +1,10 @@
 """Where a GPU step's time goes: torch.profiler over a few steps, summarised for one JSON record.
 
 ``ProfiledSteps`` profiles the steps run inside it and records every synchronizing CUDA call with the
-Python lines that made it, innermost first, four frames deep (``torch.cuda.set_sync_debug_mode``). ``summary(n)`` gives: wall and GPU-busy
-milliseconds per step (busy = union of kernel intervals, so busy << wall means the step is bound by the
-host: launches, Python, syncs), CUDA runtime calls per step, sync sites, and the top kernels and CPU ops.
+Python lines that made it, innermost first, four frames deep (``torch.cuda.set_sync_debug_mode``).
+``summary(n)`` gives: wall and GPU-busy milliseconds per step (busy = union of kernel intervals, so
+busy << wall means the step is bound by the host: launches, Python, syncs), CUDA runtime calls per step,
+sync sites, and the top kernels and CPU ops.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ class ProfiledSteps:
 
     def __enter__(self) -> ProfiledSteps:
         torch.cuda.synchronize()
-        self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
-                                               record_shapes=self.stacks, with_stack=self.stacks,
-                                               # without verbose, key_averages(group_by_stack_n=...) has empty stacks
-                                               experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True) if self.stacks else None)
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        # without verbose, key_averages(group_by_stack_n=...) has empty stacks
+        verbose = torch._C._profiler._ExperimentalConfig(verbose=True) if self.stacks else None
+        self.profiler = torch.profiler.profile(activities=activities, record_shapes=self.stacks, with_stack=self.stacks,
+                                               experimental_config=verbose)
         self.profiler.__enter__()
         self._catcher = warnings.catch_warnings()
         self._catcher.__enter__()
@@ -95,7 +97,8 @@ class ProfiledSteps:
             "profiled_steps": n,
             "wall_ms_per_step": round(self.wall_s * 1000 / n, 2),  # includes the profiler's own overhead
             "gpu_busy_ms_per_step": round(busy / 1000 / n, 2),
-            "cuda_runtime_per_step": {k: {"calls": round(c / n, 1), "cpu_ms": round(t / 1000 / n, 3)} for k, (c, t) in runtime.items()},
+            "cuda_runtime_per_step": {k: {"calls": round(c / n, 1), "cpu_ms": round(t / 1000 / n, 3)}
+                                      for k, (c, t) in runtime.items()},
             "sync_sites_per_step": {k: round(v / n, 2) for k, v in sorted(self.syncs.items(), key=lambda kv: -kv[1])[:12]},
             "top_kernels_ms_per_step": [[e.key[:90], round(e.self_device_time_total / 1000 / n, 3)] for e in kernels[:15]],
             "top_cpu_ops_ms_per_step": [[e.key[:90], round(e.self_cpu_time_total / 1000 / n, 3)] for e in cpu_ops[:15]],
@@ -113,8 +116,9 @@ class ProfiledSteps:
         grouped = self.profiler.key_averages(group_by_input_shape=True, group_by_stack_n=8)
         ops = sorted((e for e in grouped if e.key.startswith("aten::") and e.device_time_total > 0),
                      key=lambda e: -e.self_device_time_total)
-        return [{"op": e.key, "device_ms_per_step": round(e.self_device_time_total / 1000 / n, 3), "calls_per_step": round(e.count / n, 1),
-                 "shapes": str(e.input_shapes)[:160], "stack": [f for f in e.stack if "lift3d" in f or "benchmarks" in f][:5]}
+        return [{"op": e.key, "device_ms_per_step": round(e.self_device_time_total / 1000 / n, 3),
+                 "calls_per_step": round(e.count / n, 1), "shapes": str(e.input_shapes)[:160],
+                 "stack": [f for f in e.stack if "lift3d" in f or "benchmarks" in f][:5]}
                 for e in ops[:top]]
 
 
@@ -123,12 +127,15 @@ class ProfileWindow(Callback):
 
     def __init__(self, start: int, n: int, stacks: bool = False) -> None:
         self.start, self.n, self.stacks = start, n, stacks
-        self.window: ProfiledSteps | None = None
+        self.window: ProfiledSteps | HostProfile | None = None
         self.summary: dict[str, Any] | None = None
+
+    def profiler(self) -> ProfiledSteps | HostProfile:
+        return ProfiledSteps(self.stacks)
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step == self.start and self.window is None:
-            self.window = ProfiledSteps(self.stacks).__enter__()
+            self.window = self.profiler().__enter__()
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
@@ -177,22 +184,11 @@ class HostProfile:
         }
 
 
-class HostProfileWindow(Callback):
+class HostProfileWindow(ProfileWindow):
     """cProfile of ``n`` training steps from step ``start`` (see ``HostProfile``)."""
 
-    def __init__(self, start: int, n: int, stacks: bool = False) -> None:
-        self.start, self.n, self.stacks = start, n, stacks
-        self.window: HostProfile | None = None
-        self.summary: dict[str, Any] | None = None
-
-    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.start and self.window is None:
-            self.window = HostProfile().__enter__()
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.window is not None and self.summary is None and trainer.global_step >= self.start + self.n:
-            self.window.__exit__(None, None, None)
-            self.summary = self.window.summary(self.n)
+    def profiler(self) -> HostProfile:
+        return HostProfile()
 
 
 class StepTimes(Callback):
