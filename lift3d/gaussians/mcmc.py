@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +160,19 @@ class MCMCStrategy(Configurable):
         opacities = opacities.clamp(min=self.cfg.min_opacity, max=1.0 - eps)
         return torch.logit(opacities).to(model.opacity_logits.dtype), torch.log(scales).to(model.log_scales.dtype)
 
+    def _splitter(self, model: GaussianModel, sampled: Tensor) -> Callable[[str, Tensor], Tensor]:
+        """(name, parameter) -> a copy of it in which the ``sampled`` Gaussians hold their shared opacity and scale."""
+        logits, log_scales = self._split_values(model, sampled)
+        new = {"opacity_logits": logits, "log_scales": log_scales}
+
+        def split(name: str, p: Tensor) -> Tensor:
+            p = p.clone()
+            if name in new:
+                p[sampled] = new[name]
+            return p
+
+        return split
+
     @torch.no_grad()
     def relocate(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, generator: torch.Generator) -> int:
         """Move every dead Gaussian onto a live one drawn by opacity; the drawn ones share their opacity and scale with
@@ -169,13 +183,10 @@ class MCMCStrategy(Configurable):
             return 0
         dead_ids, alive_ids = dead.nonzero()[:, 0], (~dead).nonzero()[:, 0]
         sampled = self._draw(model, alive_ids, n, generator)
-        logits, log_scales = self._split_values(model, sampled)
-        new = {"opacity_logits": logits, "log_scales": log_scales}
+        split = self._splitter(model, sampled)
 
         def value(name: str, p: Tensor) -> Tensor:
-            p = p.clone()
-            if name in new:
-                p[sampled] = new[name]
+            p = split(name, p)
             p[dead_ids] = p[sampled]
             return p
 
@@ -197,13 +208,10 @@ class MCMCStrategy(Configurable):
         if n == 0:
             return 0
         sampled = self._draw(model, torch.arange(current, device=model.means.device), n, generator)
-        logits, log_scales = self._split_values(model, sampled)
-        new = {"opacity_logits": logits, "log_scales": log_scales}
+        split = self._splitter(model, sampled)
 
         def value(name: str, p: Tensor) -> Tensor:
-            p = p.clone()
-            if name in new:
-                p[sampled] = new[name]
+            p = split(name, p)
             return torch.cat([p, p[sampled]])
 
         def state(name: str, s: Tensor) -> Tensor:

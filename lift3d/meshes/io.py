@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,16 +60,10 @@ def _texture_image(visual) -> np.ndarray | None:
     return array
 
 
-def load_mesh(
-    path: str | Path,
-    texture_path: str | Path | None = None,
-    normalize: bool = True,
-    half_extent: float = 0.5,
-    up_axis: str = "+y",
-    front_axis: str = "+z",
-) -> Mesh:
-    """Read a mesh file into a ``Mesh`` (see ``load_mesh_in_frame``, which also says how it was placed)."""
-    return load_mesh_in_frame(path, texture_path, normalize, half_extent, up_axis, front_axis)[0]
+def load_mesh(path: str | Path, texture_path: str | Path | None = None, **placement: Any) -> Mesh:
+    """Read a mesh file into a ``Mesh``: ``load_mesh_in_frame`` (whose keywords ``placement`` takes: normalize,
+    half_extent, up_axis, front_axis) without the frame that placed it."""
+    return load_mesh_in_frame(path, texture_path, **placement)[0]
 
 
 def load_mesh_in_frame(

@@ -60,7 +60,7 @@ class MeshRendererConfig:
 
 @register("mesh-rasterizer")
 class MeshRenderer(BaseModule):
-    """Differentiable rasterization of triangle meshes in plain PyTorch (see ``mesh_raster``)."""
+    """Differentiable rasterization of triangle meshes in plain PyTorch (see ``render.meshes.raster``)."""
 
     Config = MeshRendererConfig
 
@@ -107,7 +107,8 @@ class MeshRenderer(BaseModule):
             uv = interpolate(mesh.uv, rast, faces if mesh.uv_faces is None else mesh.uv_faces.long())
 
         if color_fn is not None:
-            surface = {"points": points, "normals": normals, "view_dirs": view_dirs, "batch_index": view, "face_index": rast.face_index}
+            surface = {"points": points, "normals": normals, "view_dirs": view_dirs, "batch_index": view,
+                       "face_index": rast.face_index}
             if uv is not None:
                 surface["uv"] = uv
             colors = color_fn(surface)

@@ -4,7 +4,7 @@ Per pixel, Gaussians in depth order: ``alpha = min(0.999, o exp(-sigma))``; thos
 are skipped; a pixel finishes, exclusive of the Gaussian that would do it, once its transmittance
 would fall to 1e-4 or below; ``out = sum_k w_k c_k + T_final background`` with ``w_k = a_k T_k``.
 
-Work is done per chunk of tiles (``splat_bins``) and, within a chunk, in depth blocks: tiles whose
+Work is done per chunk of tiles (``render.splats.bins``) and, within a chunk, in depth blocks: tiles whose
 pixels have all finished stop early, which skips most of the hidden Gaussians of opaque scenes. The
 fast path (``mode="custom"``) is a ``torch.autograd.Function`` with hand-derived gradients that keeps
 (alpha, transmittance) of blocks for the backward pass while they fit in ``save_elements`` and
@@ -216,18 +216,25 @@ def _outside(tiles: Tensor, bins: TileBins, width: int, height: int, features: T
     return ((origin[:, None, 0] + features[None, :, 1]) > width) | ((origin[:, None, 1] + features[None, :, 2]) > height)
 
 
+def _composite_inputs(means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
+                      bins: TileBins) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """What both compositing paths start from: every intersection's quadratic and colour, the pixel features, and
+    the empty accumulators (colour [tiles, P, D] at 0, transmittance [tiles, P] at 1)."""
+    means2d_f, conics_f, opacities_f, colors_f = _flat(means2d, conics, opacities, colors)
+    q_all = intersection_quadratics(bins, means2d_f, conics_f, opacities_f)
+    color_all = colors_f[_padded_ids(bins)]
+    features = pixel_features(bins.tile_size, colors.dtype, colors.device)
+    n_tiles, P, D = bins.n_cameras * bins.tiles_x * bins.tiles_y, bins.tile_size**2, colors.shape[-1]
+    return q_all, color_all, features, colors.new_zeros(n_tiles, P, D), colors.new_ones(n_tiles, P)
+
+
 class _Composite(torch.autograd.Function):
     """Chunked, depth-blocked compositing with a hand-derived backward (memory bounded)."""
 
     @staticmethod
     def forward(ctx, means2d, conics, opacities, colors, backgrounds, bins: TileBins, width: int, height: int,
                 save_elements: int, absgrad: bool = False):
-        means2d_f, conics_f, opacities_f, colors_f = _flat(means2d, conics, opacities, colors)
-        q_all = intersection_quadratics(bins, means2d_f, conics_f, opacities_f)
-        color_all = colors_f[_padded_ids(bins)]
-        features = pixel_features(bins.tile_size, colors.dtype, colors.device)
-        n_tiles, P, D = bins.n_cameras * bins.tiles_x * bins.tiles_y, bins.tile_size**2, colors.shape[-1]
-        acc, final = colors.new_zeros(n_tiles, P, D), colors.new_ones(n_tiles, P)
+        q_all, color_all, features, acc, final = _composite_inputs(means2d, conics, opacities, colors, bins)
         budget, chunk_blocks = [save_elements], []
         for tiles, K in bins.chunks:
             index = tile_lists(bins, tiles, K)
@@ -284,12 +291,7 @@ class _Composite(torch.autograd.Function):
 
 def _composite_reference(means2d, conics, opacities, colors, backgrounds, bins: TileBins, width: int, height: int):
     """Every chunk in one piece under plain autograd (keeps all intermediates for backward)."""
-    means2d_f, conics_f, opacities_f, colors_f = _flat(means2d, conics, opacities, colors)
-    q_all = intersection_quadratics(bins, means2d_f, conics_f, opacities_f)
-    color_all = colors_f[_padded_ids(bins)]
-    features = pixel_features(bins.tile_size, colors.dtype, colors.device)
-    n_tiles, P, D = bins.n_cameras * bins.tiles_x * bins.tiles_y, bins.tile_size**2, colors.shape[-1]
-    acc, final = colors.new_zeros(n_tiles, P, D), colors.new_ones(n_tiles, P)
+    q_all, color_all, features, acc, final = _composite_inputs(means2d, conics, opacities, colors, bins)
     if bins.chunks:
         parts = []
         for tiles, K in bins.chunks:

@@ -36,59 +36,42 @@ def rasterize_gsplat(
     absgrad: bool = False,
     with_depth: bool = True,
     rasterize_mode: str = "classic",
+    capacity: int = 0,
 ) -> dict[str, Tensor]:
-    """``render`` [C, H, W, D+1] (colours + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``, ``means2d`` [C, N, 2] (whose
-    ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32, ``depths`` [C, N]."""
+    """``render`` [C, H, W, D+1] (colours + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``,
+    ``means2d`` [C, N, 2] (whose ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32,
+    ``depths`` [C, N]. ``capacity`` > 0: the tile intersections go into that many fixed slots (``_rasterize_fixed``)
+    and ``isect_count`` is added."""
+    means, quats, scales, opacities, colors, viewmats, Ks, backgrounds = (
+        t.float().contiguous() for t in (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds))
+    if capacity > 0:
+        return _rasterize_fixed(means, quats, scales, opacities, colors, viewmats, Ks, width, height, backgrounds,
+                                capacity, sh_degree, near_plane, far_plane, eps2d, tile_size, absgrad, with_depth,
+                                rasterize_mode)
     from gsplat import rasterization
 
-    def prepare(t: Tensor) -> Tensor:
-        return t.float().contiguous()
-
     render, alpha, meta = rasterization(
-        prepare(means), prepare(quats), prepare(scales), prepare(opacities), prepare(colors),
-        prepare(viewmats), prepare(Ks), width, height,
+        means, quats, scales, opacities, colors, viewmats, Ks, width, height,
         near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, sh_degree=sh_degree,
-        packed=False, tile_size=tile_size, backgrounds=prepare(backgrounds), render_mode="RGB+D" if with_depth else "RGB",
+        packed=False, tile_size=tile_size, backgrounds=backgrounds, render_mode="RGB+D" if with_depth else "RGB",
         absgrad=absgrad, rasterize_mode=rasterize_mode,
     )  # fmt: skip
-    radii = meta["radii"]
-    if radii.ndim == means.ndim:  # gsplat < 1.5 returns one radius per Gaussian
-        radii = radii[..., None].expand(*radii.shape, 2)
-    return {"render": render, "alpha": alpha, "means2d": meta["means2d"], "radii": radii.to(torch.int32),
-            "depths": meta["depths"]}
+    radii = _radius_pairs(meta["radii"], means).to(torch.int32)
+    return {"render": render, "alpha": alpha, "means2d": meta["means2d"], "radii": radii, "depths": meta["depths"]}
 
 
-def rasterize_gsplat_fixed(
-    means: Tensor,  # [N, 3]
-    quats: Tensor,  # [N, 4] wxyz
-    scales: Tensor,  # [N, 3] activated
-    opacities: Tensor,  # [N] activated
-    colors: Tensor,  # [N, K, 3] SH when sh_degree is set, else [N, D]
-    viewmats: Tensor,  # [C, 4, 4] world-to-camera, OpenCV axes
-    Ks: Tensor,  # [C, 3, 3]
-    width: int,
-    height: int,
-    backgrounds: Tensor,  # [C, D]
-    capacity: int,
-    sh_degree: int | None = None,
-    near_plane: float = 0.01,
-    far_plane: float = 1e10,
-    eps2d: float = 0.3,
-    tile_size: int = 16,
-    absgrad: bool = False,
-    with_depth: bool = True,
-    rasterize_mode: str = "classic",
-) -> dict[str, Tensor]:
-    """``rasterize_gsplat`` with the tile intersections in ``capacity`` fixed slots (``splat_tiles``): gsplat's own
-    projection, SH and rasterization kernels, but no host read of the intersection count and no matrix inverse, so
-    the render can be captured in a CUDA graph. Adds ``isect_count`` (0-dim, device): the pairs this render had; more
-    than ``capacity`` means some were dropped."""
+def _rasterize_fixed(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, colors: Tensor, viewmats: Tensor,
+                     Ks: Tensor, width: int, height: int, backgrounds: Tensor, capacity: int, sh_degree: int | None,
+                     near_plane: float, far_plane: float, eps2d: float, tile_size: int, absgrad: bool, with_depth: bool,
+                     rasterize_mode: str) -> dict[str, Tensor]:
+    """``rasterize_gsplat`` (same arguments, float32 and contiguous) with the tile intersections in ``capacity``
+    fixed slots (``render.splats.tiles``): gsplat's own projection, SH and rasterization kernels, but no host read of the
+    intersection count and no matrix inverse, so the render can be captured in a CUDA graph. Adds ``isect_count``
+    (0-dim, device): the pairs this render had; more than ``capacity`` means some were dropped."""
     from gsplat import rasterize_to_pixels, spherical_harmonics
 
     from lift3d.render.splats.tiles import tile_grid, tile_intersections, tile_masks
 
-    means, quats, scales, opacities, colors = (t.float().contiguous() for t in (means, quats, scales, opacities, colors))
-    viewmats, Ks = viewmats.float().contiguous(), Ks.float().contiguous()
     n_views, n = viewmats.shape[0], means.shape[0]
     radii, means2d, depths, conics, compensations = _project(means, quats, scales, opacities, viewmats, Ks, width, height,
                                                              near_plane, far_plane, eps2d, rasterize_mode == "antialiased")
@@ -112,10 +95,17 @@ def rasterize_gsplat_fixed(
                                                      capacity)
     render, alpha = rasterize_to_pixels(
         means2d, conics, view_colors, view_opacities, width, height, tile_size, offsets, flatten_ids,
-        backgrounds=backgrounds.float().contiguous(), masks=tile_masks(n_views, tile_width, tile_height, means.device),
+        backgrounds=backgrounds, masks=tile_masks(n_views, tile_width, tile_height, means.device),
         absgrad=absgrad)  # fmt: skip
     return {"render": render, "alpha": alpha, "means2d": means2d, "radii": radii.to(torch.int32), "depths": depths,
             "isect_count": count}
+
+
+def _radius_pairs(radii: Tensor, means: Tensor) -> Tensor:
+    """Radii as [C, N, 2]: gsplat < 1.5 returns one radius per Gaussian ([C, N])."""
+    if radii.ndim == means.ndim:
+        radii = radii[..., None].expand(*radii.shape, 2)
+    return radii
 
 
 @torch.no_grad()
@@ -134,7 +124,7 @@ def view_intersections(
     tile_size: int = 16,
     views_at_once: int = 8,
 ) -> Tensor:
-    """[C] how many tile intersections a render of each view has (gsplat's projection, ``splat_tiles``' counting):
+    """[C] how many tile intersections a render of each view has (gsplat's projection, ``render.splats.tiles``' counting):
     what fixed intersection slots must hold."""
     from lift3d.render.splats.tiles import intersection_counts, tile_grid
 
@@ -161,6 +151,4 @@ def _project(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, vi
     radii, means2d, depths, conics, compensations = fully_fused_projection(
         means, None, quats, scales, viewmats, Ks, width, height, eps2d=eps2d, near_plane=near_plane,
         far_plane=far_plane, packed=False, calc_compensations=antialiased, **tighter)  # fmt: skip
-    if radii.ndim == means2d.ndim - 1:  # gsplat < 1.5: one radius per Gaussian
-        radii = radii[..., None].expand(*radii.shape, 2)
-    return radii, means2d, depths, conics, compensations
+    return _radius_pairs(radii, means), means2d, depths, conics, compensations

@@ -17,7 +17,7 @@ from torch import Tensor
 from lift3d.base import Configurable
 from lift3d.cameras import Cameras
 from lift3d.registry import register
-from lift3d.render.splats.gsplat_backend import gsplat_available, rasterize_gsplat, rasterize_gsplat_fixed
+from lift3d.render.splats.gsplat_backend import gsplat_available, rasterize_gsplat
 from lift3d.render.splats.torch_backend import rasterize_torch
 
 log = logging.getLogger("lift3d.render.splats.renderer")
@@ -143,11 +143,8 @@ def rasterize(
     out = None
     if chosen == "gsplat":
         try:
-            if isect_capacity > 0:
-                out = rasterize_gsplat_fixed(*args, isect_capacity, **kwargs, absgrad=absgrad, with_depth=with_depth,
-                                             rasterize_mode=rasterize_mode)
-            else:
-                out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth, rasterize_mode=rasterize_mode)
+            out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth, rasterize_mode=rasterize_mode,
+                                   capacity=isect_capacity)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization failed: {error}") from error
