@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.fields.mlp import ACTIVATIONS, activation
+from lift3d.fields.common import central_difference_normal, check_field_config
+from lift3d.fields.mlp import activation
 from lift3d.registry import register
 
 DECODER_ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU}
@@ -78,14 +79,10 @@ class TriplaneField(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.radius <= 0:
-            raise ValueError(f"field radius must be positive, got {c.radius}")
-        if c.density_activation not in ACTIVATIONS:
-            raise ValueError(f"density_activation '{c.density_activation}' is not one of {', '.join(ACTIVATIONS)}")
+        check_field_config(c, ("finite_difference",))
         if c.decoder_activation not in DECODER_ACTIVATIONS:
-            raise ValueError(f"decoder_activation must be one of {', '.join(DECODER_ACTIVATIONS)}, got '{c.decoder_activation}'")
-        if c.normal_type != "finite_difference":
-            raise ValueError(f"the triplane field's normal_type is finite_difference, got '{c.normal_type}'")
+            raise ValueError(f"decoder_activation must be one of {', '.join(DECODER_ACTIVATIONS)}, "
+                             f"got '{c.decoder_activation}'")
         if min(c.plane_channels, c.plane_size, c.n_neurons, c.n_hidden_layers) < 1:
             raise ValueError("plane_channels, plane_size, n_neurons and n_hidden_layers must be at least 1")
         self.triplane = nn.Parameter(torch.zeros(3, c.plane_channels, c.plane_size, c.plane_size))
@@ -116,11 +113,7 @@ class TriplaneField(BaseModule):
 
     def finite_difference_normal(self, points: Tensor) -> Tensor:
         """Unit normals [N, 3] = -grad(raw density) by central differences."""
-        eps = self.cfg.finite_difference_eps
-        offsets = torch.eye(3, device=points.device, dtype=points.dtype) * eps
-        shifted = torch.cat([points[:, None] + offsets, points[:, None] - offsets], dim=1)
-        raw_density = self.raw(shifted.reshape(-1, 3))[0].reshape(-1, 6)
-        return F.normalize(-(raw_density[:, :3] - raw_density[:, 3:]) / (2 * eps), dim=-1)
+        return central_difference_normal(lambda p: self.raw(p)[0], points, self.cfg.finite_difference_eps)
 
     def _in_chunks(self, points: Tensor, query: Any) -> Tensor:
         chunk = max(self.cfg.query_chunk, 1)

@@ -17,9 +17,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.fields.common import central_difference_normal, check_field_config
 from lift3d.fields.contraction import check_contraction, to_unit_cube
 from lift3d.fields.encodings import HashGrid, HashGridConfig
-from lift3d.fields.mlp import ACTIVATIONS, MLP, activation
+from lift3d.fields.mlp import MLP, activation
 from lift3d.registry import register
 
 
@@ -28,7 +29,8 @@ class ImplicitVolumeConfig:
     """Field over the cube [-radius, radius]^3 (and, contracted, the space around it)."""
 
     radius: float = 1.0  # half side of the cube the field (and its occupancy grid) covers, scene units
-    contraction: str = "none"  # none (nothing outside the cube), cube or sphere: all space beyond it squeezed in (unbounded scenes)
+    # none (nothing outside the cube), cube or sphere: all space beyond it squeezed in (unbounded scenes)
+    contraction: str = "none"
     encoding: HashGridConfig = field(default_factory=HashGridConfig)  # the multiresolution hash grid
     hidden_dim: int = 64  # width of the density MLP
     n_hidden_layers: int = 1  # hidden layers of the density MLP
@@ -40,7 +42,9 @@ class ImplicitVolumeConfig:
     blob_radius: float = 0.5  # blob size r, scene units
     normal_type: str = "finite_difference"  # finite_difference or analytic (autograd; finite differences in inference mode)
     finite_difference_eps: float = 0.01  # half step of the central differences, scene units
-    query_chunk: int = -1  # points per chunk in density()/features() queries, bounds memory (-1: 262144 on CPU, 4194304 on CUDA, where each piece costs launches: the march's density pass over 4M samples was 16 pieces)
+    # points per chunk in density()/features() queries, bounds memory (-1: 262144 on CPU, 4194304 on CUDA, where
+    # each piece costs kernel launches)
+    query_chunk: int = -1
 
 
 @register("implicit-volume")
@@ -52,15 +56,10 @@ class ImplicitVolume(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.radius <= 0:
-            raise ValueError(f"field radius must be positive, got {c.radius}")
-        if c.density_activation not in ACTIVATIONS:
-            raise ValueError(f"density_activation '{c.density_activation}' is not one of {', '.join(ACTIVATIONS)}")
+        check_field_config(c, ("finite_difference", "analytic"))
         if c.density_blob not in ("none", "gaussian", "linear"):
             raise ValueError(f"density_blob must be none, gaussian or linear, got '{c.density_blob}'")
         check_contraction(c.contraction)
-        if c.normal_type not in ("finite_difference", "analytic"):
-            raise ValueError(f"normal_type must be finite_difference or analytic, got '{c.normal_type}'")
         self.encoding = HashGrid(c.encoding)
         self.mlp = MLP(self.encoding.output_dim, 1 + c.n_feature_dims, c.hidden_dim, c.n_hidden_layers)
         self.register_buffer("bbox", torch.tensor([[-c.radius] * 3, [c.radius] * 3]), persistent=False)
@@ -128,13 +127,7 @@ class ImplicitVolume(BaseModule):
 
     def finite_difference_normal(self, points: Tensor) -> Tensor:
         """Unit normals [N, 3] = -grad(raw density) by central differences."""
-        eps = self.cfg.finite_difference_eps
-        offsets = torch.eye(3, device=points.device, dtype=points.dtype) * eps
-        shifted = torch.cat([points[:, None] + offsets, points[:, None] - offsets], dim=1)  # [N, 6, 3]
-        raw_density, _ = self.raw(shifted.reshape(-1, 3))
-        raw_density = raw_density.reshape(-1, 6)
-        gradient = (raw_density[:, :3] - raw_density[:, 3:]) / (2 * eps)
-        return F.normalize(-gradient, dim=-1)
+        return central_difference_normal(lambda p: self.raw(p)[0], points, self.cfg.finite_difference_eps)
 
     # ------------------------------------------------------------------------------------ queries
     def _query_chunk(self, points: Tensor) -> int:
@@ -147,7 +140,7 @@ class ImplicitVolume(BaseModule):
     def _in_chunks(self, points: Tensor, query: Callable[[Tensor], Any]) -> Any:
         """``query`` (a tensor or a tuple of tensors, rows per point) over ``points`` in pieces of ``query_chunk`` (by
         device when -1), each piece written into outputs allocated after the first (one piece: as is), so the
-        pieces are never held alongside their join: a 256x256 MVDream render keeps 37M samples' features."""
+        pieces are never held alongside their join (a large render keeps tens of millions of samples' features)."""
         chunk = self._query_chunk(points)
         if points.shape[0] <= chunk:
             return query(points)
@@ -157,14 +150,14 @@ class ImplicitVolume(BaseModule):
             parts = result if isinstance(result, tuple) else (result,)
             if not joined:
                 joined = [part.new_empty((points.shape[0],) + part.shape[1:]) for part in parts]
-            for out, part in zip(joined, parts):
+            for out, part in zip(joined, parts, strict=False):
                 out[start:start + chunk] = part
         return tuple(joined) if isinstance(result, tuple) else joined[0]
 
     def density_and_encoding(self, points: Tensor) -> tuple[Tensor, Tensor]:
         """Activated density [N] and the hash-grid features [N, L * F] it came from, in chunks: the renderer's
         density-only pass keeps the features of the samples it keeps for ``forward(..., encoding=)``, which then
-        skips the lookup (10.5 ms of a 196 ms MVDream 256 step on an H100)."""
+        skips the lookup."""
 
         def query(piece: Tensor) -> tuple[Tensor, Tensor]:
             raw_density, _, unmasked = self._evaluate(piece)

@@ -1,0 +1,32 @@
+"""What the NeRF fields share (lift3d.fields.common): their config checks and central-difference normals."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lift3d.fields.common import central_difference_normal, check_field_config
+from lift3d.registry import find
+
+
+def test_both_fields_reject_the_same_settings_through_one_check():
+    good = SimpleNamespace(radius=1.0, density_activation="trunc_exp", normal_type="analytic")
+    check_field_config(good, ("finite_difference", "analytic"))
+    with pytest.raises(ValueError, match="normal_type must be finite_difference, got 'analytic'"):
+        check_field_config(good, ("finite_difference",))
+    for name in ("implicit-volume", "triplane-nerf"):
+        with pytest.raises(ValueError, match="radius must be positive"):
+            find(name)({"radius": 0.0})
+        with pytest.raises(ValueError, match="density_activation 'cube'"):
+            find(name)({"density_activation": "cube"})
+        with pytest.raises(ValueError, match="normal_type"):
+            find(name)({"normal_type": "smooth"})
+
+
+def test_central_differences_give_minus_the_gradient_direction():
+    gradient = torch.tensor([1.0, -2.0, 0.5])
+    points = torch.rand(10, 3)
+    normals = central_difference_normal(lambda p: p @ gradient + 3.0, points, 0.01)  # linear: exact differences
+    torch.testing.assert_close(normals, (-gradient / gradient.norm()).expand(10, 3))
+    sphere = central_difference_normal(lambda p: -p.norm(dim=-1), points + 0.5, 1e-3)  # density falling outwards
+    torch.testing.assert_close(sphere, torch.nn.functional.normalize(points + 0.5, dim=-1), atol=1e-3, rtol=0)
