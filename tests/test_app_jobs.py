@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lift3d.app.jobs import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING, Job, JobQueue, JobSpec, error_from_log, result_files
+from lift3d.app.jobs import CANCELLED, FAILED, FINISHED, QUEUED, RUNNING, Job, JobQueue, JobSpec
+from lift3d.app.results import error_from_log, result_files
 from lift3d.app.views import format_duration, job_view, status_html
 from lift3d.checkpoints import load_checkpoint
 from tests.conftest import TEST_CONFIGS

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lift3d.app.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, Job, JobQueue, JobSpec, checkpoint_step, kept_checkpoint
+from lift3d.app.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, Job, JobQueue, JobSpec
 from lift3d.app.recipes import AppRecipe, probe_recipe
+from lift3d.app.results import checkpoint_step, kept_checkpoint
 from lift3d.app.ui import AppState, is_private
 from tests.conftest import TEST_CONFIGS
 from tests.processes import stop

@@ -94,7 +94,7 @@ def test_a_model_starts_from_each_new_file(tmp_path, suffix):
 
 
 def test_the_app_offers_the_new_files_for_download_but_views_the_mesh(tmp_path):
-    from lift3d.app.jobs import result_files
+    from lift3d.app.results import result_files
 
     save = tmp_path / "save"
     save.mkdir()

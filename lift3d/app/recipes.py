@@ -221,7 +221,8 @@ def probe_recipe(recipe: AppRecipe) -> OfferedRecipe | None:
         if good:
             option_keys[option] = good
         else:
-            log.warning("app recipe '%s': option '%s' is left out (its config accepts none of %s)", recipe.label, option, list(keys))
+            log.warning("app recipe '%s': option '%s' is left out (its config accepts none of %s)", recipe.label, option,
+                        list(keys))
     from omegaconf import OmegaConf
 
     full = OmegaConf.structured(cfg)

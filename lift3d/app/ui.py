@@ -25,8 +25,9 @@ from typing import Any
 
 import gradio as gr
 
-from lift3d.app.jobs import ACTIVE, FINISHED, QUEUED, Job, JobQueue, JobSpec, describe_kept
+from lift3d.app.jobs import ACTIVE, FINISHED, QUEUED, Job, JobQueue, JobSpec
 from lift3d.app.recipes import IMAGE, OPTIONS, PHOTOS, PROMPT, OfferedRecipe, RecipeError, build_overrides, find_recipe
+from lift3d.app.results import describe_kept
 from lift3d.app.uploads import MAX_UPLOAD_BYTES, UploadError, prepare_image, prepare_scene
 from lift3d.app.views import CSS, HEAD, job_view, message_html, result_values, status_html
 
@@ -149,11 +150,12 @@ class AppState:
         recipe = next((r for r in self.recipes if r.label == label), None)
         takes_prompt = recipe is None or recipe.input == PROMPT
         updates = [gr.update(value=_describe(recipe)), gr.update(visible=takes_prompt), gr.update(visible=not takes_prompt)]
-        updates += [gr.update(visible=recipe is not None and option in recipe.option_keys, placeholder=_placeholder(recipe, option))
-                    for option in OPTIONS]
+        updates += [gr.update(visible=recipe is not None and option in recipe.option_keys,
+                              placeholder=_placeholder(recipe, option)) for option in OPTIONS]
         return updates
 
-    def start(self, owner: str | None, job_id: str | None, label: str, prompt: str, uploads: Any, *values: Any) -> tuple[Any, str]:
+    def start(self, owner: str | None, job_id: str | None, label: str, prompt: str, uploads: Any,
+              *values: Any) -> tuple[Any, str]:
         """Check the input, queue the run, and remember its id in the browser; errors become a message. A rejected
         upload leaves nothing in the upload folder."""
         upload_dir = self.output_root / "app-uploads" / uuid.uuid4().hex[:10]
@@ -318,12 +320,14 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, 
                 latest = gr.Image(label="Latest validation grid", type="filepath", interactive=False, elem_id="latest-image",
                                   height=220)
                 model = gr.Model3D(label="Result", interactive=False, elem_id="result-model", height=420)
-                video = gr.Video(label="Orbit video", interactive=False, elem_id="result-video", autoplay=True, loop=True, height=320)
+                video = gr.Video(label="Orbit video", interactive=False, elem_id="result-video", autoplay=True, loop=True,
+                                 height=320)
                 files = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="result-files")
                 with gr.Row():  # an action on a finished reconstruction: lift3d edit RUN "instruction"
                     instruction = gr.Textbox(label="Edit this reconstruction", placeholder="make it look like bronze",
                                              elem_id="edit-instruction", scale=3)
-                    editor = gr.Dropdown(list(EDITORS.items()), value="instruct-pix2pix", label="Editor", elem_id="editor", scale=1)
+                    editor = gr.Dropdown(list(EDITORS.items()), value="instruct-pix2pix", label="Editor", elem_id="editor",
+                                         scale=1)
                     edit = gr.Button("Edit", elem_id="edit", scale=1)
         timer = gr.Timer(1.0, active=False)
         outputs = [status, latest, model, video, files, cancel, timer, shown]

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lift3d.app.jobs import CANCELLED, EXPORTING, FAILED, FINISHED, QUEUED, RUNNING, Job, Results
+from lift3d.app.jobs import CANCELLED, EXPORTING, FAILED, FINISHED, QUEUED, RUNNING, Job
+from lift3d.app.results import Results
 
 _HEADLINES = {
     QUEUED: "Queued",
@@ -75,7 +76,8 @@ def status_html(view: JobView | None) -> str:
     """The progress panel: headline, progress bar, numbers, and the error or note."""
     if view is None:
         return ('<div id="lift3d-status" class="lift3d-status" data-state="idle" data-step="0">'
-                '<div class="lift3d-headline">No run yet: choose a recipe, give it a prompt or photos, and press Start.</div></div>')
+                '<div class="lift3d-headline">No run yet: choose a recipe, give it a prompt or photos, and press Start.'
+                '</div></div>')
     percent = 100.0 * view.fraction
     lines = [
         f'<div id="lift3d-status" class="lift3d-status state-{view.state}" data-job="{view.job_id}" '
