@@ -92,25 +92,13 @@ def knn_scales(points: Tensor, k: int = 3) -> Tensor:
 
 
 def read_point_cloud(path: str | Path) -> tuple[Tensor, Tensor]:
-    """Points and colours (0..1; grey when absent) of a PLY point cloud (x, y, z[, red, green, blue])."""
-    from plyfile import PlyData
-
+    """Points and colours (0..1; grey when absent) of a PLY point cloud (x, y, z[, red, green, blue]), as tensors;
+    a file without x, y, z is a ``PlyFormatError``."""
+    from lift3d.data.point_cloud import read_point_cloud as read_arrays
     from lift3d.gaussians.formats.ply import PlyFormatError
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"point cloud not found: {path}")
-    vertex = PlyData.read(str(path))["vertex"]
-    names = vertex.data.dtype.names or ()
-    if not {"x", "y", "z"} <= set(names):
-        raise PlyFormatError(f"{path}: a point cloud needs x, y, z vertex properties (found {', '.join(names)})")
-    points = torch.from_numpy(np.stack([vertex[a] for a in "xyz"], -1).astype(np.float32))
-    if {"red", "green", "blue"} <= set(names):
-        rgb = np.stack([vertex[a] for a in ("red", "green", "blue")], -1).astype(np.float32)
-        colors = torch.from_numpy(rgb / (255.0 if rgb.max() > 1.0 else 1.0))
-    else:
-        colors = torch.full_like(points, 0.5)
-    return points, colors
+    points, colors = read_arrays(path, PlyFormatError)
+    return torch.from_numpy(points), torch.from_numpy(colors)
 
 
 def mesh_rotation(up_axis: str) -> np.ndarray:

@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import read_file, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import rotate_gaussians
 from lift3d.render.splats.sh import Y0, degree_of
-from lift3d.saving import atomic_write_bytes
 
 EXTENSION = "KHR_gaussian_splatting"
 GLB_MAGIC, JSON_CHUNK, BIN_CHUNK = 0x46546C67, 0x4E4F534A, 0x004E4942
@@ -125,10 +125,7 @@ def save_gltf_splat(path: str | Path, params: dict[str, Tensor], keep: Tensor | 
                     up_axis: str = "y") -> Path:
     """Write pre-activation parameters as a KHR_gaussian_splatting .glb, atomically; ``keep`` [N] (bool) selects
     Gaussians, ``sh_degree`` cuts the SH bands."""
-    params = pruned(params, keep, sh_degree)
-    path = Path(path)
-    atomic_write_bytes(path, encode_gltf_splat(params, up_axis))
-    return path
+    return write_file(path, encode_gltf_splat(pruned(params, keep, sh_degree), up_axis))
 
 
 def _chunks(data: bytes, name: str) -> tuple[dict, bytes]:
@@ -209,7 +206,4 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
 
 def load_gltf_splat(path: str | Path, up_axis: str = "y") -> dict[str, Tensor]:
     """Pre-activation parameters of a KHR_gaussian_splatting .glb, in lift3d's world (see the module docstring)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"glTF file not found: {path}")
-    return decode_gltf_splat(path.read_bytes(), str(path), up_axis)
+    return decode_gltf_splat(read_file(path, "glTF file"), str(path), up_axis)

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import read_file, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.render.splats.sh import Y0, degree_of
-from lift3d.saving import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -222,15 +222,9 @@ def save_ksplat(path: str | Path, params: dict[str, Tensor], keep: Tensor | None
                 level: int = 1) -> Path:
     """Write pre-activation parameters as a .ksplat file, atomically; ``keep`` [N] (bool) selects Gaussians,
     ``sh_degree`` cuts the SH bands (the file keeps up to 2)."""
-    params = pruned(params, keep, sh_degree)
-    path = Path(path)
-    atomic_write_bytes(path, encode_ksplat(params, level))
-    return path
+    return write_file(path, encode_ksplat(pruned(params, keep, sh_degree), level))
 
 
 def load_ksplat(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of a .ksplat file, in lift3d's world (the .ply's coordinates)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f".ksplat file not found: {path}")
-    return decode_ksplat(path.read_bytes(), str(path))
+    return decode_ksplat(read_file(path, ".ksplat file"), str(path))

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import write_file
 from lift3d.render.splats.sh import degree_of, num_bases
-from lift3d.saving import atomic_write_bytes
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
 
@@ -63,9 +63,7 @@ def save_ply(path: str | Path, gaussians, keep: Tensor | None = None, sh_degree:
     element = PlyElement.describe(gaussians_to_array(params), "vertex")
     buffer = io.BytesIO()
     PlyData([element], text=False, byte_order="<").write(buffer)
-    path = Path(path)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return write_file(path, buffer.getvalue())
 
 
 def _read(path: Path):

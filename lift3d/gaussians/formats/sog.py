@@ -32,9 +32,9 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import read_file, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.render.splats.sh import degree_of
-from lift3d.saving import atomic_write_bytes
 
 SH_COEFFS = {0: 0, 1: 3, 2: 8, 3: 15}
 FILES = ("means_l.webp", "means_u.webp", "quats.webp", "scales.webp", "sh0.webp")
@@ -225,10 +225,7 @@ def save_sog(path: str | Path, params: dict[str, Tensor], keep: Tensor | None = 
              sort: bool = True, sh_palette: int = 0) -> Path:
     """Write pre-activation parameters as a bundled .sog file, atomically; ``keep`` [N] (bool) selects Gaussians,
     ``sh_degree`` cuts the SH bands."""
-    params = pruned(params, keep, sh_degree)
-    path = Path(path)
-    atomic_write_bytes(path, encode_sog(params, sort=sort, sh_palette=sh_palette))
-    return path
+    return write_file(path, encode_sog(pruned(params, keep, sh_degree), sort=sort, sh_palette=sh_palette))
 
 
 # --------------------------------------------------------------------------------------------- reading
@@ -265,7 +262,8 @@ def decode_sog(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         n = int(meta["count"])
         return _decode(bundle, meta, n, files, name)
     except (KeyError, TypeError, IndexError) as error:
-        raise SogFormatError(f"{name}: meta.json lacks or misstates {error} (see the SOG layout in lift3d.gaussians.formats.sog)") from None
+        raise SogFormatError(f"{name}: meta.json lacks or misstates {error} "
+                             "(see the SOG layout in lift3d.gaussians.formats.sog)") from None
 
 
 def _decode(bundle: zipfile.ZipFile, meta: dict, n: int, files: set[str], name: str) -> dict[str, Tensor]:
@@ -319,7 +317,4 @@ def _decode(bundle: zipfile.ZipFile, meta: dict, n: int, files: set[str], name: 
 
 def load_sog(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of a bundled .sog file (see the module docstring for the layout)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SOG file not found: {path}")
-    return decode_sog(path.read_bytes(), str(path))
+    return decode_sog(read_file(path, "SOG file"), str(path))

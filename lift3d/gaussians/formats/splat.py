@@ -17,14 +17,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.files import SPLAT_DTYPE, decode_splat
+from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.ply import PlyFormatError
 from lift3d.gaussians.tensors import GaussianTensors
-from lift3d.saving import atomic_write_bytes
+from lift3d.render.splats.sh import rgb_to_sh
 
 SH_C0 = 0.28209479177387814  # the degree-0 spherical-harmonic constant 1 / (2 sqrt(pi))
-
+SPLAT_DTYPE = np.dtype(
+    [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]
+)
+assert SPLAT_DTYPE.itemsize == 32
 
 
 def rgb_from_sh_dc(sh_dc: Tensor) -> Tensor:
@@ -62,13 +67,35 @@ def splat_records(gaussians: GaussianTensors, sort: bool = True) -> np.ndarray:
 
 def write_splat(path: str | Path, gaussians: GaussianTensors, sort: bool = True) -> list[Path]:
     """Write the Gaussians as a ``.splat`` file (layout in the module docstring); returns [path]."""
-    path = Path(path)
-    atomic_write_bytes(path, splat_records(gaussians, sort).tobytes())
-    return [path]
+    return [write_file(path, splat_records(gaussians, sort).tobytes())]
+
+
+def decode_splat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
+    """A ``.splat`` file's activated values: means, scales, unit quats (wxyz), opacities and colours in 0..1
+    (quantised colour, opacity and rotation come back to within 1/255)."""
+    if len(data) % SPLAT_DTYPE.itemsize or not data:
+        raise PlyFormatError(f"{name} is not a .splat file: its size {len(data)} is not a positive multiple of 32 bytes")
+    records = np.frombuffer(data, dtype=SPLAT_DTYPE)
+    rgba = records["rgba"].astype(np.float32) / 255.0
+    return {
+        "means": torch.from_numpy(records["position"].copy()),
+        "scales": torch.from_numpy(records["scale"].copy()),
+        "quats": torch.from_numpy((records["rotation"].astype(np.float32) - 128.0) / 128.0),
+        "opacities": torch.from_numpy(rgba[:, 3].copy()),
+        "colours": torch.from_numpy(rgba[:, :3].copy()),
+    }
 
 
 def read_splat(path: str | Path) -> GaussianTensors:
-    """Decode a ``.splat`` file (quantised colour, opacity and rotation come back to within 1/255)."""
-    values = decode_splat(path)
+    """Decode a ``.splat`` file into activated Gaussians (see ``decode_splat``)."""
+    values = decode_splat(Path(path).read_bytes(), str(path))
     return GaussianTensors(means=values["means"], scales=values["scales"], quats=values["quats"],
                            opacities=values["opacities"], colours=values["colours"])
+
+
+def load_splat(path: str | Path) -> dict[str, Tensor]:
+    """Pre-activation parameters of a ``.splat`` file (SH degree 0: its colours), as every codec's ``load_*``."""
+    values = decode_splat(read_file(path, "Gaussian file"), str(path))
+    return {"means": values["means"], "log_scales": values["scales"].clamp_min(1e-12).log(), "quats": values["quats"],
+            "opacity_logits": torch.logit(values["opacities"], eps=1e-4), "sh0": rgb_to_sh(values["colours"])[:, None, :],
+            "shN": torch.zeros(len(values["means"]), 0, 3)}

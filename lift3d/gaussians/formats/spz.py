@@ -43,10 +43,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import read_file, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
 from lift3d.render.splats.sh import MAX_DEGREE, degree_of
-from lift3d.saving import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -194,10 +194,7 @@ def save_spz(path: str | Path, params: dict[str, Tensor], keep: Tensor | None = 
              version: int = VERSION, antialiased: bool = False) -> Path:
     """Write pre-activation parameters as an .spz file (``version`` 4 or 3), atomically; ``keep`` [N] (bool) selects
     Gaussians, ``sh_degree`` cuts the SH bands (the file keeps the rest, up to degree 3)."""
-    params = pruned(params, keep, sh_degree)
-    path = Path(path)
-    atomic_write_bytes(path, encode_spz(params, antialiased=antialiased, version=version))
-    return path
+    return write_file(path, encode_spz(pruned(params, keep, sh_degree), antialiased=antialiased, version=version))
 
 
 def _axes_to_rub(code: int, name: str) -> np.ndarray | None:
@@ -359,7 +356,4 @@ def spz_info(path: str | Path) -> SpzInfo:
 
 def load_spz(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of an .spz file, in lift3d's world (see the module docstring for the axes)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SPZ file not found: {path}")
-    return decode_spz(path.read_bytes(), str(path))
+    return decode_spz(read_file(path, "SPZ file"), str(path))
