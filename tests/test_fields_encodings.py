@@ -29,10 +29,10 @@ def naive_hash_grid(points, table, layout):
             r = layout.resolutions[level]
             pos = [c * r for c in p]
             cell = [min(max(int(math.floor(c)), 0), r - 1) for c in pos]
-            frac = [c - i for c, i in zip(pos, cell)]
+            frac = [c - i for c, i in zip(pos, cell, strict=False)]
             for corner in range(8):
                 offs = [(corner >> axis) & 1 for axis in range(3)]
-                v = [i + o for i, o in zip(cell, offs)]
+                v = [i + o for i, o in zip(cell, offs, strict=False)]
                 w = 1.0
                 for axis in range(3):
                     w *= frac[axis] if offs[axis] else 1 - frac[axis]
@@ -48,7 +48,7 @@ def test_layout_follows_instant_ngp_parameters():
     layout = hash_grid_layout(n_levels=16, n_features=2, log2_hashmap_size=19, base_resolution=16, per_level_scale=1.3819128800)
     assert layout.resolutions[0] == 16 and layout.resolutions[-1] == 2048
     assert layout.dense[:5] == (True,) * 5 and not any(layout.dense[5:])  # (res + 1)^3 <= 2^19 only for the coarse ones
-    assert all(s == 2**19 for s, d in zip(layout.sizes, layout.dense) if not d)
+    assert all(s == 2**19 for s, d in zip(layout.sizes, layout.dense, strict=False) if not d)
     assert layout.offsets[1] == layout.sizes[0] and layout.output_dim == 32
 
 
@@ -150,7 +150,8 @@ TRITON_CHECK = textwrap.dedent(
     w[200, 0] = float("nan")  # but a NaN among zeros is not dropped: it reaches the table as it would through PyTorch
     g_nan, = torch.autograd.grad((hash_grid_encode_triton(points, table, layout) * w).sum(), table)
     assert g_nan.isnan().any()
-    torch.testing.assert_close(g_nan.isnan(), torch.autograd.grad((hash_grid_encode(points, table, layout) * w).sum(), table)[0].isnan())
+    reference = torch.autograd.grad((hash_grid_encode(points, table, layout) * w).sum(), table)[0]
+    torch.testing.assert_close(g_nan.isnan(), reference.isnan())
     w[200, 0] = 0.0
     # other launch settings give the same values and gradients
     import lift3d.fields.hash_triton as ht

@@ -1,9 +1,9 @@
 """Input encodings: the multiresolution hash grid (Instant-NGP), frequency and spherical-harmonic encodings.
 
 The hash grid's reference math (``hash_grid_encode`` over a table and a ``HashGridLayout``) lives in
-``lift3d.fields.hash_reference``; the ``HashGrid`` module here owns the table, progressive level masking and the choice of backend (plain
-PyTorch everywhere; a Triton kernel on CUDA, checked against the PyTorch path on first use; on the
-CPU a blocked PyTorch twin, ``lift3d.fields.hash_cpu``, bit-identical to the plain path).
+``lift3d.fields.hash_reference``; the ``HashGrid`` module here owns the table, progressive level masking and the
+choice of backend (plain PyTorch everywhere; a Triton kernel on CUDA, checked against the PyTorch path on first use;
+on the CPU a blocked PyTorch twin, ``lift3d.fields.hash_cpu``, bit-identical to the plain path).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def _layout_constants(layout: HashGridLayout, device: torch.device) -> tuple[Ten
     if key not in _CONSTANTS:
         rows = torch.int32 if layout.n_rows < 2**31 else torch.int64
         multipliers = [(1, r + 1, (r + 1) ** 2) if dense else HASH_PRIMES
-                       for r, dense in zip(layout.resolutions, layout.dense)]
+                       for r, dense in zip(layout.resolutions, layout.dense, strict=False)]
         _CONSTANTS[key] = (
             torch.tensor(layout.resolutions, dtype=torch.float32, device=device)[:, None],
             torch.tensor(multipliers, dtype=torch.int64, device=device).t()[:, :, None].contiguous(),

@@ -25,13 +25,10 @@ except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
     triton = None
 
 # launch settings (points per program, warps per program) of each kernel, from benchmarks/bench_hash_grid.py's sweep
-# on an H100 (10.5M points along rays: forward 9.4 ms at 128 x 8 against 10.4 at 128 x 4; the backward is slower at 8)
 LAUNCH = {"forward": (128, 8), "backward": (128, 4)}
 # A one-dimensional grid whose consecutive programs are the levels of one block of points, rather than every block of
-# one level and then the next (likely why it is faster: the levels read the same points from the cache, and a coarse
-# level's rows, which many samples share, take atomic adds from fewer programs at once). On an H100,
-# 18.4M samples of rays through a ball: forward 8.8 -> 6.0 ms, backward 22.6 -> 21.6 ms (radius 0.35); 10.3 -> 8.1
-# and 29.8 -> 22.8 ms (radius 0.6).
+# one level and then the next: the levels read the same points from the cache, and a coarse level's rows, which many
+# samples share, take atomic adds from fewer programs at once.
 
 
 if triton is not None:
@@ -123,7 +120,8 @@ if triton is not None:
             row, weight = _level_vertex(px, py, pz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             prev_row, _ = _level_vertex(qx, qy, qz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
             next_row, _ = _level_vertex(sx, sy, sz, res_ptr, off_ptr, dense_ptr, level, hash_mask, corner)
-            head = ((row != prev_row) | (lane == 0) | (rows >= n_points)).to(tl.int32)  # not has_prev (no ~: triton 3.0's interpreter lacks it)
+            # not has_prev (no ~: triton 3.0's interpreter lacks it)
+            head = ((row != prev_row) | (lane == 0) | (rows >= n_points)).to(tl.int32)
             tail = (row != next_row) | (lane == BLOCK - 1) | (rows + 1 >= n_points)  # not has_next
             value = weight[:, None] * grad
             heads = tl.broadcast_to(head[:, None], (BLOCK, N_FEATURES))
@@ -155,7 +153,7 @@ def _check_features(layout: HashGridLayout) -> None:
 def _output_dtype(table: Tensor) -> torch.dtype:
     """The features' dtype: the table's, or under CUDA autocast its half type (the MLP that reads them casts them
     so anyway, as tiny-cuda-nn keeps them: writing them in half and reading back half gradients saves two casts
-    of [N, L * F] each way, about 5% of the MVDream 256 step)."""
+    of [N, L * F] each way)."""
     if table.dtype == torch.float32 and table.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         return torch.get_autocast_dtype("cuda")
     return table.dtype
@@ -167,10 +165,8 @@ class _HashGridFunction(torch.autograd.Function):
         points = points.contiguous().float()
         n = points.shape[0]
         res, off, dense = _layout_tensors(layout, points.device)
-        if reuse is not None:  # this lookup's values from an earlier one: only the backward is left to do
-            out = reuse
-        else:
-            out = torch.empty(n, layout.output_dim, device=points.device, dtype=_output_dtype(table))
+        # with ``reuse`` this lookup's values come from an earlier one: only the backward is left to do
+        out = reuse if reuse is not None else torch.empty(n, layout.output_dim, device=points.device, dtype=_output_dtype(table))
         if n and reuse is None:
             block, warps = LAUNCH["forward"]
             grid = (triton.cdiv(n, block) * layout.n_levels,)

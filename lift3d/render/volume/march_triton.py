@@ -2,16 +2,15 @@
 
 The march asks, for every ray and every fixed step along it, whether the step exists (``hi > lo``) and whether
 its midpoint lies in an occupied cell of the grid. Written as PyTorch ops this is some twenty kernels over
-[rays, steps] tensors of intervals, midpoints and cell indices (16.8M candidates a chunk of 32,768 rays at
-threestudio's 512 steps a diagonal; the MVDream 256 step profiled 8 chunks of them). This kernel computes the
+[rays, steps] tensors of intervals, midpoints and cell indices. This kernel computes the
 same arithmetic per candidate in registers and writes only the answer, one byte each; the intervals of the
 candidates kept are computed afterwards from their (ray, step) by ``sampling.step_bounds``, the same formula.
 
 Bounded fields only (no contraction, fixed steps). The operations and their order are those of
 ``sampling.step_bounds``, ``contraction.to_unit_cube`` and ``OccupancyGrid.cell_index``, with fused multiply-adds
-off, so the mask is the PyTorch one: exactly in Triton's interpreter on the CPU (tested), and on an H100 for all
+off, so the mask is the PyTorch one: exactly in Triton's interpreter on the CPU (tested), and on a GPU for all
 but about one candidate in a million, a midpoint within rounding of a cell's face that the GPU's float division
-puts on the other side (1 of 2.1M and 7 of 8.4M random candidates; either side is a valid march). ``available``
+puts on the other side (either side is a valid march). ``available``
 compares the two once on the GPU before the fast path is used.
 """
 

@@ -3,8 +3,9 @@
 Each cell stores the opacity ``density * step_size`` seen at random points inside it, decayed by
 ``ema_decay`` at every update and raised to new evaluations; a cell is occupied when its value exceeds
 ``min(mean, threshold)``. Updates run every ``update_every`` steps on every cell during warm-up, then on
-a random quarter of all cells plus as many occupied ones. All of it runs on the device without host syncs. Over a contracted (unbounded) field the grid covers the
-contracted space, so its outer cells hold ever larger shells of the world (``lift3d.fields.contraction``).
+a random quarter of all cells plus as many occupied ones. All of it runs on the device without host syncs. Over a
+contracted (unbounded) field the grid covers the contracted space, so its outer cells hold ever larger shells of the
+world (``lift3d.fields.contraction``).
 """
 
 from __future__ import annotations

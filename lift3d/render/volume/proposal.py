@@ -41,7 +41,8 @@ class ProposalConfig:
     n_levels: int = 5  # hash-grid levels of each network, from 16 cells per axis up to its resolution
     log2_hashmap_size: int = 17  # rows of each network's hashed levels: 2**this
     hidden_dim: int = 16  # width of each network's MLP
-    histogram_padding: float = 0.01  # added to every bin of a proposal histogram before drawing from it (keeps every interval reachable)
+    # added to every bin of a proposal histogram before drawing from it (keeps every interval reachable)
+    histogram_padding: float = 0.01
     anneal_steps: int = 1000  # proposal weights are raised to a power rising from 0 (uniform) to 1 over these training steps
     anneal_slope: float = 10.0  # how fast that power rises (nerfacto's bias curve: slope x / ((slope - 1) x + 1))
 
@@ -94,7 +95,7 @@ class ProposalSampler(nn.Module, Updateable):
             lower, upper = torch.cat([edges[:, :1], centres], -1), torch.cat([centres, edges[:, -1:]], -1)
             edges = lower + (upper - lower) * torch.rand(n_rays, 1, device=device)
         histograms = []
-        for net, n_next in zip(self.nets, counts[1:]):
+        for net, n_next in zip(self.nets, counts[1:], strict=False):
             t = self._distances(edges, u_near, span)
             points = rays_o[:, None] + rays_d[:, None] * (0.5 * (t[:, 1:] + t[:, :-1]))[..., None]
             density = net.density(points.reshape(-1, 3)).reshape(n_rays, -1)

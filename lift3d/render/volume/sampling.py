@@ -3,8 +3,10 @@
 Marching follows Instant-NGP: a fixed step ``dt`` from where the ray enters the box, offset by a
 per-ray jitter (stratified sampling), with every step whose midpoint falls in an empty occupancy cell
 dropped. For unbounded scenes steps grow with distance: ``dt`` up to ``disparity_from``, then evenly spaced in
-inverse distance (Mip-NeRF 360), which reaches infinity in as many steps again. Steps are compacted into packed arrays either exactly (``nonzero``: one host sync) or into a
-fixed budget (cumsum + scatter: no host sync, static shapes; rays that do not fit are reported).
+inverse distance (Mip-NeRF 360), which reaches infinity in as many steps again. Steps are compacted into packed
+arrays either exactly (``nonzero``: one host sync) or into a fixed budget (cumsum + scatter: no host sync, static
+shapes; rays that do not fit are reported); on CUDA by a Triton kernel (``pack_triton``), checked here against the
+PyTorch ops before use.
 """
 
 from __future__ import annotations
