@@ -1,6 +1,6 @@
 """What every scene reader returns: the frames of a capture (image file, pose, lens) before any pixel is read.
 
-Readers (``blender``, ``transforms_json``, ``colmap``) only parse their files into a ``Capture``;
+Readers (one per format in ``lift3d.data.formats``) only parse their files into a ``Capture``;
 ``lift3d.data.scene`` then loads, undistorts, normalises and splits it the same way for every format.
 Poses are camera-to-world with OpenGL camera axes (``lift3d.cameras``), in the reader's world frame.
 """
@@ -56,7 +56,8 @@ class Lens:
         return Lens(width, height, self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, self.kind, self.coeffs)
 
     def describe(self) -> str:
-        names = {"opencv": ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6"), "fisheye": ("k1", "k2", "k3", "k4")}.get(self.kind, ())
+        names = {"opencv": ("k1", "k2", "p1", "p2", "k3", "k4", "k5", "k6"),
+                 "fisheye": ("k1", "k2", "k3", "k4")}.get(self.kind, ())
         terms = " ".join(f"{n}={c:.4g}" for n, c in zip(names, self.coeffs) if c)
         return f"{self.kind} {self.width}x{self.height} fx={self.fx:.1f} fy={self.fy:.1f}" + (f" {terms}" if terms else "")
 
@@ -77,7 +78,7 @@ class Capture:
     """Everything a reader found: frames, optional splits, optional sparse points, and notes for the log."""
 
     root: Path
-    format: str  # blender | nerfstudio | instant-ngp | colmap
+    format: str  # the format read (``lift3d.data.formats``; the transforms.json format names its dialect)
     frames: list[Frame]
     splits: dict[str, list[int]] | None = None  # split name -> frame indices, when the format defines them
     points: np.ndarray | None = None  # [P, 3] sparse points (structure from motion), reader's world frame
@@ -85,7 +86,10 @@ class Capture:
     missing: list[str] = field(default_factory=list)  # frames listed whose image file is absent (skipped)
     unbounded: bool | None = None  # the format says the scene extends past its object (instant-ngp aabb_scale > 1)
     notes: list[str] = field(default_factory=list)  # what the reader decided, said once in the log
-    mask_mode: str = "alpha"  # what the format's masks mean: alpha (an object cut-out) or ignore (pixels left out of the loss)
+    # what the format's masks mean: alpha (an object cut-out) or ignore (pixels left out of the loss)
+    mask_mode: str = "alpha"
+    # every frame the format lists, image file or not (COLMAP: to pick the images of another downscale again)
+    registered: list[Frame] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.frames)

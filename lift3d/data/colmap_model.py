@@ -174,7 +174,8 @@ def read_cameras_text(path: Path) -> dict[int, ColmapCamera]:
             camera_id, model, width, height = int(parts[0]), parts[1], int(parts[2]), int(parts[3])
             params = np.array([float(v) for v in parts[4:]])
         except (IndexError, ValueError):
-            raise SceneFormatError(f"{path}: bad camera line {line!r} (expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS...)") from None
+            raise SceneFormatError(f"{path}: bad camera line {line!r} "
+                                   "(expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS...)") from None
         if model not in MODEL_IDS or len(params) != MODEL_IDS[model][1]:
             raise SceneFormatError(f"{path}: camera {camera_id}: unknown model {model!r} or wrong parameter count")
         cameras[camera_id] = ColmapCamera(camera_id, model, width, height, params)
@@ -196,7 +197,8 @@ def read_images_text(path: Path) -> dict[int, ColmapImage]:
         try:
             image_id, pose, camera_id, name = int(parts[0]), [float(v) for v in parts[1:8]], int(parts[8]), " ".join(parts[9:])
         except (IndexError, ValueError):
-            raise SceneFormatError(f"{path}: bad image line {lines[i]!r} (expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME)") from None
+            raise SceneFormatError(f"{path}: bad image line {lines[i]!r} "
+                                   "(expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME)") from None
         keypoints = lines[i + 1].split() if i + 1 < len(lines) else []
         values = np.array([float(v) for v in keypoints]).reshape(-1, 3) if keypoints else np.zeros((0, 3))
         images[image_id] = ColmapImage(image_id, np.array(pose[:4]), np.array(pose[4:]), camera_id, name,
@@ -210,10 +212,12 @@ def read_points3d_text(path: Path) -> dict[int, ColmapPoint]:
     for line in _data_lines(path):
         parts = line.split()
         try:
-            point_id, xyz, rgb, error = int(parts[0]), [float(v) for v in parts[1:4]], [int(v) for v in parts[4:7]], float(parts[7])
+            point_id, error = int(parts[0]), float(parts[7])
+            xyz, rgb = [float(v) for v in parts[1:4]], [int(v) for v in parts[4:7]]
             track = np.array([int(v) for v in parts[8:]], np.int64).reshape(-1, 2)
         except (IndexError, ValueError):
-            raise SceneFormatError(f"{path}: bad point line {line[:80]!r} (expected POINT3D_ID X Y Z R G B ERROR TRACK...)") from None
+            raise SceneFormatError(f"{path}: bad point line {line[:80]!r} "
+                                   "(expected POINT3D_ID X Y Z R G B ERROR TRACK...)") from None
         points[point_id] = ColmapPoint(point_id, np.array(xyz), np.array(rgb, np.uint8), error, track)
     return points
 

@@ -41,8 +41,12 @@ class RandomViewsConfig:
     camera_distance_range: list = field(default_factory=lambda: [1.5, 2.0])  # distance from the origin
     fovy_range: list = field(default_factory=lambda: [40.0, 70.0])  # vertical field of view, degrees
     batch_uniform_azimuth: bool = True  # stratify azimuths over a batch so views cover the circle
-    n_view: int = 1  # views per object: > 1 yields groups of n_view consecutive views 360/n_view degrees apart in azimuth (random base) sharing elevation, distance, fovy and perturbations, as MVDream trains on (4); batch_size must be a multiple
-    relative_distance: bool = False  # camera distance = camera_distance_range value / tan(fovy / 2): the object fills the same part of every view (threestudio's relative_radius for MVDream)
+    # views per object: > 1 yields groups of n_view consecutive views 360/n_view degrees apart in azimuth (random
+    # base) sharing elevation, distance, fovy and perturbations, as MVDream trains on (4); batch_size must be a multiple
+    n_view: int = 1
+    # camera distance = camera_distance_range value / tan(fovy / 2): the object fills the same part of every view
+    # (threestudio's relative_radius for MVDream)
+    relative_distance: bool = False
     camera_perturb: float = 0.1  # std of noise added to camera positions
     center_perturb: float = 0.2  # std of noise added to the look-at target
     up_perturb: float = 0.02  # std of noise added to the up vector
@@ -57,9 +61,11 @@ class RandomViewsConfig:
     eval_fovy: float = 70.0  # field of view of evaluation views, degrees
     n_val_views: int = 4  # views per validation check (evenly spaced in azimuth)
     n_test_views: int = 120  # views of the test orbit video
-    reference_scene: str = ""  # posed-image scene folder: its train cameras set the elevation, distance and fovy ranges (and the eval orbit's distance and fovy)
-    reference_eval_split: str = ""  # with reference_scene: validate on this split's views, scored against its images (metrics.json)
-    reference_background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the reference images are composited on for scoring
+    # posed-image scene folder: its train cameras set the elevation, distance and fovy ranges (and the eval orbit's
+    # distance and fovy)
+    reference_scene: str = ""
+    reference_eval_split: str = ""  # with reference_scene: validate on this split's views, scored against its images
+    reference_background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the reference images are scored on
 
 
 def check_counts(cfg: RandomViewsConfig) -> None:
@@ -145,7 +151,8 @@ def sample_random_views(cfg: RandomViewsConfig, step: int, generator: torch.Gene
     }
 
 
-def orbit_views(n_views: int, elevation_deg: float, distance: float, fovy_deg: float, width: int, height: int) -> list[dict[str, Any]]:
+def orbit_views(n_views: int, elevation_deg: float, distance: float, fovy_deg: float, width: int,
+                height: int) -> list[dict[str, Any]]:
     """Single-view dicts evenly spaced around a full turn, for validation grids and test videos."""
     views = []
     for index in range(n_views):
@@ -172,7 +179,7 @@ def orbit_views(n_views: int, elevation_deg: float, distance: float, fovy_deg: f
 def match_reference_cameras(cfg: RandomViewsConfig) -> RandomViewsConfig:
     """``cfg`` with its elevation, distance and fovy ranges (and the eval orbit's distance and fovy) taken
     from the train cameras of ``cfg.reference_scene``, so random views look like the references."""
-    from lift3d.data.posed_images import read_cameras
+    from lift3d.data.formats.blender import read_cameras
 
     cameras = read_cameras(cfg.reference_scene, "train")
     elevation, _, distance = c2w_to_spherical(cameras.c2w)
@@ -198,7 +205,7 @@ def reference_views(cfg: RandomViewsConfig) -> list[dict[str, Any]]:
     (composited on ``reference_background``) for scoring, and the view angles guidance uses."""
     import torch.nn.functional as F
 
-    from lift3d.data.posed_images import read_transforms
+    from lift3d.data.formats.blender import read_transforms
 
     scene = read_transforms(cfg.reference_scene, cfg.reference_eval_split, 1, cfg.n_val_views)
     rgba = scene.rgba.float().permute(0, 3, 1, 2) / 255.0

@@ -1,6 +1,6 @@
 """A scene folder in any supported layout -> posed, undistorted, normalised images split into train and val.
 
-``detect_format`` names the layout from the folder's contents; ``read_capture`` runs that format's reader;
+``detect`` finds the folder's format in the table of ``lift3d.data.formats``; ``read_capture`` runs its reader;
 ``FrameLoader`` reads the pixels (EXIF-upright, undistorted to pinhole once, downscaled) into a
 ``PosedScene``; ``split_frames`` holds out every n-th frame when the format has no splits of its own.
 
@@ -22,14 +22,14 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras, intrinsics_matrix
+from lift3d.data import formats
 from lift3d.data.capture import Capture, Lens, SceneFormatError
+from lift3d.data.formats import CaptureFormat
 from lift3d.data.images import load_mask, load_rgba
 from lift3d.data.undistort import Undistortion, plan_undistortion
 
 log = logging.getLogger("lift3d.data")
-FORMATS = ("auto", "blender", "nerfstudio", "instant-ngp", "colmap")
 MASK_MODES = ("auto", "alpha", "ignore")
-VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm")
 
 
 @dataclass
@@ -66,45 +66,41 @@ class PosedScene:
         return self.rgba[i : i + 1, :height, :width], Cameras(camera.c2w, camera.intrinsics, width, height), keep
 
 
-def detect_format(root: Path) -> str:
-    """``blender``, ``transforms`` (nerfstudio / instant-ngp) or ``colmap`` from what ``root`` holds."""
-    from lift3d.data.colmap_model import find_model
-
+def detect(root: Path) -> CaptureFormat:
+    """The posed format ``root`` holds (``lift3d.data.formats``, first by priority); SceneFormatError lists them."""
+    found = formats.detect(root)
+    if found is not None and found.posed:
+        return found
     if not root.is_dir():
-        what = "a video" if root.suffix.lower() in VIDEO_SUFFIXES else "a folder"
+        what = found.description if found is not None else "a folder"
         raise SceneFormatError(f"{root} is not {what} lift3d can read" + ("" if root.exists() else " (it does not exist)"))
-    if (root / "transforms_train.json").is_file():
-        return "blender"
-    if (root / "transforms.json").is_file():
-        return "transforms"
-    if find_model(root) is not None:
-        return "colmap"
     raise SceneFormatError(
-        f"{root} holds no poses lift3d can read. A scene folder is one of: Blender / NeRF-synthetic "
-        "(transforms_train.json + transforms_val.json), nerfstudio or instant-ngp (transforms.json), or COLMAP "
-        "(sparse/0/ or sparse/ beside images/); a folder of photos alone, or a video, gets its poses from "
-        "structure from motion (`lift3d poses PATH`)")
+        f"{root} holds no poses lift3d can read. A scene folder is one of: {formats.posed_list()}; "
+        f"{formats.unposed_list()}, gets its poses from structure from motion (`lift3d poses PATH`)")
+
+
+def detect_format(root: Path) -> str:
+    """The name of the posed format ``root`` holds (``detect``)."""
+    return detect(root).name
 
 
 def read_capture(root: Path, format: str = "auto", downscale: int = 1) -> tuple[Capture, int]:
-    """The capture in ``root`` read by the reader of ``format`` (``auto``: detected), and the downscale
-    left to apply to its images when they are read."""
-    from lift3d.data.colmap import read_colmap
-    from lift3d.data.transforms_json import read_blender, read_transforms_json
-
-    if format not in FORMATS:
-        raise SceneFormatError(f"data.format must be one of {', '.join(FORMATS)}, got {format!r}")
-    layout = detect_format(root) if format == "auto" else {"nerfstudio": "transforms", "instant-ngp": "transforms"}.get(format, format)
-    if layout == "blender":
-        capture = read_blender(root)
-    elif layout == "transforms":
-        if not (root / "transforms.json").is_file():
-            raise SceneFormatError(f"data.format={format} needs {root / 'transforms.json'}")
-        capture = read_transforms_json(root)
-    else:
-        capture, downscale = read_colmap(root, downscale)
+    """The capture in ``root`` read by the reader of ``format`` (a ``data.format`` value; ``auto``: detected),
+    and the downscale left to apply to its images when they are read."""
+    if format not in formats.config_names():
+        raise SceneFormatError(f"data.format must be one of {', '.join(formats.config_names())}, got {format!r}")
+    record = detect(root) if format == "auto" else formats.by_config_name(format)
+    assert record.read is not None
+    capture, downscale = record.read(root, downscale)
     check_finite(capture)
     return capture, downscale
+
+
+def rescale_capture(capture: Capture, downscale: int) -> tuple[Capture, int]:
+    """``capture`` for another downscale without re-reading it (COLMAP picks its ``images_<n>/`` again), and the
+    downscale left to apply to its images."""
+    record = formats.by_name(capture.format)
+    return record.rescale(capture, downscale) if record.rescale is not None else (capture, downscale)
 
 
 def check_finite(capture: Capture) -> None:
@@ -129,7 +125,8 @@ def check_present(capture: Capture) -> None:
         total = len(capture.frames) + len(capture.missing)
         if not capture.frames:
             raise SceneFormatError(f"none of the {total} frames listed in {capture.root} has its image file ({shown})")
-        log.warning("%d of %d frames listed in %s have no image and are skipped: %s", len(capture.missing), total, capture.root, shown)
+        log.warning("%d of %d frames listed in %s have no image and are skipped: %s", len(capture.missing), total,
+                    capture.root, shown)
 
 
 def split_frames(capture: Capture, holdout_every: int) -> dict[str, list[int]]:
@@ -196,7 +193,7 @@ class FrameLoader:
                 self._say("masks mean ignore: masked pixels are left out of the loss and the metrics (data.mask_mode)")
             images.append(rgba)
             keeps.append(keep)
-            intrinsics.append(intrinsics_matrix(torch.tensor(lens.fx), torch.tensor(lens.fy), torch.tensor(lens.cx), torch.tensor(lens.cy)))
+            intrinsics.append(intrinsics_matrix(*(torch.tensor(v) for v in (lens.fx, lens.fy, lens.cx, lens.cy))))
             paths.append(str(frame.image))
         if not images:
             raise SceneFormatError(f"no frames to load from {self.capture.root}")

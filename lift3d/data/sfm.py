@@ -6,7 +6,7 @@ gets a COLMAP model written beside them (``sparse/0``) by ``run_sfm``: SIFT feat
 per distinct (upright size, EXIF camera) and EXIF focal lengths as priors (``lift3d.data.sfm_photos``),
 matching (exhaustive for small sets, sequential for video frames), incremental mapping. Photos that do not
 register are explained from COLMAP's records (``lift3d.data.sfm_report``). A folder that already has poses
-(any layout ``lift3d.data.scene`` reads) is returned as it is, so a second run reuses the model.
+(any posed format of ``lift3d.data.formats``) is returned as it is, so a second run reuses the model.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lift3d.data import formats
 from lift3d.data.capture import SceneFormatError
-from lift3d.data.scene import VIDEO_SUFFIXES
+from lift3d.data.formats.photos import photo_folder
+from lift3d.data.formats.video import FORMAT as VIDEO
 from lift3d.data.sfm_photos import CameraGroup, group_cameras, read_photo, upright_folder
 from lift3d.data.sfm_report import REASONS, describe, explain, read_evidence
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
@@ -42,26 +44,16 @@ class SfmOptions:
     stage_seconds: dict[str, float] = field(default_factory=dict)  # filled in: seconds per stage
 
 
-def photo_folder(path: Path) -> Path | None:
-    """Where the photos of a folder are: ``images/`` when it holds images, else the folder itself (None: none)."""
-    for folder in (path / "images", path):
-        if folder.is_dir() and any(p.suffix in IMAGE_SUFFIXES for p in folder.iterdir()):
-            return folder
-    return None
-
-
 def has_poses(path: Path) -> bool:
-    from lift3d.data.colmap_model import find_model
-
-    return ((path / "transforms_train.json").is_file() or (path / "transforms.json").is_file()
-            or find_model(path) is not None)
+    """Whether ``path`` holds a posed format (``lift3d.data.formats``): no structure from motion needed."""
+    return formats.detect(path, posed_only=True) is not None
 
 
 def prepare_capture(path: Path, options: SfmOptions | None = None, video_frames: int = 0) -> Path:
     """The scene folder to reconstruct from ``path``: a video's frames (extracted), a photo folder with poses
     recovered by SfM, or ``path`` itself when it has poses (or nothing lift3d knows: the reader says so)."""
     options = options or SfmOptions()
-    if path.is_file() and path.suffix.lower() in VIDEO_SUFFIXES:
+    if VIDEO.detect(path):
         from lift3d.data.video import extract_frames, frames_folder
 
         scene = frames_folder(path)

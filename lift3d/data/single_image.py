@@ -75,11 +75,12 @@ def scene_reference(cfg: SingleImageConfig) -> ReferenceView:
     """The reference of the offline twin: train frame ``reference_frame`` of ``reference_scene``, as posed."""
     import torch.nn.functional as F
 
-    from lift3d.data.posed_images import read_transforms
+    from lift3d.data.formats.blender import read_transforms
 
     scene = read_transforms(cfg.reference_scene, "train")
     if not 0 <= cfg.reference_frame < len(scene):
-        raise ValueError(f"data.reference_frame must be in 0..{len(scene) - 1} for {cfg.reference_scene}, got {cfg.reference_frame}")
+        raise ValueError(f"data.reference_frame must be in 0..{len(scene) - 1} for {cfg.reference_scene}, "
+                         f"got {cfg.reference_frame}")
     i, size = cfg.reference_frame, cfg.reference_size
     rgba = scene.rgba[i].float().permute(2, 0, 1)[None] / 255.0
     rgba = F.interpolate(rgba, (size, size), mode="bilinear", align_corners=False, antialias=True)[0].permute(1, 2, 0)

@@ -1,5 +1,5 @@
-"""Readers for transforms files: Blender / NeRF-synthetic ``transforms_<split>.json``, and the single
-``transforms.json`` of nerfstudio and instant-ngp (one reader: the two dialects share the layout).
+"""Parsing shared by the transforms-file formats: Blender / NeRF-synthetic ``transforms_<split>.json``
+(``formats/blender.py``) and the single ``transforms.json`` of nerfstudio and instant-ngp (``formats/transforms.py``).
 
 All of them store camera-to-world matrices with OpenGL camera axes and intrinsics either as a field of
 view (``camera_angle_x/y``) or in pixels (``fl_x fl_y cx cy``, globally or per frame), with optional
@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
+from lift3d.data.capture import Frame, Lens, SceneFormatError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
-_SPLIT_KEYS = {"train": "train_filenames", "val": "val_filenames", "test": "test_filenames"}
 
 
 def find_image(root: Path, file_path: str) -> Path | None:
@@ -113,7 +112,8 @@ def frames_from_meta(meta: dict[str, Any], root: Path, source: Path, max_frames:
             missing.append(str(entry["file_path"]))
             continue
         # every photo its own size: read from its header unless the file gives one size for all
-        if size is None or "w" not in meta or "h" not in meta or any(key in entry for key in ("w", "h", "fl_x", "camera_angle_x")):
+        own_size = any(key in entry for key in ("w", "h", "fl_x", "camera_angle_x"))
+        if size is None or "w" not in meta or "h" not in meta or own_size:
             size = image_size(path)
         mask = find_image(root, entry["mask_path"]) if entry.get("mask_path") else None
         if entry.get("mask_path") and mask is None:
@@ -122,53 +122,18 @@ def frames_from_meta(meta: dict[str, Any], root: Path, source: Path, max_frames:
     return frames, missing
 
 
-def read_blender(root: Path, splits: tuple[str, ...] = ("train", "val", "test"), max_frames: dict[str, int] | None = None) -> Capture:
-    """The Blender layout: one ``transforms_<split>.json`` per split (train required)."""
-    frames: list[Frame] = []
-    split_indices: dict[str, list[int]] = {}
-    missing: list[str] = []
-    for split in splits:
-        path = root / f"transforms_{split}.json"
-        if not path.is_file():
-            if split == "train":
-                raise SceneFormatError(f"no transforms_train.json in {root}")
-            continue
-        split_frames, split_missing = frames_from_meta(load_json(path), root, path, (max_frames or {}).get(split, -1))
-        split_indices[split] = list(range(len(frames), len(frames) + len(split_frames)))
-        frames += split_frames
-        missing += split_missing
-    return Capture(root, "blender", frames, split_indices, missing=missing, unbounded=False,
-                   notes=[f"Blender layout: {', '.join(f'{k} {len(v)}' for k, v in split_indices.items())} frames"])
+_FRAME_KEYS = ("file_path", "mask_path", "depth_file_path")  # per-frame paths of transforms files
+_SCENE_KEYS = ("ply_file_path",)  # scene-wide paths of transforms files
 
 
-def _read_points(root: Path, meta: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
-    if not meta.get("ply_file_path"):
-        return None, None
-    from lift3d.gaussians.init import read_point_cloud
-
-    points, colors = read_point_cloud(root / meta["ply_file_path"])
-    return points.numpy(), (colors.numpy() * 255).round().astype(np.uint8)
-
-
-def read_transforms_json(root: Path, max_frames: int = -1) -> Capture:
-    """One ``transforms.json`` (nerfstudio or instant-ngp): frames, named splits if the file has them."""
-    path = root / "transforms.json"
-    meta = load_json(path)
-    dialect = "nerfstudio" if ("camera_model" in meta or "applied_transform" in meta or "ply_file_path" in meta) else "instant-ngp"
-    frames, missing = frames_from_meta(meta, root, path, max_frames)
-    splits = None
-    if any(key in meta for key in _SPLIT_KEYS.values()):
-        by_name = {Path(f.name).as_posix().removeprefix("./"): i for i, f in enumerate(frames)}
-        splits = {split: [by_name[n] for n in (Path(x).as_posix().removeprefix("./") for x in meta.get(key, [])) if n in by_name]
-                  for split, key in _SPLIT_KEYS.items() if key in meta}
-    points, colors = _read_points(root, meta)
-    aabb_scale = float(meta.get("aabb_scale", 1))
-    notes = [f"{dialect} transforms.json: {len(frames)} frames" + (f", aabb_scale {aabb_scale:g}" if "aabb_scale" in meta else "")]
-    if "applied_transform" in meta:
-        notes.append("applied_transform recorded (poses are already in that frame)")
-    unbounded = aabb_scale > 1 if "aabb_scale" in meta else None
-    # mask_path is nerfstudio's: its masks mark pixels to leave out of the loss (0 = ignore), not an object's cut-out
-    mask_mode = "ignore" if any(f.mask is not None for f in frames) else "alpha"
-    if mask_mode == "ignore":
-        notes.append("mask_path: black mask pixels are ignored, as nerfstudio reads them (data.mask_mode=alpha: cut-outs)")
-    return Capture(root, dialect, frames, splits, points, colors, missing, unbounded, notes, mask_mode)
+def named_files(root: Path, files: list[str]) -> list[tuple[str, Path]]:
+    """Every file that the transforms files ``files`` in ``root`` name, as (written, path), from the JSON alone."""
+    found: list[tuple[str, Path]] = []
+    for name in files:
+        meta = load_json(root / name)
+        entries = [meta] + [f for f in meta.get("frames") or [] if isinstance(f, dict)]
+        for entry in entries:
+            for key in _SCENE_KEYS if entry is meta else _FRAME_KEYS:
+                if entry.get(key) not in (None, ""):
+                    found.append((str(entry[key]), root / str(entry[key])))
+    return found

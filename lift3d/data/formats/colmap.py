@@ -1,18 +1,21 @@
-"""Reader for COLMAP scenes: ``sparse/0`` (or ``sparse/``) beside ``images/`` -> a ``Capture``.
+"""COLMAP: a sparse model (``sparse/0`` or ``sparse/``) beside ``images/`` -> a ``Capture``.
 
 Poses are converted from COLMAP's world-to-camera (OpenCV axes) to lift3d's camera-to-world (OpenGL axes);
 lenses map to OpenCV's radial-tangential or fisheye models; the sparse points come along (they seed
-the Gaussians). With ``downscale`` 2, 4 or 8, ``images_<d>/`` is used when the folder has it.
+the Gaussians). With ``downscale`` 2, 4 or 8, ``images_<d>/`` is used when the folder has it; another
+downscale later picks its folder again from the frames already read (``rescale``), without re-reading the model.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
 from lift3d.data.colmap_model import ColmapCamera, find_model, qvec_to_rotmat, read_model
+from lift3d.data.formats import CaptureFormat
 
 _GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 
@@ -69,24 +72,55 @@ def read_colmap(root: Path, downscale: int = 1) -> tuple[Capture, int]:
     model = read_model(folder)
     if not model.images:
         raise SceneFormatError(f"the COLMAP model in {folder} registers no images")
-    image_dir, remaining = images_folder(root, downscale)
-    frames, missing = [], []
+    registered = []
     lenses: dict[int, Lens] = {}
     for image in sorted(model.images.values(), key=lambda im: im.name):
         if image.camera_id not in model.cameras:
             raise SceneFormatError(f"{folder}: image {image.name} names camera {image.camera_id}, which the model lacks")
         if image.camera_id not in lenses:
             lenses[image.camera_id] = lens_from_colmap(model.cameras[image.camera_id])
-        path = image_dir / image.name
-        if not path.is_file():
-            missing.append(image.name)
-            continue
-        frames.append(Frame(path, c2w_from_colmap(image.qvec, image.tvec), lenses[image.camera_id], name=image.name))
+        registered.append(Frame(root / image.name, c2w_from_colmap(image.qvec, image.tvec), lenses[image.camera_id],
+                                name=image.name))
     points = colors = None
     if model.points:
         points = np.stack([p.xyz for p in model.points.values()]).astype(np.float32)
         colors = np.stack([p.rgb for p in model.points.values()]).astype(np.uint8)
-    notes = [f"COLMAP model {folder} ({'binary' if (folder / 'cameras.bin').is_file() else 'text'}): "
-             f"{len(model.images)} images, {len(model.cameras)} camera(s), {len(model.points)} points; images from {image_dir}"]
-    capture = Capture(root, "colmap", frames, None, points, colors, missing, unbounded=True, notes=notes)
-    return capture, remaining
+    kind = "binary" if (folder / "cameras.bin").is_file() else "text"
+    summary = (f"COLMAP model {folder} ({kind}): {len(model.images)} images, {len(model.cameras)} camera(s), "
+               f"{len(model.points)} points")
+    capture = Capture(root, "colmap", [], None, points, colors, [], unbounded=True, notes=[summary],
+                      registered=registered)
+    return rescale(capture, downscale)
+
+
+def rescale(capture: Capture, downscale: int) -> tuple[Capture, int]:
+    """The capture's frames with their images from the folder for ``downscale`` (registered images without a
+    file there are missing), and the downscale left to apply when they are read."""
+    image_dir, remaining = images_folder(capture.root, downscale)
+    frames, missing = [], []
+    for frame in capture.registered:
+        path = image_dir / frame.name
+        if path.is_file():
+            frames.append(replace(frame, image=path))
+        else:
+            missing.append(frame.name)
+    notes = [capture.notes[0].split("; images from ")[0] + f"; images from {image_dir}", *capture.notes[1:]]
+    return replace(capture, frames=frames, missing=missing, notes=notes), remaining
+
+
+def _named_files(root: Path) -> list[tuple[str, Path]]:
+    """Every image the model names, in each folder a downscale may read it from."""
+    model = read_model(find_model(root))
+    folders = {images_folder(root, d)[0] for d in (1, 2, 4, 8)}
+    return [(image.name, folder / image.name) for image in model.images.values() for folder in folders]
+
+
+FORMAT = CaptureFormat(
+    name="colmap",
+    description="COLMAP (sparse/0/ or sparse/ beside images/)",
+    detect=lambda path: find_model(path) is not None,
+    read=read_colmap,
+    priority=30,
+    named_files=_named_files,
+    rescale=rescale,
+)
