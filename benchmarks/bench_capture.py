@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scene", help="a posed scene folder (any layout lift3d reads), a photo folder or a video")
     parser.add_argument("--method", default="gaussians", choices=("gaussians", "nerf"))
-    parser.add_argument("--steps", type=int, default=7000, help="training steps (validation runs at the end, and every --val-every)")
+    parser.add_argument("--steps", type=int, default=7000,
+                        help="training steps (validation runs at the end, and every --val-every)")
     parser.add_argument("--val-every", type=int, default=0, help="also validate every this many steps (0: only at the end)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     parser.add_argument("--renders", default="", help="copy the validation renders into this folder")
@@ -64,15 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import lift3d.runs.runner as runner
-    from lift3d.commands.reconstruct import is_unbounded, recipe_for
+    from lift3d.commands.reconstruct import recipe_for
     from lift3d.config import load_config
-    from lift3d.data.scene import detect_format
+    from lift3d.data.scene import detect
     from lift3d.data.sfm import prepare_capture
     from lift3d.recipes import recipe_config
 
     scene = prepare_capture(Path(args.scene).expanduser().resolve())
-    layout = detect_format(scene)
-    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available(), unbounded=is_unbounded(layout))
+    unbounded = not detect(scene).object_centric
+    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available(), unbounded=unbounded)
     if args.recipe:
         config = recipe_config(args.recipe)
     overrides = [f"data.root={scene}", f"tag={scene.name}", f"trainer.max_steps={args.steps}",
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {"bench": "capture", "scene": str(scene), "method": args.method, "config": config.name, "steps": timer.steps,
               "train_s": round(timer.seconds, 1), "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2),
               "wall_s": round(wall, 1), "val_psnr": round(val["psnr"], 3), "val_ssim": round(val["ssim"], 4),
-              "val_views": val["views"], "val_history": history, "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
+              "val_views": val["views"], "val_history": history,
+              "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
               "gsplat_build_s": gsplat_build_s,
               "environment": environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))}
     if args.method == "gaussians":

@@ -69,7 +69,8 @@ def write_colmap_scene(root: Path, kind: str, seed: int = 0) -> Path:
                                    torch.tensor(30.0), torch.tensor(20.0))
         first = Cameras(cams.c2w[0::2], K[0::2], SIDE, SIDE)
         other = Cameras(cams.c2w[1::2], second[None].expand(len(cams) // 2, 3, 3).clone(), 60, 40)
-        photos = {**{2 * k: p for k, p in enumerate(render_rgb(first))}, **{2 * k + 1: p for k, p in enumerate(render_rgb(other))}}
+        photos = {**{2 * k: p for k, p in enumerate(render_rgb(first))},
+                  **{2 * k + 1: p for k, p in enumerate(render_rgb(other))}}
         f1, f2 = float(K[0, 0, 0]), float(second[0, 0])
         cameras[1] = ColmapCamera(1, "PINHOLE", SIDE, SIDE, np.array([f1, f1, SIDE / 2, SIDE / 2]))
         cameras[2] = ColmapCamera(2, "PINHOLE", 60, 40, np.array([f2, f2, 30.0, 20.0]))

@@ -35,7 +35,8 @@ def render_photos(cameras: Cameras) -> np.ndarray:
     """RGB photos [C, H, W, 3] uint8 of the toy over the textured floor disc (sky grey)."""
     toy = render_toy(cameras, supersample=2)
     origins, directions = cameras.rays()
-    t = (FLOOR_Z - origins[..., 2]) / torch.where(directions[..., 2].abs() < 1e-6, torch.full_like(directions[..., 2], 1e-6), directions[..., 2])
+    dz = directions[..., 2]
+    t = (FLOOR_Z - origins[..., 2]) / torch.where(dz.abs() < 1e-6, torch.full_like(dz, 1e-6), dz)
     hit = origins + t[..., None] * directions
     on_floor = (t > 0) & (hit[..., :2].norm(dim=-1) < FLOOR_RADIUS)
     background = torch.where(on_floor[..., None], floor_colour(hit[..., :2].reshape(-1, 2)).reshape(hit.shape), torch.tensor(0.6))

@@ -223,7 +223,8 @@ def test_a_zip_bomb_is_refused_before_writing_and_leaves_nothing(tmp_path, zip_b
     with pytest.raises(UploadError, match=r"more than 100 times its packed size"):
         prepare_scene([zip_bomb], dest)
     assert not dest.exists() and not (tmp_path / "app-uploads").exists()
-    with pytest.raises(UploadError, match=r"unpacks to 1\.\d\d GiB, more than this app accepts \(1\.0 MiB; lift3d app --max-upload-gb"):
+    with pytest.raises(UploadError,
+                       match=r"unpacks to 1\.\d\d GiB, more than this app accepts \(1\.0 MiB; lift3d app --max-upload-gb"):
         safe_extract_zip(zip_bomb, dest, max_bytes=2**20)
     assert not dest.exists()
 

@@ -85,7 +85,7 @@ def test_random_views_are_a_function_of_step():
 def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
     """images_on_device: batches gathered from photos kept on the device, drawn ahead in blocks, are the ones the
     host loader copies each step (same views, backgrounds, cameras and colours), across a block boundary."""
-    from lift3d.data.posed_images import ResidentImages
+    from lift3d.data.resident import ResidentImages
 
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_size": 2, "random_background": True}
     dm = PosedImagesDataModule(cfg)
@@ -118,7 +118,7 @@ def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
 def test_resident_rays_give_the_loaders_batches(data_dir, random_background, monkeypatch):
     """images_on_device with ray batches: rays and colours kept on the device, pixels drawn ahead in blocks, give
     the batches the host loader samples and copies each step (same rays, colours, alpha, background)."""
-    from lift3d.data.posed_images import DrawnAhead, ResidentRays, fits_on_device
+    from lift3d.data.resident import DrawnAhead, ResidentRays, fits_on_device
 
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_mode": "rays",
            "rays_per_batch": 96, "random_background": random_background, "background": [0.2, 0.5, 1.0]}

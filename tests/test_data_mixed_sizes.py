@@ -78,7 +78,8 @@ def test_two_size_set_trains_to_within_1db_of_the_one_size_set(tmp_path):
     """The same views cropped to one size, to portrait and landscape (two sizes), and to every photo its own size
     (poses kept): held-out PSNR within 1 dB of the one-size set's."""
     # appearance off: its held-out protocol scores each crop's own right half, other pixels for each set
-    psnr_of = {kind: _gaussians(tmp_path, write_colmap_scene(tmp_path / kind, kind), kind, 300, "system.appearance.enabled=false")[0]
+    psnr_of = {kind: _gaussians(tmp_path, write_colmap_scene(tmp_path / kind, kind), kind, 300,
+                                "system.appearance.enabled=false")[0]
                for kind in ("one", "orientations", "dense")}
     assert psnr_of["one"] > 21.0 and all(abs(v - psnr_of["one"]) < 1.0 for v in psnr_of.values()), psnr_of
 
@@ -175,7 +176,8 @@ def test_ignore_masks_keep_a_moving_occluder_out_of_the_reconstruction(tmp_path)
     assert PosedImagesDataModule({"root": str(occluded), "mask_mode": "alpha"})._has_masks()  # cut-outs when asked
     clean, _ = _gaussians(tmp_path, write_nerfstudio_scene(tmp_path / "clean", occluded=False), "clean", 300)
     masked, trial = _gaussians(tmp_path, occluded, "masked", 300)
-    unmasked, _ = _gaussians(tmp_path, write_nerfstudio_scene(tmp_path / "unmasked", occluded=True, masked=False), "unmasked", 300)
+    unmasked_scene = write_nerfstudio_scene(tmp_path / "unmasked", occluded=True, masked=False)
+    unmasked, _ = _gaussians(tmp_path, unmasked_scene, "unmasked", 300)
     assert clean > 21.0 and masked > clean - 1.0 and masked > unmasked + 0.3, (clean, masked, unmasked)
     assert json.loads((trial / "configs" / "scene.json").read_text())["mask_mode"] == "ignore"
 
@@ -237,7 +239,7 @@ def test_resident_batches_of_a_mixed_size_capture_equal_the_host_loaders(tmp_pat
 def test_ray_batches_draw_every_kept_pixel_and_nothing_else(tmp_path):
     """Kept pixels are numbered arithmetically for padding alone and through a table with ignore-masks: both
     number exactly the kept pixels, each once."""
-    from lift3d.data.posed_images import KeptPixels
+    from lift3d.data.resident import KeptPixels
 
     for root, table in ((write_colmap_scene(tmp_path / "dense", "dense"), False),
                         (write_nerfstudio_scene(tmp_path / "ns", occluded=True, per_frame_sizes=True), True)):

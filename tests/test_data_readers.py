@@ -11,7 +11,6 @@ import torch
 from PIL import Image
 
 from lift3d.data.capture import SceneFormatError
-from lift3d.data.colmap import c2w_from_colmap
 from lift3d.data.colmap_model import (
     ColmapCamera,
     ColmapImage,
@@ -23,6 +22,7 @@ from lift3d.data.colmap_model import (
     write_model_binary,
     write_model_text,
 )
+from lift3d.data.formats.colmap import c2w_from_colmap
 from lift3d.data.normalize import normalizing_transform, rotation_between, transform_poses
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.scene import detect_format
@@ -144,7 +144,8 @@ def test_every_layout_gives_the_same_cameras(tmp_path):
         assert torch.equal(module.train.rgba, reference.train.rgba), kind
         assert module.capture.frames[0].lens.kind == "opencv"
     # the colmap poses are the written ones, moved by the recorded normalisation
-    assert np.allclose(transform_poses(reference.normalization, c2w)[1:8], reference.train.cameras.c2w.double().numpy(), atol=1e-5)
+    normalised = transform_poses(reference.normalization, c2w)[1:8]
+    assert np.allclose(normalised, reference.train.cameras.c2w.double().numpy(), atol=1e-5)
     assert reference.points is not None and modules["nerfstudio"].points is None
 
 

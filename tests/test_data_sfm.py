@@ -11,9 +11,9 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_matrix, orbit_c2w
 from lift3d.cli import main
+from lift3d.data.formats.transforms import read_transforms_json
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sfm import SfmOptions, prepare_capture, triangulate_points
-from lift3d.data.transforms_json import read_transforms_json
 from tests.sfm_scene import pose_errors, render_photos, write_photos
 
 
@@ -83,7 +83,7 @@ def test_a_video_goes_through_the_same_path(tmp_path):
     n, size = 24, 200
     c2w = orbit_c2w(n, 35.0, 4.0)
     focal = 0.5 * size / math.tan(0.5 * 0.69)
-    K = intrinsics_matrix(torch.full((n,), focal), torch.full((n,), focal), torch.full((n,), size / 2), torch.full((n,), size / 2))
+    K = intrinsics_matrix(*(torch.full((n,), v) for v in (focal, focal, size / 2, size / 2)))
     frames = render_photos(Cameras(c2w, K, size, size))
     video = tmp_path / "orbit.mp4"
     imageio.mimwrite(video, list(frames), fps=8, quality=9, macro_block_size=8)
@@ -106,7 +106,8 @@ def test_points_triangulated_at_known_poses(photos, tmp_path, monkeypatch):
     scene = tmp_path / "posed"
     shutil.copytree(root / "images", scene / "images")
     K = cameras.intrinsics[0]
-    frames = [{"file_path": f"images/photo_{i:03d}.jpg", "transform_matrix": cameras.c2w[i].tolist()} for i in range(len(cameras))]
+    frames = [{"file_path": f"images/photo_{i:03d}.jpg", "transform_matrix": cameras.c2w[i].tolist()}
+              for i in range(len(cameras))]
     meta = {"fl_x": float(K[0, 0]), "fl_y": float(K[1, 1]), "cx": float(K[0, 2]), "cy": float(K[1, 2]), "frames": frames}
     (scene / "transforms.json").write_text(json.dumps(meta))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -11,11 +11,11 @@ import pytest
 from PIL import Image
 
 from lift3d.cli import main
+from lift3d.data.formats.transforms import read_transforms_json
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sfm import SfmOptions, run_sfm, triangulate_points
 from lift3d.data.sfm_photos import DEFAULT_FOCAL_FACTOR, Photo, group_cameras, read_photo, upright_folder
 from lift3d.data.sfm_report import Evidence, describe, explain
-from lift3d.data.transforms_json import read_transforms_json
 from tests.sfm_scene import FLOOR_Z, pose_errors, reconstruction_c2w, write_mixed_photos, write_photos
 
 
@@ -41,7 +41,8 @@ def _save(path, size, make="", model="", focal_35mm=0, focal_mm=0.0, orientation
 
 
 def test_read_photo_sizes_and_focal_priors(tmp_path):
-    sideways = read_photo(tmp_path, _save(tmp_path / "p.jpg", (400, 300), "Apple", "iPhone 12", focal_35mm=26, focal_mm=4.2, orientation=6))
+    sideways = read_photo(tmp_path, _save(tmp_path / "p.jpg", (400, 300), "Apple", "iPhone 12", focal_35mm=26, focal_mm=4.2,
+                                          orientation=6))
     assert (sideways.width, sideways.height, sideways.orientation) == (300, 400, 6)  # the upright size
     assert sideways.focal_px == pytest.approx(26 / math.hypot(36, 24) * 500)  # 35 mm equivalents scale the diagonal
     # focal length in mm and the sensor's pixels per mm (here a 5 um pitch: 200 px per mm at 4000 px), resized to 400 px
@@ -162,7 +163,8 @@ def test_tiny_photos_say_so(tmp_path, capsys):
     write_photos(tmp_path / "images", n_views=6, resolution=48)
     assert main(["poses", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "registered only 0 of 6 photos" in err and "photo_000.jpg, photo_001.jpg, photo_002.jpg, photo_003.jpg and 2 more" in err
+    assert "registered only 0 of 6 photos" in err
+    assert "photo_000.jpg, photo_001.jpg, photo_002.jpg, photo_003.jpg and 2 more" in err
     assert "are tiny (48x48 px and similar)" in err and "use larger photos" in err and "Traceback" not in err
 
 

@@ -17,7 +17,8 @@ def test_an_edit_of_a_padded_photo_fills_only_the_photo():
     store.update(1, torch.full((4, 3, 3), 0.25), size=(3, 4))  # a 3x4 (width x height) photo padded to 8x6
     target = store.images([1])[0]
     assert torch.allclose(target[:4, :3], torch.tensor(0.25), atol=1 / 255)
-    assert torch.allclose(target[4:], torch.tensor(0.5), atol=1 / 255) and torch.allclose(target[:, 3:], torch.tensor(0.5), atol=1 / 255)
+    assert torch.allclose(target[4:], torch.tensor(0.5), atol=1 / 255)
+    assert torch.allclose(target[:, 3:], torch.tensor(0.5), atol=1 / 255)
     assert torch.equal(store.images([0]), torch.full((1, 6, 8, 3), 128 / 255))  # other views untouched
 
 

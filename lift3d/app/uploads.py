@@ -1,8 +1,7 @@
 """Photo uploads for reconstruction, checked before a run: a .zip (unpacked safely), a folder's files, or a video.
 
-A .zip may hold a posed scene in any layout lift3d reads (Blender ``transforms_<split>.json``, nerfstudio /
-instant-ngp ``transforms.json``, a COLMAP ``sparse/`` model beside ``images/``) or just photos; photos
-without poses and videos get their cameras from structure from motion (``lift3d poses``) as the run's
+A .zip may hold a posed scene in any capture format lift3d reads (``lift3d.data.formats``) or just photos;
+photos without poses and videos get their cameras from structure from motion (``lift3d poses``) as the run's
 first stage. Browsers upload a folder's files without their sub-folders, so a Blender folder upload is
 rebuilt by matching each frame's file name, and loose photos are gathered into ``images/``.
 
@@ -22,8 +21,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from lift3d.data.posed_images import IMAGE_SUFFIXES, SceneFormatError
-from lift3d.data.scene import VIDEO_SUFFIXES
+from lift3d.data import formats
+from lift3d.data.capture import SceneFormatError
+from lift3d.data.formats.video import FORMAT as VIDEO
+from lift3d.data.transforms_json import IMAGE_SUFFIXES
 
 MAX_UPLOAD_BYTES = 2 * 2**30  # default cap on one upload, unpacked (`lift3d app --max-upload-gb`)
 MAX_ZIP_MEMBERS = 100_000  # refuse archives with more entries than this
@@ -126,7 +127,8 @@ def safe_extract_zip(archive: str | Path, dest: str | Path, max_bytes: int = MAX
                     while chunk := source.read(1 << 20):
                         budget -= len(chunk)
                         if budget < 0:  # more bytes than the directory declared: stop at once
-                            raise UploadError(f"{archive.name} unpacks to more than its directory says; zip the scene folder again")
+                            raise UploadError(f"{archive.name} unpacks to more than its directory says; "
+                                              "zip the scene folder again")
                         out.write(chunk)
 
 
@@ -141,18 +143,19 @@ def _removed_on_failure(dest: Path) -> Iterator[None]:
             shutil.rmtree(dest, ignore_errors=True)
         elif dest.is_dir():
             for path in set(dest.iterdir()) - before:
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
         raise
 
 
 def find_scene_root(folder: Path) -> Path:
     """The shallowest folder under ``folder`` that is a scene: posed (any layout lift3d reads) or photos alone."""
-    from lift3d.data.colmap_model import find_model
-    from lift3d.data.sfm import photo_folder
+    from lift3d.data.formats.photos import photo_folder
 
     def is_scene(path: Path) -> bool:
-        return ((path / "transforms_train.json").is_file() or (path / "transforms.json").is_file()
-                or find_model(path) is not None)
+        return formats.detect(path, posed_only=True) is not None
 
     candidates = [p for p in [folder, *folder.rglob("*")] if p.is_dir() and _SKIPPED[0] not in p.parts]
     candidates.sort(key=lambda p: (len(p.parts), str(p)))
@@ -168,9 +171,8 @@ def find_scene_root(folder: Path) -> Path:
     raise UploadError(
         "the upload has no scene and no photos"
         + (f" (found {', '.join(others)}, but no transforms_train.json)" if others else "")
-        + ". Upload photos (a .zip or the files; poses come from structure from motion), a video, or a posed scene: "
-        "Blender (transforms_train.json + images), nerfstudio / instant-ngp (transforms.json + images) or COLMAP "
-        "(sparse/0 + images/)."
+        + ". Upload photos (a .zip or the files; poses come from structure from motion), a video, or a posed scene "
+        f"with its images: {formats.posed_list()}."
     )
 
 
@@ -228,34 +230,13 @@ def assemble_flat_files(files: Sequence[Path], dest: Path) -> Path:
     return find_scene_root(dest)
 
 
-_FRAME_KEYS = ("file_path", "mask_path", "depth_file_path")  # per-frame paths of transforms files
-_SCENE_KEYS = ("ply_file_path",)  # scene-wide paths of transforms files
-
-
 def referenced_paths(root: Path) -> list[tuple[str, Path]]:
-    """Every file the scene in ``root`` names, as (the path as written, where it points), read from the raw layout
-    files (transforms JSON or the COLMAP model's image names) so that nothing it names is opened first."""
-    from lift3d.data.colmap import images_folder
-    from lift3d.data.colmap_model import find_model, read_model
-    from lift3d.data.scene import detect_format
-    from lift3d.data.transforms_json import load_json
+    """Every file the scene in ``root`` names, as (the path as written, where it points), read from the format's raw
+    files (``CaptureFormat.named_files``: transforms JSON, the COLMAP model's image names) before any is opened."""
+    from lift3d.data.scene import detect
 
-    layout = detect_format(root)
-    found: list[tuple[str, Path]] = []
-    if layout == "colmap":
-        model = read_model(find_model(root))
-        folders = {images_folder(root, d)[0] for d in (1, 2, 4, 8)}
-        found += [(image.name, folder / image.name) for image in model.images.values() for folder in folders]
-        return found
-    names = sorted(p.name for p in root.glob("transforms_*.json")) if layout == "blender" else ["transforms.json"]
-    for name in names:
-        meta = load_json(root / name)
-        entries = [meta] + [f for f in meta.get("frames") or [] if isinstance(f, dict)]
-        for entry in entries:
-            for key in _SCENE_KEYS if entry is meta else _FRAME_KEYS:
-                if entry.get(key) not in (None, ""):
-                    found.append((str(entry[key]), root / str(entry[key])))
-    return found
+    record = detect(root)
+    return record.named_files(root) if record.named_files is not None else []
 
 
 def _outside(path: Path, boundary: Path) -> bool:
@@ -277,8 +258,9 @@ def check_scene(root: Path, boundary: Path | None = None) -> Scene:
     scene names must lie inside ``boundary`` (the upload folder; default ``root``), checked before it is read."""
     from PIL import Image
 
+    from lift3d.data.formats.photos import photo_folder
     from lift3d.data.scene import read_capture, split_frames
-    from lift3d.data.sfm import has_poses, photo_folder
+    from lift3d.data.sfm import has_poses
 
     if not has_poses(root):
         folder = photo_folder(root)
@@ -354,7 +336,7 @@ def prepare_scene(uploads: Sequence[str | Path], dest: str | Path, max_bytes: in
         raise UploadError("upload photos: a .zip of them (or of a posed scene folder), the photos themselves, or a video")
     dest = Path(dest)
     zips = [f for f in files if f.suffix.lower() == ".zip"]
-    videos = [f for f in files if f.suffix.lower() in VIDEO_SUFFIXES]
+    videos = [f for f in files if VIDEO.detect(f)]
     if (zips or videos) and len(files) > 1:
         raise UploadError("upload either one .zip, one video, or a folder's files, not several of them")
     if not zips:
