@@ -62,13 +62,15 @@ def time_step(case: Case, step, device: torch.device, time_left_s: float) -> dic
         times.append((time.perf_counter() - t0) * 1000)
     times.sort()
     record: dict[str, Any] = {"median_ms": round(statistics.median(times), 3), "p10_ms": round(times[len(times) // 10], 3),
-                              "p90_ms": round(times[(len(times) * 9) // 10], 3), "steps": len(times), "warmup_s": round(warmup_s, 1)}
+                              "p90_ms": round(times[(len(times) * 9) // 10], 3), "steps": len(times),
+                              "warmup_s": round(warmup_s, 1)}
     if device.type == "cuda":
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
     return record
 
 
-def run_case(case: Case, ctx: Context, rates: dict[str, float], flops: dict[str, int | None], time_left_s: float) -> dict[str, Any]:
+def run_case(case: Case, ctx: Context, rates: dict[str, float], flops: dict[str, int | None],
+             time_left_s: float) -> dict[str, Any]:
     record: dict[str, Any] = {"case": case.name, "group": case.group}
     try:
         prepared = case.setup(ctx)
@@ -125,7 +127,8 @@ def table(records: list[dict[str, Any]]) -> str:
     rows = [columns]
     for r in records:
         status = r.get("skipped") and f"skipped: {r['skipped']}" or r.get("error") and f"error: {r['error'][:60]}"
-        rows.append((r.get("case", "?"), status or "") if status else tuple("" if r.get(c) is None else str(r.get(c)) for c in columns))
+        cells = tuple("" if r.get(c) is None else str(r.get(c)) for c in columns)
+        rows.append((r.get("case", "?"), status) if status else cells)
     widths = [max(len(row[i]) for row in rows if len(row) == len(columns)) for i in range(len(columns))]
     lines = []
     for row in rows:
@@ -149,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for case in cases:
             print(f"{case.name:<32} {case.group:<11} ~{case.cost_s:>4.0f}s  {case.note}")
-        print(f"{'recipes':<32} {'recipes':<11} {'':>6}  from benchmarks/bench_recipes.py ({'present' if RECIPES.exists() else 'absent'})")
+        present = "present" if RECIPES.exists() else "absent"
+        print(f"{'recipes':<32} {'recipes':<11} {'':>6}  from benchmarks/bench_recipes.py ({present})")
         return 0
     started = time.perf_counter()
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     for case in selected:
         elapsed = time.perf_counter() - started
         if elapsed + case.cost_s * scale > args.budget_s - reserve:
-            record = {"case": case.name, "group": case.group, "skipped": f"budget ({elapsed:.0f}s used, ~{case.cost_s * scale:.0f}s needed)"}
+            record = {"case": case.name, "group": case.group,
+                      "skipped": f"budget ({elapsed:.0f}s used, ~{case.cost_s * scale:.0f}s needed)"}
         else:
             record = run_case(case, ctx, rates, flops, time_left_s=max(args.budget_s - reserve - elapsed, 1.0) * 0.2)
         eager = next((r for r in records if r["case"] == f"{case.name.split('-')[0]}-eager" and "median_ms" in r), None)

@@ -55,7 +55,8 @@ def read_progress(out: Path) -> tuple[int, float] | None:
     return None
 
 
-def wait_until(out: Path, process: subprocess.Popen, deadline: float, min_step: int = -1, after: float = 0.0) -> tuple[int, float]:
+def wait_until(out: Path, process: subprocess.Popen, deadline: float, min_step: int = -1,
+               after: float = 0.0) -> tuple[int, float]:
     """The first progress record at ``min_step`` or later written after ``after`` (wall time)."""
     while time.time() < deadline:
         if process.poll() is not None:

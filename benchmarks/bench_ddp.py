@@ -172,7 +172,8 @@ def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if base is not None:
             ratio = record["views_per_s"] / base["views_per_s"]
             target = 1.8 if record["world_size"] == 2 else 3.2 if record["world_size"] == 4 else None
-            row.update({"views_per_s_ratio": round(ratio, 3), "scaling_efficiency": round(ratio / (record["world_size"] / base["world_size"]), 3),
+            efficiency = ratio / (record["world_size"] / base["world_size"])
+            row.update({"views_per_s_ratio": round(ratio, 3), "scaling_efficiency": round(efficiency, 3),
                         **({"target_met": ratio >= target, "target": target} if target else {})})
         if same is not None and same is not base:
             row["views_per_s_ratio_same_batch"] = round(record["views_per_s"] / same["views_per_s"], 3)
@@ -196,7 +197,8 @@ def main() -> int:
                         help="also train one device with n x B views a step for each set of n (the equal-views reference)")
     parser.add_argument("--psnr", action="store_true", help="validate once after the timed steps (val PSNR, SSIM)")
     parser.add_argument("--ddp-graphs", choices=("off", "on", "both"), default="off",
-                        help="several devices: the Gaussian step's CUDA graph under DDP (LIFT3D_DDP_CUDA_GRAPHS); both: a run each")
+                        help="several devices: the Gaussian step's CUDA graph under DDP (LIFT3D_DDP_CUDA_GRAPHS); "
+                             "both: a run each")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="profile N more steps on rank 0 after the timed ones (benchmarks/profiling.py; CUDA)")
     parser.add_argument("--timeout-s", type=float, default=280.0, help="limit per run")
@@ -217,16 +219,17 @@ def main() -> int:
         from benchmarks.random_sd import write_random_sd21
 
         folder = write_random_sd21(args.random_sd21)
-        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}", 'system.guidance.prompt="a DSLR photo of a hamburger"',
+        args.overrides = [f"system.guidance.pretrained_model_name_or_path={folder}",
+                          'system.guidance.prompt="a DSLR photo of a hamburger"',
                           *args.overrides]  # the user's overrides come later and win
     records: list[dict[str, Any]] = []
     for devices, batch, graphed in planned_runs(sets, args.cpu, args.views_per_rank, args.same_batch, args.ddp_graphs):
         with tempfile.TemporaryDirectory(prefix="bench_ddp_") as tmp:
             result = Path(tmp) / "result.json"
             command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--config", args.config, "--devices", devices,
-                       "--batch", str(batch), "--steps", str(args.steps), "--warmup", str(args.warmup), "--profile", str(args.profile),
-                       "--result", str(result), "--output", tmp, *(["--cpu"] if args.cpu else []), *(["--psnr"] if args.psnr else []),
-                       *args.overrides]
+                       "--batch", str(batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                       "--profile", str(args.profile), "--result", str(result), "--output", tmp,
+                       *(["--cpu"] if args.cpu else []), *(["--psnr"] if args.psnr else []), *args.overrides]
             record: dict[str, Any] = {"device_set": devices, "ddp_cuda_graphs": graphed}
             run_env = {**os.environ, DDP_GRAPHS_ENV: "1" if graphed else "0"}
             started = time.perf_counter()

@@ -5,8 +5,8 @@ with Stable-Zero123-shaped (and SD-2.1-shaped, for magic123's text prior) random
     python benchmarks/bench_image_to_3d.py                               # dreamgaussian-image + its mesh stage, magic123 coarse
     python benchmarks/bench_image_to_3d.py --cases zero123-nerf --steps-cap 200
 
-Each stage prints one JSON line (training only: the test orbit and exports are not timed). Targets (one H100): dreamgaussian-image stage 1 (500 steps) < 40 s and its mesh
-stage < 40 s, peak < 8 GB; magic123 coarse stage < 12 GB.
+Each stage prints one JSON line (training only: the test orbit and exports are not timed). Targets (one H100):
+dreamgaussian-image stage 1 (500 steps) < 40 s and its mesh stage < 40 s, peak < 8 GB; magic123 coarse stage < 12 GB.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def make_callback(datamodule, checkpoints: list[int], budget_s: float, eval_view
             renderer = module.renderer
             captured = getattr(module, "_captured", None)
             record = {"name": f"{name}_{target}_steps", "target_steps": target, "steps": step,
-                      "graph_captures": captured.captures if captured else 0, "graph_replays": captured.replays if captured else 0,
+                      "graph_captures": captured.captures if captured else 0,
+                      "graph_replays": captured.replays if captured else 0,
                       "train_wall_s": round(self.train_s, 2), "ms_per_step": round(1000 * self.train_s / max(step, 1), 3),
                       "occupancy": float(renderer.occupancy.occupancy_fraction()),
                       "hash_backend": "triton" if module.field.encoding._triton_checked else "torch",
@@ -193,11 +194,15 @@ def profile_step(system, datamodule, optimizer, n_steps: int = 3) -> tuple[dict,
     sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=25)
     note(table)
+
+    def device_us(event) -> float:
+        return getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0))
+
     rows = []
-    for event in sorted(prof.key_averages(), key=lambda e: -getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0)))[:15]:
-        device_us = getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0))
-        rows.append({"op": event.key[:60], "device_ms_per_step": round(device_us / 1000 / n_steps, 3),
-                     "cpu_ms_per_step": round(event.self_cpu_time_total / 1000 / n_steps, 3), "calls_per_step": event.count // n_steps})
+    for event in sorted(prof.key_averages(), key=lambda e: -device_us(e))[:15]:
+        rows.append({"op": event.key[:60], "device_ms_per_step": round(device_us(event) / 1000 / n_steps, 3),
+                     "cpu_ms_per_step": round(event.self_cpu_time_total / 1000 / n_steps, 3),
+                     "calls_per_step": event.count // n_steps})
     record = {"name": "lego_nerf_step_profile", "plain_loop_ms_per_step": round(plain_ms, 3),
               "samples_per_step": float(out["num_samples"]), "rays_per_step": int(b_rays(datamodule)), "top_ops": rows}
     return record, rows
@@ -222,7 +227,8 @@ def floor_estimate(system, samples: float, first_pass: float, rays: int) -> dict
     total_bytes = hash_bytes + activation_bytes + adam_bytes + march_bytes
     return {"name": "lego_nerf_step_floor", "samples": samples, "first_pass_samples": first_pass,
             "hash_grid_GB": round(hash_bytes / 1e9, 3), "activations_GB": round(activation_bytes / 1e9, 3),
-            "adam_GB": round(adam_bytes / 1e9, 3), "marching_GB": round(march_bytes / 1e9, 3), "mlp_GFLOP": round(mlp_flops / 1e9, 2),
+            "adam_GB": round(adam_bytes / 1e9, 3), "marching_GB": round(march_bytes / 1e9, 3),
+            "mlp_GFLOP": round(mlp_flops / 1e9, 2),
             "floor_ms_at_3.35TBps": round(total_bytes / 3.35e12 * 1000, 3)}
 
 
@@ -292,8 +298,8 @@ def run(args, env: dict) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench_lego_nerf_"))
     overrides = [f"data.root={args.data}", f"data.rays_per_batch={args.rays}", f"trainer.max_steps={max(checkpoints)}",
                  "trainer.val_check_interval=0", "trainer.enable_progress_bar=false", "trainer.run_test_after_fit=false",
-                 "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false", f"output_root={workdir}", "use_timestamp=false",
-                 *args.overrides]
+                 "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false", f"output_root={workdir}",
+                 "use_timestamp=false", *args.overrides]
     cfg = load_config(recipe_config("reconstruct-nerf"), overrides=overrides)
     start = time.perf_counter()
     references = [r for r in args.reference.split(",") if r and r != "none"]

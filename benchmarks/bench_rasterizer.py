@@ -57,7 +57,8 @@ def versions() -> dict:
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
 
-    return {"torch": torch.__version__, "gsplat": version("gsplat"), "lift3d": version("lift3d"), "python": platform.python_version()}
+    return {"torch": torch.__version__, "gsplat": version("gsplat"), "lift3d": version("lift3d"),
+            "python": platform.python_version()}
 
 
 def run_case(backend: str, n: int, resolution: int, mode: str, device: torch.device, repeats: int, tile_size: int) -> dict:

@@ -31,7 +31,8 @@ def _versions() -> dict[str, str]:
     import trimesh
     import xatlas  # noqa: F401
 
-    return {"torch": torch.__version__, "trimesh": trimesh.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    return {"torch": torch.__version__, "trimesh": trimesh.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
 
 
 def _device_name(device: str) -> str:
@@ -50,7 +51,8 @@ def skin_gaussians(n: int, device: str) -> GaussianTensors:
     """``n`` Gaussians tiling a sphere of radius 0.5 (as in the tests), on ``device``."""
     i = torch.arange(n, dtype=torch.float64) + 0.5
     polar, azimuth = torch.acos(1 - 2 * i / n), math.pi * (1 + 5**0.5) * i
-    normal = torch.stack([torch.cos(azimuth) * torch.sin(polar), torch.sin(azimuth) * torch.sin(polar), torch.cos(polar)], -1).float()
+    normal = torch.stack([torch.cos(azimuth) * torch.sin(polar), torch.sin(azimuth) * torch.sin(polar), torch.cos(polar)], -1)
+    normal = normal.float()
     spacing = math.sqrt(4 * math.pi * 0.25 / n)
     z = torch.tensor([0.0, 0.0, 1.0]).expand_as(normal)
     half = torch.nn.functional.normalize(z + normal, dim=-1)

@@ -114,7 +114,8 @@ def load_pretrained(system: Any, pretrained: Pretrained) -> None:
     """Put the pretrained state into the timed system; its keys and shapes must match exactly."""
     target = system.state_dict()
     if target.keys() != pretrained.state.keys():
-        raise RuntimeError(f"the pretrained state does not match the timed system: {sorted(target.keys() ^ pretrained.state.keys())}")
+        differing = sorted(target.keys() ^ pretrained.state.keys())
+        raise RuntimeError(f"the pretrained state does not match the timed system: {differing}")
     wrong = [k for k, v in pretrained.state.items() if v.shape != target[k].shape]
     if wrong:
         raise RuntimeError(f"the pretrained state has other shapes than the timed system: {wrong}")

@@ -172,8 +172,10 @@ def all_cases() -> list[Case]:
         Case("sds-channels-last", "guidance", 10, guidance_case("sds", fast), flops_from="sds-eager",
              note="channels-last + cudnn.benchmark + math VAE attention"),
         Case("sds-compile-cudagraphs", "guidance", 120, guidance_case("sds", {**fast, "compile": True, "cuda_graphs": True}),
-             warmup=4, flops_from="sds-eager", note="the fast path: torch.compile reduce-overhead (CUDA graphs) of UNet and VAE encoder"),
-        Case("vsd-eager", "guidance", 25, guidance_case("vsd", {}), note="ProlificDreamer step: CFG + LoRA estimate + LoRA update"),
+             warmup=4, flops_from="sds-eager",
+             note="the fast path: torch.compile reduce-overhead (CUDA graphs) of UNet and VAE encoder"),
+        Case("vsd-eager", "guidance", 25, guidance_case("vsd", {}),
+             note="ProlificDreamer step: CFG + LoRA estimate + LoRA update"),
         Case("raster-torch-fwd", "rasterizer", 10, raster_case("torch", False)),
         Case("raster-torch-fwdbwd", "rasterizer", 15, raster_case("torch", True)),
         Case("raster-gsplat-fwd", "rasterizer", 15, raster_case("gsplat", False)),
@@ -189,7 +191,7 @@ def all_cases() -> list[Case]:
              flops_from="sds-eager"),
         Case("sds-eager-fp32", "guidance", 25, guidance_case("sds", {"dtype": "fp32"}), flops_from="sds-eager",
              note="context only: diffusers' default dtype (the summary compares with fp16 sds-eager)"),
-        Case("vsd-compile-cudagraphs", "guidance", 200, guidance_case("vsd", {**fast, "compile": True, "cuda_graphs": True}), warmup=4,
-             flops_from="vsd-eager"),
+        Case("vsd-compile-cudagraphs", "guidance", 200, guidance_case("vsd", {**fast, "compile": True, "cuda_graphs": True}),
+             warmup=4, flops_from="vsd-eager"),
     ]
     return cases

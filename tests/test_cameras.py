@@ -34,7 +34,7 @@ def test_look_at_straight_down_is_finite_and_orthonormal():
 
 
 def test_spherical_round_trip_and_hand_case():
-    c2w = spherical_to_c2w(torch.tensor([math.pi / 2 - 1e-3]) * 0 + math.radians(30), torch.tensor([math.radians(90)]), torch.tensor([2.0]))
+    c2w = spherical_to_c2w(torch.tensor([math.radians(30)]), torch.tensor([math.radians(90)]), torch.tensor([2.0]))
     # elevation 30, azimuth 90: position (0, 2 cos30, 2 sin30)
     assert torch.allclose(c2w[0, :3, 3], torch.tensor([0.0, 2 * math.cos(math.radians(30)), 1.0]), atol=1e-6)
     elevation, azimuth, distance = c2w_to_spherical(c2w)

@@ -56,7 +56,8 @@ def test_wheel_holds_every_recipe_asset_and_module(wheel):
     assert [a for a in assets if a not in names] == []
     assert "lift3d/py.typed" in names
     assert [f for f in _package_files() if f not in names] == []
-    entry_points = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info/entry_points.txt")
+    name, version = wheel.name.split("-")[:2]
+    entry_points = zipfile.ZipFile(wheel).read(f"{name}-{version}.dist-info/entry_points.txt")
     assert "lift3d = lift3d.cli:main" in entry_points.decode()
 
 

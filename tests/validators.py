@@ -31,7 +31,8 @@ def _require(package: str) -> None:
 def validate_gltf(*paths: Path) -> list[dict]:
     """The Khronos glTF validator's report for each file (``report["issues"]["numErrors"]`` etc.)."""
     _require("gltf-validator")
-    result = subprocess.run([_node(), str(JS / "validate-gltf.mjs"), *map(str, paths)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([_node(), str(JS / "validate-gltf.mjs"), *map(str, paths)], capture_output=True, text=True,
+                            timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"gltf-validator failed ({result.returncode}): {result.stderr[-2000:]}")
     return json.loads(result.stdout)
@@ -48,7 +49,8 @@ def splat_transform(*args: str | Path) -> str:
     cli = JS / "node_modules" / "@playcanvas" / "splat-transform" / "bin" / "cli.mjs"
     result = subprocess.run([_node(), str(cli), "-w", *map(str, args)], capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
-        raise RuntimeError(f"splat-transform {' '.join(map(str, args))} failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        raise RuntimeError(f"splat-transform {' '.join(map(str, args))} failed ({result.returncode}):\n"
+                           f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return result.stdout
 
 
