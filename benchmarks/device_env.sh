@@ -8,7 +8,9 @@ export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # imageio-ffmpeg's wheel (68 MB) is over the device tool's 64 MiB: carry .ffmpeg/ instead, holding the package
 # without its binaries/ and the binary xz-compressed as .ffmpeg/ffmpeg.xz (46 MiB); unpacked here once
 if [ -f .ffmpeg/ffmpeg.xz ]; then
-    [ -x /tmp/ffmpeg ] || python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('.ffmpeg/ffmpeg.xz'), open('/tmp/ffmpeg', 'wb'))" && chmod +x /tmp/ffmpeg
+    [ -x /tmp/ffmpeg ] ||
+        python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('.ffmpeg/ffmpeg.xz'), open('/tmp/ffmpeg', 'wb'))" &&
+        chmod +x /tmp/ffmpeg
     export IMAGEIO_FFMPEG_EXE=/tmp/ffmpeg PYTHONPATH="$PYTHONPATH:$PWD/.ffmpeg"
 fi
 export PYTHONUNBUFFERED=1
@@ -18,5 +20,6 @@ python3 - <<'PY'
 import importlib, importlib.util, torch
 mods = ("diffusers", "omegaconf", "gsplat", "trimesh", "transformers", "lightning", "pycolmap", "cv2")
 versions = {m: getattr(importlib.import_module(m), "__version__", "?") if importlib.util.find_spec(m) else None for m in mods}
-print("device_env:", torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda", versions, flush=True)
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda"
+print("device_env:", torch.__version__, gpu, versions, flush=True)
 PY
