@@ -36,7 +36,8 @@ class Interrupted(KeyboardInterrupt):
     """The run stopped on SIGINT / SIGTERM: the command exits ``128 + signum`` (130, 143) with ``str(self)`` as its one
     line (empty on DDP ranks other than 0, which say nothing)."""
 
-    def __init__(self, signum: int, step: int | None, checkpoint: Path | None, trial_dir: Path | None, quiet: bool = False) -> None:
+    def __init__(self, signum: int, step: int | None, checkpoint: Path | None, trial_dir: Path | None,
+                 quiet: bool = False) -> None:
         self.signum, self.step, self.checkpoint, self.trial_dir, self.quiet = signum, step, checkpoint, trial_dir, quiet
         super().__init__(self.line())
 
@@ -165,7 +166,8 @@ class StopAndSaveCallback(Callback):
         self._last_save = time.monotonic()
         self._saved_step = int(checkpoint.get("global_step", -1))
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         step = trainer.global_step
         stop = self.signals.signum
         due = self.save_last and self.interval_s > 0 and time.monotonic() - self._last_save >= self.interval_s
@@ -189,5 +191,6 @@ class StopAndSaveCallback(Callback):
         step = trainer.global_step
         path = self.checkpoint_path(step)
         if not (self.save_last and self._saved_step == step):  # else last.ckpt already holds this step
-            trainer.save_checkpoint(path, weights_only=False)  # every rank takes part; rank 0 writes (atomically, AtomicCheckpointIO)
+            # every rank takes part; rank 0 writes (atomically, AtomicCheckpointIO)
+            trainer.save_checkpoint(path, weights_only=False)
         raise StopRequested(self.signals.signum, step, path)

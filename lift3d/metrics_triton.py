@@ -1,10 +1,9 @@
 """SSIM's Gaussian blur on CUDA as two 1-D Triton passes (rows, then columns), the fast path of ``metrics.ssim``.
 
-cuDNN runs SSIM's 11x11 grouped convolution and its input gradient with a direct kernel that took 0.54 ms a step
-of the 3DGS recipe at 400x400 on an H100 (forward 0.28, backward 0.26): more than Adam. The window is the outer
-product of a 1-D Gaussian, so each output is 2 x 11 taps instead of 121, and the gradient is the same blur with
-the taps reversed (zero padding, as ``F.conv2d(..., padding=radius)``). Tested against ``F.conv2d`` on the CPU
-under ``TRITON_INTERPRET=1``; ``available`` compares the two once on the GPU before the fast path is used.
+cuDNN runs SSIM's 11x11 grouped convolution and its input gradient with a slow direct kernel (benchmarks/RESULTS.md).
+The window is the outer product of a 1-D Gaussian, so each output is 2 x 11 taps instead of 121, and the gradient
+is the same blur with the taps reversed (zero padding, as ``F.conv2d(..., padding=radius)``). Tested against
+``F.conv2d`` on the CPU under ``TRITON_INTERPRET=1``; ``available`` compares the two once on the GPU first.
 """
 
 import torch

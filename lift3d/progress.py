@@ -67,7 +67,8 @@ class ProgressFileCallback(Callback):
         if trainer.is_global_zero:
             self.write(status="running", step=trainer.global_step, max_steps=trainer.max_steps)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if not trainer.is_global_zero or time.monotonic() - self._last_write < self.min_interval_s:
             return
         step = trainer.global_step

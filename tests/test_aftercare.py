@@ -37,7 +37,8 @@ def test_writers_report_what_is_missing(monkeypatch):
     frames = [np.zeros((4, 4, 3), np.uint8)] * 2
     aftercare.reset()
     assert aftercare.attempt("a video", OutputSaver("/nonexistent-unused").video, "x.mp4", frames) is None
-    assert aftercare.problems() == ["a video failed: writing .mp4 needs imageio's FFMPEG plugin: pip install imageio-ffmpeg (or ask for gif instead)"]
+    assert aftercare.problems() == ["a video failed: writing .mp4 needs imageio's FFMPEG plugin: pip install imageio-ffmpeg "
+                                    "(or ask for gif instead)"]
 
 
 def test_the_readme_export_line_works_on_a_reconstruction(tmp_path, capsys):

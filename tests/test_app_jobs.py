@@ -25,7 +25,8 @@ def queue():
 
 
 def _spec(tmp_path: Path, overrides: list[str], title: str = "a test", export: bool = False) -> JobSpec:
-    return JobSpec(APP_MESH, overrides, tmp_path, recipe="test", title=title, export=export, export_formats=["glb"] if export else None)
+    return JobSpec(APP_MESH, overrides, tmp_path, recipe="test", title=title, export=export,
+                   export_formats=["glb"] if export else None)
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:

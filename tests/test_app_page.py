@@ -102,7 +102,8 @@ def test_a_photos_run_gets_the_unpacked_scene(recipes, tmp_path, data_dir):
     assert job_id == "job0", message
     cfg = load_config(queue.submitted[0].config, overrides=queue.submitted[0].overrides)
     root = cfg.data["root"]
-    assert root.startswith(str((tmp_path / "outputs" / "app-uploads").resolve())) and (tmp_path / "outputs" / "app-uploads").is_dir()
+    uploads = tmp_path / "outputs" / "app-uploads"
+    assert root.startswith(str(uploads.resolve())) and uploads.is_dir()
     assert queue.submitted[0].title == "lego.zip (1 train, 1 val views at 50x50)"
     assert load_config(queue.submitted[0].config, overrides=[f"data.root={root}"]).data["root"] == root
 

@@ -26,7 +26,8 @@ APP_MESH = TEST_CONFIGS / "app-mesh.yaml"
 
 def _test_recipe(**changes) -> AppRecipe:
     fields = dict(label="Test sphere", configs=(str(APP_MESH),), input=PROMPT, input_keys=("system.prompt",),
-                  options={"steps": ("trainer.max_steps",), "seed": ("seed",), "resolution": ("system.resolution", "system.no_such_key"),
+                  options={"steps": ("trainer.max_steps",), "seed": ("seed",),
+                           "resolution": ("system.resolution", "system.no_such_key"),
                            "guidance_scale": ("system.guidance.guidance_scale",)})
     fields.update(changes)
     return AppRecipe(**fields)
@@ -90,7 +91,8 @@ def test_recipe_files_and_the_environment_extend_the_table(tmp_path, monkeypatch
         "  options: {steps: trainer.max_steps}\n  export_formats: [glb, ply]\n"
     )
     (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "app-mesh.yaml").write_text(APP_MESH.read_text().replace("../plugins", str(TEST_CONFIGS.parent / "plugins")))
+    plugins = str(TEST_CONFIGS.parent / "plugins")
+    (tmp_path / "configs" / "app-mesh.yaml").write_text(APP_MESH.read_text().replace("../plugins", plugins))
     [recipe] = load_recipe_file(file)
     assert recipe.configs == (str(tmp_path / "../configs/app-mesh.yaml"),) and recipe.options == {"steps": ("trainer.max_steps",)}
     assert recipe.export_formats == ("glb", "ply")

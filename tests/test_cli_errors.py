@@ -48,7 +48,7 @@ tests below them):
 
 | command | bad input | what it says |
 |---|---|---|
-| train, reconstruct | trainer values Lightning refuses (negative max_steps, devices=0, tpu, a strategy name) | trainer.KEY must be |
+| train, reconstruct | trainer values Lightning refuses (max_steps < 0, devices=0, tpu, a strategy name) | trainer.KEY must be |
 | train, reconstruct | --gpus without CUDA (or a GPU id this machine lacks) | asks for a CUDA GPU |
 | train | a Lightning check lift3d does not make itself | Lightning refused the trainer settings |
 | reconstruct | zero sizes: tile_size=0, init_points=0, refine_every=0, occupancy resolution 0, export sizes | KEY must be |
@@ -136,7 +136,8 @@ def _cases(tmp, run):
         (["reconstruct", str(tmp / "empty"), str(tmp / "badjson")], "give one scene folder"),
         (["generate"], "give a prompt"),
         (["generate", "--image", str(tmp / "absent.png")], "no such file"),
-        (["generate", "--image", str(sample_scene_path() / "train" / "r_0.png"), "--method", "dreamfusion"], "makes 3D from text"),
+        (["generate", "--image", str(sample_scene_path() / "train" / "r_0.png"), "--method", "dreamfusion"],
+         "makes 3D from text"),
         (["generate", "trainer.max_steps=5"], "looks like an override"),
         (["edit", str(tmp / "absent"), "make it bronze"], "no run at"),
         (["edit", str(tmp / "empty"), "make it bronze"], "not a lift3d run folder"),
@@ -161,7 +162,8 @@ def _cases(tmp, run):
           "system.field.contraction=ball"], "implicit-volume: field contraction must be one of none, cube, sphere"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
           "system.renderer.disparity_from=0"], "needs renderer.disparity_from > 0"),
-        (["train", "configs/mvdream-analytic.yaml", f"output_root={tmp}"], "random-views: data.reference_eval_split needs data.reference_scene"),
+        (["train", "configs/mvdream-analytic.yaml", f"output_root={tmp}"],
+         "random-views: data.reference_eval_split needs data.reference_scene"),
     ]
 
 
@@ -415,7 +417,8 @@ def unreachable_hub(monkeypatch, tmp_path):
 ], ids=["text", "image"])
 def test_generate_without_network_or_weights(command, twin, unreachable_hub, tmp_path, capsys, time_limit):
     err = _fails_cleanly([*command, f"output_root={tmp_path}", "trainer.max_steps=1", "trainer.enable_progress_bar=false"],
-                         capsys, ["cannot reach the Hugging Face hub to download", "system.guidance.pretrained_model_name_or_path=/path"])
+                         capsys,
+                         ["cannot reach the Hugging Face hub to download", "system.guidance.pretrained_model_name_or_path=/path"])
     assert "scheduler_config.json" not in err and "Retry" not in err, err[-2000:]
     notices = [line for line in err.splitlines() if "needs a CUDA GPU" in line]
     if NO_CUDA:  # said up front, before the model loads, with the offline twin that runs on a CPU

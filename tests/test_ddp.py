@@ -51,7 +51,8 @@ def test_two_ranks_finish_cleanly_without_ffmpeg_when_the_test_video_is_a_gif(tm
     hide.mkdir()
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['imageio_ffmpeg'] = None\n")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(hide), str(TEST_CONFIGS.parents[1]), *filter(None, [env.get("PYTHONPATH")])]))
+    paths = [str(hide), str(TEST_CONFIGS.parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(paths))
     probe = subprocess.run([sys.executable, "-c", "from lift3d.aftercare import require_ffmpeg; require_ffmpeg()"],
                            capture_output=True, text=True, env=env, timeout=120)
     assert probe.returncode != 0 and "imageio-ffmpeg" in probe.stderr  # the writer is missing in these processes
@@ -85,7 +86,8 @@ def test_ddp_runs_agree_on_sigterm_every_n_steps_not_every_step(tmp_path):
 
     def fake_trainer() -> SimpleNamespace:
         trainer = SimpleNamespace(global_step=0)
-        trainer.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(_broadcast_sigterm_tensor=lambda: calls.append(trainer.global_step)))
+        loop = SimpleNamespace(_broadcast_sigterm_tensor=lambda: calls.append(trainer.global_step))
+        trainer.fit_loop = SimpleNamespace(epoch_loop=loop)
         return trainer
 
     for every, expected in ((4, [0, 4, 8]), (0, []), (1, list(range(10)))):
@@ -118,7 +120,8 @@ def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
                "--steps", "4", "--warmup", "2", "--views-per-rank", "2", "--same-batch", "--psnr",
                f"data.root={repo / 'lift3d' / 'assets' / 'sample_scene'}", "data.max_image_side=32",
                "system.gaussians.init_points=300", "system.export.formats=[]"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     (record,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     one, same, two = record["runs"]
@@ -147,6 +150,7 @@ def test_bench_ddp_plans_the_same_batch_reference_and_compares_at_equal_views_se
                 "views_per_s": per_s, "views_seen": 3000 * views * world, "val_psnr": psnr, "ddp_cuda_graphs": graphed}
 
     rows = compare([run(1, 4, 1000.0, 30.0), run(1, 8, 1100.0, 30.5), run(2, 4, 1900.0, 30.4), run(2, 4, 2100.0, 30.2, True)])
-    assert [(r["ddp_cuda_graphs"], r["views_per_s_ratio"], r["target_met"]) for r in rows] == [(False, 1.9, True), (True, 2.1, True)]
+    assert [(r["ddp_cuda_graphs"], r["views_per_s_ratio"], r["target_met"]) for r in rows] == [(False, 1.9, True),
+                                                                                                (True, 2.1, True)]
     assert [r["views_per_s_ratio_same_batch"] for r in rows] == [round(1900 / 1100, 3), round(2100 / 1100, 3)]
     assert [(r["val_psnr_minus_same_batch_db"], r["psnr_within_0.2db"]) for r in rows] == [(-0.1, True), (-0.3, False)]

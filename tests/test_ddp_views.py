@@ -17,7 +17,8 @@ from lift3d.systems.replicas import DDP_GRAPHS_DEFAULT, DDP_GRAPHS_ENV
 def _system_and_views() -> tuple[ReconstructGaussiansSystem, Cameras, torch.Tensor]:
     """The recipe's system (pure-PyTorch rasterizer, L1 + D-SSIM) with 80 Gaussians, three 16x16 views around them
     and a target photo per view."""
-    system = ReconstructGaussiansSystem({"renderer": {"tile_size": 4, "backend": "torch"}, "gaussians": {"sh_degree": 1, "sh_degree_interval": 0}})
+    system = ReconstructGaussiansSystem({"renderer": {"tile_size": 4, "backend": "torch"},
+                                         "gaussians": {"sh_degree": 1, "sh_degree_interval": 0}})
     g = torch.Generator().manual_seed(7)
     system.gaussians.initialize(torch.randn(80, 3, generator=g) * 0.8, torch.rand(80, 3, generator=g), g)
     with torch.no_grad():

@@ -40,7 +40,8 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
     root = tmp_path_factory.mktemp("full")
-    trial = run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={root}", "tag=full", *COMMON]), [FIT_IMAGE], [])
+    cfg = load_config(FIT_IMAGE, overrides=[f"output_root={root}", "tag=full", *COMMON])
+    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
     return _state(trial / "ckpts" / "last.ckpt")
 
 

@@ -50,7 +50,8 @@ def test_resume_continues_the_identical_loss_trajectory(tmp_path):
     full = run_experiment("train", load_config(FIT_IMAGE, overrides=overrides + ["tag=full"]), [FIT_IMAGE], [])
     middle = tmp_path / "step40.ckpt"
     shutil.copyfile(full / "ckpts" / "step0000040.ckpt", middle)
-    resumed = run_experiment("train", load_config(FIT_IMAGE, overrides=overrides + ["tag=resumed", f"resume={middle}"]), [FIT_IMAGE], [])
+    cfg = load_config(FIT_IMAGE, overrides=overrides + ["tag=resumed", f"resume={middle}"])
+    resumed = run_experiment("train", cfg, [FIT_IMAGE], [])
     a, b = _losses(full), _losses(resumed)
     later = sorted(step for step in b if step >= 40)
     assert later and later[-1] == 59 and min(later) == 40
@@ -130,7 +131,8 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_nonfinite_loss_can_skip_the_step(tmp_path):
-    cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "system.nan_at_step=45", "system.nonfinite_loss=skip", *QUIET])
+    cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "system.nan_at_step=45", "system.nonfinite_loss=skip",
+                                            *QUIET])
     trial = run_experiment("train", cfg, [FIT_IMAGE], [])
     checkpoint = load_checkpoint(trial / "ckpts" / "last.ckpt")
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
@@ -142,7 +144,8 @@ def test_cli_train_validate_test_and_errors(tmp_path, capsys):
     trial = tmp_path / "fit-image" / "cli"
     assert main(["validate", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt")]) == 0
     assert (trial / "save" / "it20-val" / "0000.png").is_file()
-    assert main(["test", str(FIT_IMAGE), "--resume", str(trial / "ckpts" / "last.ckpt"), "trainer.enable_progress_bar=false"]) == 0
+    last = trial / "ckpts" / "last.ckpt"
+    assert main(["test", str(FIT_IMAGE), "--resume", str(last), "trainer.enable_progress_bar=false"]) == 0
     assert (trial / "save" / "it20-test.mp4").is_file()
     capsys.readouterr()
     assert main(["train", str(FIT_IMAGE), "system.hiden=3"]) == 2

@@ -55,7 +55,8 @@ def _refused(capsys, argv: list[str], stem: str) -> None:
 def test_a_shared_run_folders_imports_never_run_without_the_flag(shared, tmp_path, capsys):
     run, marker, stem = shared
     parsed, last = run / "configs" / "parsed.yaml", run / "ckpts" / "last.ckpt"
-    (tmp_path / "path.json").write_text(json.dumps({"keyframes": [{"c2w": [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 4], [0, 0, 0, 1]]}]}))
+    c2w = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 4], [0, 0, 0, 1]]
+    (tmp_path / "path.json").write_text(json.dumps({"keyframes": [{"c2w": c2w}]}))
     for argv in (["export", str(run)], ["validate", str(run)], ["test", str(run)],
                  ["export", str(parsed), "--resume", str(last)],  # the run's config named directly
                  ["train", str(parsed), "--resume", str(last), "trainer.max_steps=3"],  # resuming it
@@ -100,7 +101,8 @@ def test_explicit_configs_import_as_before_and_run_folder_configs_are_told_apart
     (run_configs / "copy.yaml").write_text(f"base: {RECIPE}\nimports: ['${{tag}}']\ntag: {tmp_path / stem}.py\n")
     assert config_layers.in_run_folder(run_configs / "copy.yaml") and not config_layers.in_run_folder(mine)
     try:
-        with pytest.raises(ConfigError, match=f"mine.yaml \\(the base of {run_configs / 'parsed.yaml'}\\) lists imports: .*{stem}.py"):
+        expected = f"mine.yaml \\(the base of {run_configs / 'parsed.yaml'}\\) lists imports: .*{stem}.py"
+        with pytest.raises(ConfigError, match=expected):
             load_config(run_configs / "parsed.yaml")
         with pytest.raises(ConfigError, match="lists imports"):  # an interpolated entry is refused as well
             load_config(run_configs / "copy.yaml")

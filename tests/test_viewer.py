@@ -26,7 +26,8 @@ from tests.viewer_scene import write_gaussian_ply
 
 def _camera(azimuth_deg: float, distance: float = 3.0, height: float = 1.0) -> torch.Tensor:
     a = math.radians(azimuth_deg)
-    return look_at(torch.tensor([distance * math.cos(a), distance * math.sin(a), height]), torch.zeros(3), torch.tensor([0.0, 0, 1]))
+    position = torch.tensor([distance * math.cos(a), distance * math.sin(a), height])
+    return look_at(position, torch.zeros(3), torch.tensor([0.0, 0, 1]))
 
 
 def test_every_render_mode_of_a_gaussian_file_shows_the_object(tmp_path):

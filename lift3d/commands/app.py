@@ -16,14 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                              "the jobs it started)")
     parser.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link (off by default)")
-    parser.add_argument("--output-root", default="outputs", metavar="DIR", help="where runs write their trials (default: outputs)")
+    parser.add_argument("--output-root", default="outputs", metavar="DIR",
+                        help="where runs write their trials (default: outputs)")
     parser.add_argument("--recipes", nargs="+", default=[], metavar="YAML",
                         help="extra app recipe files (a YAML list of label/config/input/options entries); "
                              "$LIFT3D_APP_RECIPES adds more")
     parser.add_argument("--max-upload-gb", type=float, default=2.0, metavar="GB",
                         help="largest upload accepted, unpacked (a .zip counts by what it unpacks to; default: 2)")
     parser.add_argument("--gpus", default=None, metavar="IDS",
-                        help="comma-separated GPU ids to run jobs on, one job per GPU at a time (default: every visible GPU, else CPU)")
+                        help="comma-separated GPU ids to run jobs on, one job per GPU at a time (default: every visible "
+                             "GPU, else CPU)")
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -109,7 +109,8 @@ def edit_overrides(trial: Path, checkpoint: Path, instruction: str) -> list[str]
         raise ConfigError(f"give the edit instruction after the run, e.g. lift3d edit {trial} \"make it look like bronze\"")
     scene = str(trial.name).split("@")[0] or "run"
     return [f"output_root={json.dumps(str(trial.parent.parent))}", f"name={json.dumps(trial.parent.name)}",
-            f"tag={scene}-edit-{prompt_tag(instruction, limit=40)}", f"system.geometry_convert_from={json.dumps(str(checkpoint))}",
+            f"tag={scene}-edit-{prompt_tag(instruction, limit=40)}",
+            f"system.geometry_convert_from={json.dumps(str(checkpoint))}",
             f"system.editor.prompt={json.dumps(instruction)}"]
 
 

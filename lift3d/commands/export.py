@@ -11,7 +11,8 @@ from lift3d.commands.common import add_config_arguments, load_experiment
 log = logging.getLogger("lift3d.export")
 
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the trial's save/, or convert a 3DGS "
-        ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its format)")
+        ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
+        "format)")
 GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 

@@ -1,5 +1,6 @@
-"""``lift3d generate "PROMPT" [--method gaussian-sds|dreamfusion|prolificdreamer|mvdream|mvdream-gaussians|dreamfusion-if|magic3d-if]
-[overrides...]``: text -> 3D (``magic3d-if``: the DeepFloyd IF NeRF stage, then the Stable Diffusion mesh stage).
+"""``lift3d generate "PROMPT" [--method METHOD] [overrides...]`` (METHOD: gaussian-sds, dreamfusion, prolificdreamer,
+mvdream, mvdream-gaussians, dreamfusion-if, magic3d-if): text -> 3D (``magic3d-if``: the DeepFloyd IF NeRF stage,
+then the Stable Diffusion mesh stage).
 
 ``lift3d generate --image PHOTO [--method dreamgaussian|zero123-nerf|magic123] [--elevation DEG] ["PROMPT"]``:
 one photo -> 3D (the method's first stage, then its mesh stage ending in a textured .glb).
@@ -48,10 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="config overrides such as trainer.max_steps=500 system.guidance.guidance_scale=50")
     parser.add_argument("--method", choices=[*METHODS, *IMAGE_METHODS], default=None,
                         help="text: gaussian-sds (3D Gaussians, minutes; default), dreamfusion (NeRF + SDS), "
-                             "prolificdreamer (NeRF + VSD, slowest, most detail), mvdream / mvdream-gaussians (NeRF / Gaussians from the "
-                             "multi-view MVDream model: no multi-face objects; needs its weights), dreamfusion-if (NeRF + DeepFloyd IF) or "
-                             "magic3d-if (NeRF with DeepFloyd IF, then a mesh with Stable Diffusion); --image: dreamgaussian (Gaussians then "
-                             "a textured mesh; default), zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
+                             "prolificdreamer (NeRF + VSD, slowest, most detail), mvdream / mvdream-gaussians (NeRF / "
+                             "Gaussians from the multi-view MVDream model: no multi-face objects; needs its weights), "
+                             "dreamfusion-if (NeRF + DeepFloyd IF) or magic3d-if (NeRF with DeepFloyd IF, then a mesh with "
+                             "Stable Diffusion); --image: dreamgaussian (Gaussians then a textured mesh; default), "
+                             "zero123-nerf (NeRF) or magic123 (NeRF + mesh with Zero123 and "
                              "a text prompt) or triposr (the TripoSR feed-forward model: a .glb in seconds; --refine then "
                              "distils with Zero123 from it)")
     parser.add_argument("--image", metavar="PHOTO", default=None,
@@ -112,6 +114,11 @@ def _applies_to(override: str, cfg) -> bool:
     key = override.split("=", 1)[0].replace("\\.", ".")
     missing = object()
     return not key.startswith("trainer.") and OmegaConf.select(OmegaConf.structured(cfg), key, default=missing) is not missing
+
+
+def refine_steps(steps: int | None) -> list[str]:
+    """Overrides for ``--refine-steps``: the stage's step count, validated once at its end (none without it)."""
+    return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}"] if steps else []
 
 
 def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
@@ -195,11 +202,12 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     config = recipe_config(first)
-    trial = train_stage(config, [*base, *devices, *user], f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)")
+    announce = f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)"
+    trial = train_stage(config, [*base, *devices, *user], announce)
     if refine and args.refine_steps != 0:
         config = recipe_config(refine)
         plain = load_config(config)
-        steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
+        steps = refine_steps(args.refine_steps)
         overrides = [*base, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps,
                      *[item for item in user if _applies_to(item, plain) or _same_field(item, method)], *args.refine_set]
         stage = "refinement" if method in FEED_FORWARD else "mesh stage"
@@ -225,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
         from lift3d.commands.multi_prompt import run_prompt_list
 
         if args.viewer:
-            raise ConfigError("--viewer shows one run; it does not go with --prompts (view a finished asset with lift3d view RUN)")
+            raise ConfigError("--viewer shows one run; it does not go with --prompts (view a finished asset with "
+                              "lift3d view RUN)")
 
         return run_prompt_list(args)
     if args.prompt is None:
@@ -241,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
     gpus = parse_gpus(args.gpus)
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
-    trial = train_stage(config, [*overrides, *devices], f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)")
+    announce = f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"
+    trial = train_stage(config, [*overrides, *devices], announce)
     if method in TEXT_REFINE and args.refine_steps != 0:
         trial = refine_text_stage(TEXT_REFINE[method], trial, overrides, devices, args)
     print_assets(trial)
@@ -258,7 +268,7 @@ def refine_text_stage(recipe: str, trial: Path, overrides: list[str], devices: l
     config = recipe_config(recipe)
     plain = load_config(config)
     carried = [item for item in overrides if _applies_to(item, plain) and _carries_to_refine(item)]
-    steps = [f"trainer.max_steps={args.refine_steps}", f"trainer.val_check_interval={args.refine_steps}"] if args.refine_steps else []
+    steps = refine_steps(args.refine_steps)
     later = [*carried, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps, *args.refine_set]
     return train_stage(config, later, f"mesh stage {config.name} ({{steps}} steps) from {trial}")
 

@@ -57,7 +57,8 @@ def worker_devices(gpus: Sequence[int] | None) -> list[str | None]:
 
 def generate_command(prompt: str, method: str, overrides: Sequence[str], on_gpu: bool) -> list[str]:
     """The ``lift3d generate`` command of one asset (on the one GPU its process sees)."""
-    return [sys.executable, "-m", "lift3d", "generate", prompt, "--method", method, *(["--gpus", "0"] if on_gpu else []), *overrides]
+    gpus = ["--gpus", "0"] if on_gpu else []
+    return [sys.executable, "-m", "lift3d", "generate", prompt, "--method", method, *gpus, *overrides]
 
 
 def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None], log_dir: Path) -> list[dict[str, Any]]:
@@ -81,7 +82,8 @@ def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None]
             for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.startswith(RESULTS_PREFIX):
                     trial = line[len(RESULTS_PREFIX):].strip()
-            results[index] = {"index": index, "device": device, "returncode": code, "status": "finished" if code == 0 else "failed",
+            results[index] = {"index": index, "device": device, "returncode": code,
+                              "status": "finished" if code == 0 else "failed",
                               "seconds": round(time.perf_counter() - started, 1), "trial_dir": trial, "log": str(log)}
 
     threads = [threading.Thread(target=work, args=(device, indices), daemon=True)
@@ -105,9 +107,11 @@ def generate_many(prompts_file: str | Path, method: str, overrides: Sequence[str
     results = run_sharded(commands, devices, summary.with_suffix("").parent / f"{summary.stem}-logs")
     for prompt, record in zip(prompts, results):
         record["prompt"] = prompt
-        print(f"  [{record['status']}] {prompt!r} on {record['device'] or 'cpu'} in {record['seconds']}s -> {record['trial_dir']}")
+        where = record["device"] or "cpu"
+        print(f"  [{record['status']}] {prompt!r} on {where} in {record['seconds']}s -> {record['trial_dir']}")
     summary.parent.mkdir(parents=True, exist_ok=True)
-    summary.write_text(json.dumps({"method": method, "overrides": list(overrides), "devices": devices, "results": results}, indent=1))
+    record = {"method": method, "overrides": list(overrides), "devices": devices, "results": results}
+    summary.write_text(json.dumps(record, indent=1))
     print(f"lift3d: summary in {summary}")
     return summary, results
 

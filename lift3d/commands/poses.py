@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.data.sfm import SfmOptions, has_poses, photo_folder, prepare_capture
 
     if args.frames < 0:
-        raise SceneFormatError(f"--frames must be a number of video frames >= 0 (0: the default), got {args.frames}: e.g. --frames 60")
+        raise SceneFormatError(f"--frames must be a number of video frames >= 0 (0: the default), got {args.frames}: "
+                               "e.g. --frames 60")
     path = Path(args.path).expanduser().resolve()
     if not path.exists():
         raise SceneFormatError(f"{path} does not exist: give a folder of photos or a video file")

@@ -13,7 +13,8 @@ HELP = "render a camera path recorded in the viewer (path.json) from a run, a Ga
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("source", metavar="RUN_OR_FILE", help="a run folder, a .ckpt in one, a .ply/.splat or a .glb/.gltf/.obj")
     parser.add_argument("--path", required=True, metavar="PATH_JSON", help="the camera path (the viewer's Camera path > Save)")
-    parser.add_argument("--out", default=None, metavar="VIDEO", help="the video to write, .mp4 or .gif (default: beside path.json)")
+    parser.add_argument("--out", default=None, metavar="VIDEO",
+                        help="the video to write, .mp4 or .gif (default: beside path.json)")
     parser.add_argument("--width", type=int, default=None, help="frame width (default: the path's)")
     parser.add_argument("--height", type=int, default=None, help="frame height (default: the path's)")
     parser.add_argument("--device", default=None, help="where to render: cuda or cpu (default: cuda when available)")

@@ -18,7 +18,8 @@ HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gau
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("source", metavar="RUN_OR_FILE", help="a run folder, a .ckpt in one, a .ply/.splat or a .glb/.gltf/.obj")
-    parser.add_argument("--port", type=int, default=8080, help="port of the viewer page (default 8080; the next free one if taken)")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="port of the viewer page (default 8080; the next free one if taken)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for the LAN)")
     parser.add_argument("--max-side", type=int, default=None, metavar="PX",
                         help="longest side of a still view's render (default 1024 on a GPU, 512 on the CPU)")

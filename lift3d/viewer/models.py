@@ -31,7 +31,8 @@ class TrainingViews:
 
     cameras: Cameras  # [N] lift3d cameras (OpenGL c2w)
     thumbnails: list[np.ndarray]  # uint8 [h, w, 3] per camera
-    sizes: list[tuple[int, int]] | None = None  # (width, height) of each photo when they differ (cameras then hold the padded size)
+    # (width, height) of each photo when they differ (the cameras then hold the padded size)
+    sizes: list[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -156,7 +157,8 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
     path, device = Path(source).expanduser(), torch.device(device)
     if path.is_dir():
         if not (path / "configs" / "parsed.yaml").is_file():
-            raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give a run folder, a .ckpt, .ply, .splat or .glb")
+            raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give a run folder, a .ckpt, .ply, "
+                              ".splat or .glb")
         checkpoint = path / "ckpts" / "last.ckpt"
         if not checkpoint.is_file():
             raise ConfigError(f"{path} has no checkpoint to show ({checkpoint} is missing): give one of its ckpts/*.ckpt")

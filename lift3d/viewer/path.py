@@ -89,8 +89,9 @@ def parse_camera_path(record: Any, where: str = "the camera path") -> CameraPath
     interpolation = record.get("interpolation", "spline")
     if interpolation not in ("spline", "linear"):
         raise ConfigError(f"{where}: interpolation must be spline or linear, got {interpolation!r}")
-    return CameraPath(parsed, fps=_number(record, "fps", 30.0, float, where), seconds=_number(record, "seconds", 4.0, float, where),
-                      frames=_number(record, "frames", None, int, where), width=_number(record, "width", 640, int, where),
+    return CameraPath(parsed, fps=_number(record, "fps", 30.0, float, where),
+                      seconds=_number(record, "seconds", 4.0, float, where), frames=_number(record, "frames", None, int, where),
+                      width=_number(record, "width", 640, int, where),
                       height=_number(record, "height", 480, int, where), interpolation=interpolation)
 
 

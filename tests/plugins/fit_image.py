@@ -46,8 +46,10 @@ class FitImageSystem(BaseSystem):
         self.register_buffer("target", target_image(self.cfg.resolution), persistent=False)
 
     def image(self, resolution: int) -> Tensor:
-        y, x = torch.meshgrid(torch.linspace(0, 1, resolution, device=self.device), torch.linspace(0, 1, resolution, device=self.device), indexing="ij")
-        features = torch.cat([torch.stack([x, y], -1)] + [f(2 * math.pi * k * torch.stack([x, y], -1)) for k in (1, 2) for f in (torch.sin, torch.cos)], -1)
+        axis = torch.linspace(0, 1, resolution, device=self.device)
+        y, x = torch.meshgrid(axis, axis, indexing="ij")
+        xy = torch.stack([x, y], -1)
+        features = torch.cat([xy] + [f(2 * math.pi * k * xy) for k in (1, 2) for f in (torch.sin, torch.cos)], -1)
         return torch.sigmoid(self.mlp(features))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
