@@ -36,14 +36,17 @@ def test_posterior_mean_matches_brute_force():
     allowed = torch.rand(4, 5) > 0.4
     allowed[:, 0] = True
     log_prior = torch.where(allowed, 0.0, float("-inf"))
-    torch.testing.assert_close(posterior_mean(x_t, references, alpha_bar).double(), brute_force_mean(x_t, references, alpha_bar), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(posterior_mean(x_t, references, alpha_bar).double(), brute_force_mean(x_t, references, alpha_bar),
+                               rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(
-        posterior_mean(x_t, references, alpha_bar, log_prior).double(), brute_force_mean(x_t, references, alpha_bar, allowed), rtol=1e-4, atol=1e-5
+        posterior_mean(x_t, references, alpha_bar, log_prior).double(), brute_force_mean(x_t, references, alpha_bar, allowed),
+        rtol=1e-4, atol=1e-5
     )
     # limits: almost no noise -> the nearest reference; almost all noise -> the plain average
     near = references[2:3] + 0.01
     torch.testing.assert_close(posterior_mean(near * 0.99995**0.5, references, torch.tensor([0.99995])), references[2:3])
-    torch.testing.assert_close(posterior_mean(torch.randn(1, 12), references, torch.tensor([1e-9])), references.mean(0, keepdim=True), atol=1e-4, rtol=0)
+    torch.testing.assert_close(posterior_mean(torch.randn(1, 12), references, torch.tensor([1e-9])),
+                               references.mean(0, keepdim=True), atol=1e-4, rtol=0)
 
 
 def scene_guidance(**overrides) -> AnalyticGuidance:

@@ -85,7 +85,8 @@ def independent_sds_grad_rgb(path, rgb, t, noise, texts, scale):
     scheduler = DDPMScheduler.from_pretrained(path, subfolder="scheduler")
 
     def embed(items):
-        tokens = tokenizer(items, padding="max_length", max_length=77, truncation=True, add_special_tokens=True, return_tensors="pt")
+        tokens = tokenizer(items, padding="max_length", max_length=77, truncation=True, add_special_tokens=True,
+                           return_tensors="pt")
         return encoder(tokens.input_ids, attention_mask=tokens.attention_mask)[0]
 
     rgb = rgb.detach().clone().requires_grad_(True)
@@ -147,7 +148,8 @@ def test_cached_t5_embeddings_are_reused_without_loading_the_encoder(tmp_path, m
     # the token length is part of the key: another length is a cache miss, not a wrong-shaped hit
     monkeypatch.setattr(transformers.T5EncoderModel, "from_pretrained", classmethod(tracked))
     shorter = make(tmp_path, text_max_length=32).to("cpu")
-    assert shorter.prompts.encoder_calls == 1 and shorter.prompts.embeddings(torch.device("cpu"), torch.float32)["plain"].shape == (32, T5_DIM)
+    assert shorter.prompts.encoder_calls == 1
+    assert shorter.prompts.embeddings(torch.device("cpu"), torch.float32)["plain"].shape == (32, T5_DIM)
 
 
 def test_a_sentencepiece_tokenizer_without_sentencepiece_says_what_to_install(tmp_path, monkeypatch):
@@ -163,7 +165,8 @@ def test_a_sentencepiece_tokenizer_without_sentencepiece_says_what_to_install(tm
     (folder / "tokenizer" / "spiece.model").write_bytes(b"\0" * 64)  # unreadable without (and with) sentencepiece
     (folder / "tokenizer" / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sentencepiece" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sentencepiece" else real_find_spec(name, *a))
     guidance = DeepFloydIFGuidance({"pretrained_model_name_or_path": str(folder), "prompt": "a cat",
                                     "prompt_cache_dir": str(tmp_path / "cache")})
     with pytest.raises(ModelLoadError, match=r"\(tokenizer\).*pip install sentencepiece") as info:

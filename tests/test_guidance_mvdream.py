@@ -57,7 +57,8 @@ def test_load_errors_say_what_to_fix(tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(tiny_mvdream_path(), broken)
     shutil.rmtree(broken / "vae")
-    with pytest.raises(ModelLoadError, match=r"local folder .*broken \(its 'vae/' part\).*system\.guidance\.pretrained_model_name_or_path="):
+    expected = r"local folder .*broken \(its 'vae/' part\).*system\.guidance\.pretrained_model_name_or_path="
+    with pytest.raises(ModelLoadError, match=expected):
         make(tmp_path, pretrained_model_name_or_path=str(broken))
     with pytest.raises(ValueError, match="perp_neg"):
         make(tmp_path, perp_neg=True)
@@ -231,7 +232,8 @@ def test_sds_gradient_matches_an_independent_computation(tmp_path):
     out = guidance(latents, batch, timesteps=t, noise=noise)
     out["loss_sds"].backward()
     camera = mvdream_camera(batch["cameras"].c2w)
-    expected = independent_mvdream_grad(str(tiny_mvdream_path()), latents.detach().permute(0, 3, 1, 2), t, noise, camera, 7.5, 0.5)
+    expected = independent_mvdream_grad(str(tiny_mvdream_path()), latents.detach().permute(0, 3, 1, 2), t, noise, camera,
+                                        7.5, 0.5)
     scale = float(expected.abs().max())
     torch.testing.assert_close(latents.grad.permute(0, 3, 1, 2), expected, rtol=1e-4, atol=1e-5 * scale)
 
@@ -257,5 +259,6 @@ def test_attention_options_keep_the_views_together(tmp_path, options):
     x_t, t, batch = torch.randn(4, 4, 8, 8), torch.full((4,), 400), four_views([15.0])
     reference = make(tmp_path, latent_input=True).predict_noise(x_t, t, batch)
     other = make(tmp_path, latent_input=True, **options)
-    assert all(isinstance(p, MultiViewAttnProcessor) for n, p in other.unet.attn_processors.items() if n.endswith("attn1.processor"))
+    processors = other.unet.attn_processors.items()
+    assert all(isinstance(p, MultiViewAttnProcessor) for n, p in processors if n.endswith("attn1.processor"))
     torch.testing.assert_close(other.predict_noise(x_t, t, batch), reference, rtol=1e-4, atol=1e-4)

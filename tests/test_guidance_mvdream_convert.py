@@ -31,7 +31,8 @@ def to_ldm_key(key: str, layers: int, up_has_attention: list[bool]) -> str:
             return old + key[len(new):]
     if m := re.match(r"down_blocks\.(\d+)\.(resnets|attentions)\.(\d+)\.(.*)", key):
         i, kind, j, rest = int(m[1]), m[2], int(m[3]), m[4]
-        return f"input_blocks.{(layers + 1) * i + j + 1}.{0 if kind == 'resnets' else 1}.{resnet(rest) if kind == 'resnets' else rest}"
+        part = resnet(rest) if kind == "resnets" else rest
+        return f"input_blocks.{(layers + 1) * i + j + 1}.{0 if kind == 'resnets' else 1}.{part}"
     if m := re.match(r"down_blocks\.(\d+)\.downsamplers\.0\.conv\.(.*)", key):
         return f"input_blocks.{(layers + 1) * (int(m[1]) + 1)}.0.op.{m[2]}"
     if m := re.match(r"mid_block\.resnets\.(\d+)\.(.*)", key):
@@ -40,7 +41,8 @@ def to_ldm_key(key: str, layers: int, up_has_attention: list[bool]) -> str:
         return f"middle_block.1.{m[1]}"
     if m := re.match(r"up_blocks\.(\d+)\.(resnets|attentions)\.(\d+)\.(.*)", key):
         i, kind, j, rest = int(m[1]), m[2], int(m[3]), m[4]
-        return f"output_blocks.{(layers + 1) * i + j}.{0 if kind == 'resnets' else 1}.{resnet(rest) if kind == 'resnets' else rest}"
+        part = resnet(rest) if kind == "resnets" else rest
+        return f"output_blocks.{(layers + 1) * i + j}.{0 if kind == 'resnets' else 1}.{part}"
     if m := re.match(r"up_blocks\.(\d+)\.upsamplers\.0\.conv\.(.*)", key):
         i = int(m[1])
         return f"output_blocks.{(layers + 1) * i + layers}.{2 if up_has_attention[i] else 1}.conv.{m[2]}"
@@ -77,7 +79,7 @@ def test_original_checkpoint_converts_to_a_loadable_folder_that_computes_the_sam
     out = convert_mvdream(tmp_path / "sd-v2.1-base-4view.pt", tmp_path / "converted", base=str(tiny_sd_path()),
                           dtype=torch.float32, unet_config=dict(unet.config))
     models = load_mvdream(str(out), torch.float32)
-    models.unet.set_attn_processor({name: p.inner if hasattr(p, "inner") else p for name, p in models.unet.attn_processors.items()})
+    models.unet.set_attn_processor({name: getattr(p, "inner", p) for name, p in models.unet.attn_processors.items()})
     torch.testing.assert_close(outputs(models.unet), outputs(unet))
 
 
@@ -92,7 +94,7 @@ def test_a_community_port_folder_converts_with_its_own_parts(tmp_path, capsys):
     save_file(ldm_state(unet), str(port / "unet" / "diffusion_pytorch_model.safetensors"))  # LDM keys, no prefix
     out = convert_mvdream(port, tmp_path / "out", dtype=torch.float32, unet_config=dict(unet.config))
     models = load_mvdream(str(out), torch.float32)
-    models.unet.set_attn_processor({name: p.inner if hasattr(p, "inner") else p for name, p in models.unet.attn_processors.items()})
+    models.unet.set_attn_processor({name: getattr(p, "inner", p) for name, p in models.unet.attn_processors.items()})
     torch.testing.assert_close(outputs(models.unet), outputs(unet))
     # the command line converts to SD 2.1's shape: tiny weights do not fit it, and it says so
     assert main([str(port), str(tmp_path / "cli")]) == 2

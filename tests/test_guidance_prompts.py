@@ -97,7 +97,8 @@ def test_prompt_cache_hits(tmp_path):
     # another model, or new text, misses: only the new text is encoded
     PromptProcessor(cfg, "model-b", CountingEncoder).embeddings(torch.device("cpu"), torch.float32)
     assert CountingEncoder.built == 2
-    changed = PromptProcessor(PromptConfig(prompt="a cat", negative_prompt="blurry", prompt_cache_dir=str(tmp_path)), "model-a", CountingEncoder)
+    changed = PromptProcessor(PromptConfig(prompt="a cat", negative_prompt="blurry", prompt_cache_dir=str(tmp_path)), "model-a",
+                              CountingEncoder)
     changed.embeddings(torch.device("cpu"), torch.float32)
     assert CountingEncoder.built == 3 and len(list(tmp_path.glob("*.safetensors"))) == 2 * len(table) + 1
 
@@ -113,7 +114,8 @@ def test_prompt_batch_picks_view_embeddings(tmp_path):
         assert torch.equal(prompts.uncond[i], table["uncond"])
         assert torch.equal(prompts.negatives[i, 1], table["side"])
     assert prompts.negative_weights.shape == (3, 3) and prompts.negative_weights[2].abs().sum() == 0
-    plain = PromptProcessor(PromptConfig(prompt="a cat", prompt_cache_dir="none", view_dependent_prompting=False), "m", CountingEncoder)
+    plain = PromptProcessor(PromptConfig(prompt="a cat", prompt_cache_dir="none", view_dependent_prompting=False), "m",
+                            CountingEncoder)
     assert torch.equal(plain({}, 2, torch.device("cpu"), torch.float32).cond[1], table["plain"])
 
 

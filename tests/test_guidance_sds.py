@@ -21,7 +21,8 @@ def make(tmp_path, prediction_type: str = "epsilon", **overrides) -> StableDiffu
 def views(elevation: list[float], azimuth: list[float]) -> dict:
     el, az = torch.tensor(elevation), torch.tensor(azimuth)
     c2w = spherical_to_c2w(torch.deg2rad(el), torch.deg2rad(az), torch.full_like(el, 2.0))
-    return {"elevation_deg": el, "azimuth_deg": az, "cameras": Cameras(c2w, intrinsics_from_fovy(torch.full_like(el, 0.8), 16, 16), 16, 16), "step": 0}
+    cameras = Cameras(c2w, intrinsics_from_fovy(torch.full_like(el, 0.8), 16, 16), 16, 16)
+    return {"elevation_deg": el, "azimuth_deg": az, "cameras": cameras, "step": 0}
 
 
 def independent_sds_grad(path, latents, t, noise, texts, scale, prediction_type="epsilon"):
@@ -65,7 +66,8 @@ def test_loaded_frozen_and_out_of_state_dicts(tmp_path):
 def test_cfg_is_one_unet_call_on_uncond_and_cond(tmp_path):
     guidance = make(tmp_path)
     calls = []
-    guidance.unet.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs["encoder_hidden_states"].clone()), with_kwargs=True)
+    guidance.unet.register_forward_hook(lambda m, args, kwargs, out: calls.append(kwargs["encoder_hidden_states"].clone()),
+                                        with_kwargs=True)
     out = guidance(torch.rand(3, 8, 8, 3), views([0, 0, 0], [0, 90, 180]))
     assert len(calls) == 1 and calls[0].shape[0] == 6
     table = guidance.prompts.embeddings(torch.device("cpu"), torch.float32)

@@ -52,7 +52,8 @@ def test_sds_gradient_matches_an_independent_computation():
 
     with torch.no_grad():  # the same step written out with the models directly
         reference = guidance._reference_rgb.permute(2, 0, 1)[None]
-        clip_in = torch.nn.functional.interpolate(reference, (32, 32), mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
+        clip_in = torch.nn.functional.interpolate(reference, (32, 32), mode="bicubic", align_corners=False,
+                                                  antialias=True).clamp(0, 1)
         mean = torch.tensor([0.48145466, 0.4578275, 0.40821073])[:, None, None]
         std = torch.tensor([0.26862954, 0.26130258, 0.27577711])[:, None, None]
         embedding = models.image_encoder((clip_in - mean) / std).image_embeds

@@ -25,6 +25,14 @@ from lift3d.guidance.score import classifier_free_guidance, per_sample, scaled_l
 from lift3d.registry import register
 
 
+def guided_noise(x_t: Tensor, alpha_bar: Tensor, uncond_mean: Tensor, cond_mean: Tensor, scale: float) -> Tensor:
+    """Classifier-free guided noise [B, C, H, W] from the unconditional and conditional clean-image estimates
+    (any shape of B x C*H*W elements): eps = (x_t - sqrt(a) x0) / sqrt(1 - a) of each, then guided by ``scale``."""
+    a = per_sample(alpha_bar, x_t)
+    eps = [(x_t - a.sqrt() * mean.reshape(x_t.shape)) / (1 - a).sqrt() for mean in (uncond_mean, cond_mean)]
+    return classifier_free_guidance(eps[0], eps[1], scale)
+
+
 def posterior_mean(x_t: Tensor, references: Tensor, alpha_bar: Tensor, log_prior: Tensor | None = None) -> Tensor:
     """E[y | x_t] [B, D] for x_t [B, D], references [N, D], alpha_bar [B], log_prior [B, N] (None: uniform)."""
     s = alpha_bar.sqrt()[:, None]
@@ -126,10 +134,6 @@ class AnalyticGuidance(DistillationGuidance):
         references = self.references_at(height, width)
         alpha_bar = self.alphas_cumprod[t]
         flat = x_t.flatten(1)
-        means = {
-            "uncond": posterior_mean(flat, references, alpha_bar),
-            "cond": posterior_mean(flat, references, alpha_bar, self.conditional_log_prior(batch, n)),
-        }
-        a = per_sample(alpha_bar, x_t)
-        eps = {key: (x_t - a.sqrt() * mean.reshape(x_t.shape)) / (1 - a).sqrt() for key, mean in means.items()}
-        return classifier_free_guidance(eps["uncond"], eps["cond"], self.cfg.guidance_scale)
+        uncond = posterior_mean(flat, references, alpha_bar)
+        cond = posterior_mean(flat, references, alpha_bar, self.conditional_log_prior(batch, n))
+        return guided_noise(x_t, alpha_bar, uncond, cond, self.cfg.guidance_scale)

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import spherical_to_position
-from lift3d.guidance.analytic import AnalyticConfig, AnalyticGuidance
-from lift3d.guidance.score import classifier_free_guidance, per_sample
+from lift3d.guidance.analytic import AnalyticConfig, AnalyticGuidance, guided_noise
+from lift3d.guidance.multiview import per_object_timesteps
 from lift3d.registry import register
 
 
@@ -81,11 +81,7 @@ class AnalyticMultiviewGuidance(AnalyticGuidance):
 
     def sample_timesteps(self, n: int, device: torch.device) -> Tensor:
         """One timestep per object, shared by its views (as the mvdream guidance)."""
-        views = self.cfg.n_views
-        if n % views:
-            raise ValueError(f"the analytic-multiview guidance denoises {views} views together: the batch of {n} renders must "
-                             f"be a multiple of {views} (set data.n_view={views})")
-        return super().sample_timesteps(n // views, device).repeat_interleave(views)
+        return per_object_timesteps(super().sample_timesteps, n, self.cfg.n_views, device, "analytic-multiview")
 
     def tuple_log_prior(self, batch: dict[str, Any], n: int) -> Tensor:
         """[n / V, M]: 0 for tuples whose every member is within view_angle_deg of its view (and the best), else -inf."""
@@ -108,10 +104,6 @@ class AnalyticMultiviewGuidance(AnalyticGuidance):
         alpha_bar = self.alphas_cumprod[t]
         flat = x_t.flatten(1).reshape(n // views, views, -1)
         grouped_alpha = alpha_bar.reshape(n // views, views)
-        means = {
-            "uncond": joint_posterior_mean(flat, tuples, grouped_alpha),
-            "cond": joint_posterior_mean(flat, tuples, grouped_alpha, self.tuple_log_prior(batch, n)),
-        }
-        a = per_sample(alpha_bar, x_t)
-        eps = {key: (x_t - a.sqrt() * mean.reshape(x_t.shape)) / (1 - a).sqrt() for key, mean in means.items()}
-        return classifier_free_guidance(eps["uncond"], eps["cond"], self.cfg.guidance_scale)
+        uncond = joint_posterior_mean(flat, tuples, grouped_alpha)
+        cond = joint_posterior_mean(flat, tuples, grouped_alpha, self.tuple_log_prior(batch, n))
+        return guided_noise(x_t, alpha_bar, uncond, cond, self.cfg.guidance_scale)

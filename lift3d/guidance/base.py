@@ -32,7 +32,7 @@ class DistillationConfig:
     """Options of the distillation loop shared by every guidance."""
 
     guidance_scale: float = 100.0  # classifier-free guidance scale (DreamFusion uses 100)
-    weighting: str = "sds"  # w(t): sds (1 - alpha_bar), uniform (1), fantasia3d (sqrt(alpha_bar) (1 - alpha_bar)), recon (sqrt((1 - alpha_bar) / alpha_bar))
+    weighting: str = "sds"  # w(t), a = alpha_bar: sds (1 - a), uniform (1), fantasia3d (sqrt(a) (1 - a)), recon (sqrt((1-a)/a))
     min_step_percent: Any = scheduled(0.02)  # lowest timestep as a fraction of T (number or schedule)
     max_step_percent: Any = scheduled(0.98)  # highest timestep as a fraction of T (number or schedule)
     timestep_sampling: str = "uniform"  # uniform: t ~ U{min..max} per view; linear: t falls from max to min over anneal_steps
@@ -75,7 +75,8 @@ class DistillationGuidance(BaseModule):
         lo = float(scheduled_value(self.cfg.min_step_percent, self.global_step))
         hi = float(scheduled_value(self.cfg.max_step_percent, self.global_step))
         if not 0.0 <= lo <= hi <= 1.0:
-            raise ValueError(f"guidance timestep range must satisfy 0 <= min_step_percent <= max_step_percent <= 1, got {lo}, {hi}")
+            raise ValueError("guidance timestep range must satisfy 0 <= min_step_percent <= max_step_percent <= 1, "
+                             f"got {lo}, {hi}")
         return min(int(T * lo), T - 1), min(int(T * hi), T - 1)
 
     def sample_timesteps(self, n: int, device: torch.device) -> Tensor:

@@ -44,7 +44,8 @@ def epsilon_channels(out: Tensor, channels: int) -> Tensor:
         return out[:, :channels]
     if out.shape[1] == channels:
         return out
-    raise ValueError(f"the UNet returns {out.shape[1]} channels for {channels}-channel inputs (expected {channels} or {2 * channels})")
+    raise ValueError(f"the UNet returns {out.shape[1]} channels for {channels}-channel inputs "
+                     f"(expected {channels} or {2 * channels})")
 
 
 def pixel_input(rgb: Tensor, size: int) -> Tensor:
@@ -103,7 +104,8 @@ def load_deepfloyd_if(name: str, dtype: torch.dtype, variant: str | None = None,
         except ModelLoadError as error:
             if importlib.util.find_spec("sentencepiece") is None:  # IF ships tokenizer/spiece.model, no tokenizer.json
                 raise ModelLoadError(f"{error} DeepFloyd IF's T5 tokenizer is a SentencePiece model (tokenizer/spiece.model), "
-                                     "which needs sentencepiece: pip install sentencepiece (or pip install 'lift3d[deepfloyd]')") from error
+                                     "which needs sentencepiece: pip install sentencepiece "
+                                     "(or pip install 'lift3d[deepfloyd]')") from error
             raise
         log.info("loading the T5 text encoder of %s to embed the prompts (cached afterwards)", name)
         model = load_part(T5EncoderModel.from_pretrained, name, "text_encoder", local_only, IF_PARTS, torch_dtype=t5_dtype,
@@ -132,7 +134,8 @@ class DeepFloydIFConfig(StableDiffusionConfig):
 def check_config(c: DeepFloydIFConfig) -> None:
     """Reject options that cannot apply to a pixel-space model, naming the fix."""
     if c.latent_input:
-        raise ValueError("DeepFloyd IF works on RGB pixels: guidance.latent_input (and system.latent_steps) need stable-diffusion")
+        raise ValueError("DeepFloyd IF works on RGB pixels: guidance.latent_input (and system.latent_steps) "
+                         "need stable-diffusion")
     if c.fuse_qkv:
         raise ValueError("guidance.fuse_qkv does not apply to DeepFloyd IF (its attention has added text key/value projections)")
     if c.text_max_length < 1:

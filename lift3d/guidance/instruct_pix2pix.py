@@ -69,7 +69,8 @@ def edit_size(height: int, width: int, max_side: int) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------------ loading
-def load_instruct_pix2pix(name: str, dtype: torch.dtype, variant: str | None = None, local_files_only: bool = False) -> DiffusionModels:
+def load_instruct_pix2pix(name: str, dtype: torch.dtype, variant: str | None = None,
+                          local_files_only: bool = False) -> DiffusionModels:
     """UNet (8 input channels), VAE, noise schedule and text encoder factory of an InstructPix2Pix folder or hub
     id, frozen, on the CPU in ``dtype``; errors as for the Stable Diffusion guidance, naming the editor's key."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
@@ -120,7 +121,8 @@ class InstructPix2PixEditor(LazyPlacement, Editor):
         super().__init__(cfg)
         c = self.cfg
         if not 0.0 <= c.min_step_percent <= c.max_step_percent <= 1.0:
-            raise ValueError(f"need 0 <= min_step_percent <= max_step_percent <= 1, got {c.min_step_percent} and {c.max_step_percent}")
+            raise ValueError("need 0 <= min_step_percent <= max_step_percent <= 1, "
+                             f"got {c.min_step_percent} and {c.max_step_percent}")
         if c.diffusion_steps < 1:
             raise ValueError(f"diffusion_steps must be at least 1, got {c.diffusion_steps}")
         self.dtype = resolve_dtype(c.dtype, torch.cuda.is_available())
@@ -178,8 +180,8 @@ class InstructPix2PixEditor(LazyPlacement, Editor):
         images = torch.cat([image_latents, image_latents, torch.zeros_like(image_latents)])
         texts = context.repeat_interleave(b, dim=0).to(self.dtype)
         timestep = torch.full((3 * b,), t, device=x_t.device, dtype=torch.long)
-        out = self.models.unet(torch.cat([latents.to(self.dtype), images.to(self.dtype)], dim=1), timestep, encoder_hidden_states=texts,
-                               return_dict=False)[0].float()
+        inputs = torch.cat([latents.to(self.dtype), images.to(self.dtype)], dim=1)
+        out = self.models.unet(inputs, timestep, encoder_hidden_states=texts, return_dict=False)[0].float()
         alpha = self.alphas_cumprod[timestep]
         eps_text, eps_image, eps_uncond = to_epsilon(out, latents.float(), alpha, self.models.prediction_type).chunk(3)
         return instruct_guidance(eps_text, eps_image, eps_uncond, self.cfg.guidance_scale, self.cfg.image_guidance_scale)
@@ -200,8 +202,8 @@ class InstructPix2PixEditor(LazyPlacement, Editor):
         height, width = render.shape[1:3]
         size = edit_size(height, width, self.cfg.max_side)
         with torch.autocast(device.type, enabled=False):
-            image = F.interpolate(render.permute(0, 3, 1, 2).float().to(device).clamp(0, 1), size, mode="bilinear", align_corners=False)
-            cond = F.interpolate(photo.permute(0, 3, 1, 2).float().to(device).clamp(0, 1), size, mode="bilinear", align_corners=False)
+            image, cond = (F.interpolate(x.permute(0, 3, 1, 2).float().to(device).clamp(0, 1), size, mode="bilinear",
+                                         align_corners=False) for x in (render, photo))
             latents = self.encode(image).float()
             image_latents = self.image_latents(cond)
             t_start = self.start_timestep(generator) if timestep is None else int(timestep)
@@ -213,7 +215,8 @@ class InstructPix2PixEditor(LazyPlacement, Editor):
             for k, t in enumerate(times):
                 eps = self.guided_noise(x, t, image_latents)
                 alpha = self.alphas_cumprod[t].expand(x.shape[0])
-                alpha_prev = self.alphas_cumprod[times[k + 1]].expand(x.shape[0]) if k + 1 < len(times) else torch.ones_like(alpha)
+                last = k + 1 == len(times)
+                alpha_prev = torch.ones_like(alpha) if last else self.alphas_cumprod[times[k + 1]].expand(x.shape[0])
                 x = ddim_step(x, eps, alpha, alpha_prev)
             edited = self.decode(x)
             if tuple(edited.shape[-2:]) != (height, width):

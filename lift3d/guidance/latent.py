@@ -140,7 +140,8 @@ class LatentDiffusionGuidance(LazyPlacement, DistillationGuidance):
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with self.offload:
-            out = self._unet_fn(x, t, encoder_hidden_states=context.to(self.dtype), class_labels=class_labels, return_dict=False)[0]
+            out = self._unet_fn(x, t, encoder_hidden_states=context.to(self.dtype), class_labels=class_labels,
+                                return_dict=False)[0]
         return out.clone() if self._cuda_graphs or self._graphed else out  # CUDA-graph outputs are overwritten by the next replay
 
     def forward(self, rgb: Tensor, batch: dict[str, Any], return_images: bool = False, timesteps: Tensor | None = None,
@@ -172,7 +173,8 @@ class LatentDiffusionGuidance(LazyPlacement, DistillationGuidance):
                 latents = F.interpolate(latents, (size // 8, size // 8), mode="bilinear", align_corners=False)
             return latents
         if rgb.shape[-1] != 3:
-            raise ValueError(f"the guidance expects [B,H,W,3] renders in 0..1 (or set guidance.latent_input=true), got {tuple(rgb.shape)}")
+            raise ValueError("the guidance expects [B,H,W,3] renders in 0..1 (or set guidance.latent_input=true), "
+                             f"got {tuple(rgb.shape)}")
         image = rgb.permute(0, 3, 1, 2).to(self.execution_device)
         if image.shape[-2:] != (size, size):
             image = F.interpolate(image, (size, size), mode="bilinear", align_corners=False)

@@ -182,7 +182,8 @@ def model_key(name: str) -> str:
     return str(folder.resolve()) if folder.is_dir() else name
 
 
-def load_stable_diffusion(name: str, dtype: torch.dtype, variant: str | None = None, local_files_only: bool = False) -> DiffusionModels:
+def load_stable_diffusion(name: str, dtype: torch.dtype, variant: str | None = None,
+                          local_files_only: bool = False) -> DiffusionModels:
     """Load UNet, VAE and scheduler of ``name`` (hub id or folder) on the CPU in ``dtype``, frozen."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 
@@ -196,7 +197,8 @@ def load_stable_diffusion(name: str, dtype: torch.dtype, variant: str | None = N
         from transformers import CLIPTextModel, CLIPTokenizer
 
         tokenizer = load_part(CLIPTokenizer.from_pretrained, name, "tokenizer", local_only)
-        model = load_part(CLIPTextModel.from_pretrained, name, "text_encoder", local_only, **({"variant": variant} if variant else {}))
+        model = load_part(CLIPTextModel.from_pretrained, name, "text_encoder", local_only,
+                          **({"variant": variant} if variant else {}))
         return TextEncoder(tokenizer, frozen(model).to(device=device, dtype=dtype))
 
     return DiffusionModels.with_schedule(unet, vae, scheduler, text_encoder, model_key(name))

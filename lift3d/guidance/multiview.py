@@ -14,6 +14,7 @@ linear_2) to the time embedding, with the camera passed as ``class_labels``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +40,16 @@ def mvdream_camera(c2w: Tensor) -> Tensor:
     translation = camera[:, :3, 3]
     camera[:, :3, 3] = translation / (translation.norm(dim=-1, keepdim=True) + 1e-8)
     return camera.flatten(1)
+
+
+def per_object_timesteps(sample: Callable[[int, torch.device], Tensor], n: int, views: int, device: torch.device,
+                         guidance: str) -> Tensor:
+    """Timesteps [n] for ``n`` renders, objects of ``views`` consecutive views: one ``sample``d timestep per object,
+    shared by its views (as MVDream is trained and sampled)."""
+    if n % views:
+        raise ValueError(f"the {guidance} guidance denoises {views} views of one object together: the batch of {n} renders "
+                         f"must be a multiple of {views} (set data.n_view={views} and data.batch_size to a multiple of it)")
+    return sample(n // views, device).repeat_interleave(views)
 
 
 def rescale_guidance(guided: Tensor, cond: Tensor, rescale: float, group: int = 1) -> Tensor:

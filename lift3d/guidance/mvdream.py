@@ -25,7 +25,14 @@ from torch import Tensor
 
 from lift3d.guidance.latent import LatentDiffusionConfig, LatentDiffusionGuidance
 from lift3d.guidance.loading import CONFIG_KEY, DiffusionModels, ModelLoadError, load_stable_diffusion
-from lift3d.guidance.multiview import CAMERA_DIM, install_multiview_attention, mvdream_camera, rescale_guidance, set_num_views
+from lift3d.guidance.multiview import (
+    CAMERA_DIM,
+    install_multiview_attention,
+    mvdream_camera,
+    per_object_timesteps,
+    rescale_guidance,
+    set_num_views,
+)
 from lift3d.guidance.prompts import PromptConfig, PromptProcessor
 from lift3d.guidance.score import classifier_free_guidance, per_sample, predict_x0, to_epsilon
 from lift3d.registry import register
@@ -63,7 +70,7 @@ def load_mvdream(name: str, dtype: torch.dtype, variant: str | None = None, loca
 class MVDreamConfig(LatentDiffusionConfig, PromptConfig):
     """SDS from an MVDream model (threestudio's mvdream-sd21 defaults)."""
 
-    pretrained_model_name_or_path: str = ""  # local diffusers folder (or hub id) of an MVDream model: UNet with a 16-input camera projection
+    pretrained_model_name_or_path: str = ""  # diffusers folder (or hub id) of an MVDream model (16-input camera projection)
     n_views: int = 4  # views of one object denoised together (consecutive renders of a batch; MVDream: 4)
     resolution: int = 256  # MVDream works at 256x256 (32x32 latents)
     guidance_scale: float = 50.0  # CFG scale (threestudio's mvdream-sd21)
@@ -109,11 +116,7 @@ class MVDreamGuidance(LatentDiffusionGuidance):
 
     def sample_timesteps(self, n: int, device: torch.device) -> Tensor:
         """One timestep per object, shared by its views (as MVDream is trained and sampled)."""
-        views = self.cfg.n_views
-        if n % views:
-            raise ValueError(f"the mvdream guidance denoises {views} views of one object together: the batch of {n} renders "
-                             f"must be a multiple of {views} (set data.n_view={views} and data.batch_size to a multiple of it)")
-        return super().sample_timesteps(n // views, device).repeat_interleave(views)
+        return per_object_timesteps(super().sample_timesteps, n, self.cfg.n_views, device, "mvdream")
 
     def camera_conditioning(self, batch: dict[str, Any], n: int) -> Tensor:
         """MVDream's camera vectors [n, 16] of the batch's views."""

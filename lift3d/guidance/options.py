@@ -22,20 +22,26 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduc
 
 @dataclass
 class ModelOptionsConfig:
-    """How the frozen diffusion model runs: memory savers and speed-ups."""
+    """How the frozen diffusion model runs: memory savers and speed-ups.
 
-    attention: str = "sdpa"  # sdpa (PyTorch scaled_dot_product_attention), xformers (if installed, else sdpa), default (as loaded)
-    vae_attention: str = "math"  # the VAE's attention: math (matmuls + softmax), sdpa, or same (as attention). One 512-wide head over 4096 tokens: SDPA's backward falls back to a slow kernel there (H100: 6.2 of 25.7 ms per compiled SDS step)
+    The VAE's attention defaults to plain matmuls: its one 512-wide head over 4096 tokens sends SDPA's backward to a
+    slow kernel. ``cpu_offload=model`` keeps the UNet in CPU memory between calls; ``sequential`` moves it layer by
+    layer (needs accelerate; SDS only). ``cuda_graphs`` with ``compile`` is inductor's reduce-overhead mode; without
+    it, the eager UNet forward is captured as CUDA graphs in seconds.
+    """
+
+    attention: str = "sdpa"  # sdpa (PyTorch scaled_dot_product_attention), xformers (if installed, else sdpa), default
+    vae_attention: str = "math"  # the VAE's attention: math (matmuls + softmax), sdpa, or same (as attention)
     attention_slicing: bool = False  # compute attention in slices: less memory, slower (replaces the attention kernel)
     vae_slicing: bool = False  # run the VAE one image at a time: less memory for large batches
-    cpu_offload: str = "none"  # none; model: UNet kept in CPU memory between calls; sequential: layer by layer (needs accelerate; SDS only)
+    cpu_offload: str = "none"  # none, model (UNet in CPU memory between calls) or sequential (layer by layer)
     channels_last: bool = True  # channels-last memory format for UNet and VAE (faster fp16/bf16 convolutions on GPUs)
     fuse_qkv: bool = False  # fuse the attention q/k/v projections into one matmul (not with VSD's LoRA)
     compile: bool = False  # torch.compile the UNet (and the VAE encoder, see compile_vae); CUDA only, skipped on CPU
     compile_vae: bool = True  # with compile: also compile the VAE encode (forward and backward)
     compile_mode: str = "default"  # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs, ...
     compile_fallback: bool = True  # if compiling fails (no compiler, unsupported op), warn once and run eagerly
-    cuda_graphs: bool = False  # replay the UNet as CUDA graphs (no kernel-launch overhead): with compile, inductor's reduce-overhead; without, the eager forward captured in seconds
+    cuda_graphs: bool = False  # replay the UNet as CUDA graphs (no kernel-launch overhead), with or without compile
     cudnn_benchmark: bool = True  # let cuDNN time and pick the fastest convolution algorithms (CUDA only)
 
 

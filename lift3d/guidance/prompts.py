@@ -173,10 +173,12 @@ class PromptProcessor:
         if not cfg.prompt.strip():
             raise ValueError('guidance.prompt is empty: say what to make, e.g. guidance.prompt="a DSLR photo of a hamburger"')
         if cfg.perp_neg and not cfg.view_dependent_prompting:
-            raise ValueError("guidance.perp_neg needs guidance.view_dependent_prompting=true (its negatives are the view prompts)")
+            raise ValueError("guidance.perp_neg needs guidance.view_dependent_prompting=true "
+                             "(its negatives are the view prompts)")
         self.cfg, self.model_key, self.text_encoder = cfg, model_key, text_encoder
         folder = cfg.prompt_cache_dir
-        self.cache = None if folder.lower() == "none" else EmbeddingCache(Path(folder).expanduser() if folder else default_cache_dir())
+        cache_dir = Path(folder).expanduser() if folder else default_cache_dir()
+        self.cache = None if folder.lower() == "none" else EmbeddingCache(cache_dir)
         self._embeddings: dict[str, Tensor] | None = None
         self._on_device: dict[tuple[torch.device, torch.dtype], dict[str, Tensor]] = {}  # copies, made once
         self.encoder_calls = 0  # how many times the text encoder ran (cache misses)
@@ -216,7 +218,7 @@ class PromptProcessor:
     def view_angles(batch: dict[str, Any], n: int) -> tuple[Tensor, Tensor]:
         """(elevation_deg, azimuth_deg) [n] from the batch, or from its cameras."""
         if "elevation_deg" in batch and "azimuth_deg" in batch:
-            return torch.as_tensor(batch["elevation_deg"]).reshape(-1).float(), torch.as_tensor(batch["azimuth_deg"]).reshape(-1).float()
+            return tuple(torch.as_tensor(batch[key]).reshape(-1).float() for key in ("elevation_deg", "azimuth_deg"))
         if "cameras" in batch:
             elevation, azimuth, _ = c2w_to_spherical(batch["cameras"].c2w)
             return torch.rad2deg(elevation), torch.rad2deg(azimuth)

@@ -152,7 +152,8 @@ class VSDGuidance(StableDiffusionGuidance):
 
         if not (dist.is_available() and dist.is_initialized()):
             return
-        tensors = [p.grad for p in self.trainable.values() if p.grad is not None] if grads else [p.data for p in self.trainable.values()]
+        params = self.trainable.values()
+        tensors = [p.grad for p in params if p.grad is not None] if grads else [p.data for p in params]
         if not tensors:
             return
         flat = torch.cat([t.reshape(-1) for t in tensors])  # one collective, not one per tensor

@@ -167,7 +167,8 @@ class Zero123Guidance(LatentDiffusionGuidance):
             image = self._reference_rgb.permute(2, 0, 1)[None].to(device)
             size = self.models.image_size
             clip_in = F.interpolate(image, (size, size), mode="bicubic", align_corners=False, antialias=True).clamp(0, 1)
-            clip_in = (clip_in - torch.tensor(CLIP_MEAN, device=device)[:, None, None]) / torch.tensor(CLIP_STD, device=device)[:, None, None]
+            mean, std = (torch.tensor(v, device=device)[:, None, None] for v in (CLIP_MEAN, CLIP_STD))
+            clip_in = (clip_in - mean) / std
             embedding = self.models.image_encoder(clip_in.to(self.dtype)).image_embeds.float()
             resolution = self.cfg.resolution
             vae_in = F.interpolate(image, (resolution, resolution), mode="bilinear", align_corners=False, antialias=True)
