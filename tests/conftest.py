@@ -92,3 +92,29 @@ def _restore_lift3d_logger():
     yield
     logger.propagate = True
     logger.setLevel(level)
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    """Debian's headless Chromium through Playwright: ``chromium(**context_options)`` opens a browser context with a
+    profile of its own under ``tmp_path`` (e.g. ``viewport=``, ``accept_downloads=``); all closed after the test."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
+    assert CHROMIUM.is_file(), "Debian's chromium is needed at /usr/bin/chromium: apt-get install -y chromium"
+    with sync_playwright() as playwright:
+        opened = []
+
+        def open_context(**options):
+            context = playwright.chromium.launch_persistent_context(
+                str(tmp_path / f"profile-{len(opened)}"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+                **options)
+            opened.append(context)
+            return context
+
+        try:
+            yield open_context
+        finally:
+            for context in opened:
+                context.close()

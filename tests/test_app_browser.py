@@ -12,26 +12,18 @@ import dataclasses
 import io
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lift3d.app.recipes import DEFAULT_RECIPES
-from tests.conftest import REPO
-from tests.processes import stop
+from tests.browser import artifacts, free_port, serving
 from tests.tiny_diffusion import tiny_sd_path
 from tests.validators import gltf_problems, validate_gltf
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RECIPE_LABEL = "Text to 3D: Gaussian SDS (fast)"  # a built-in entry of lift3d/app/recipes.py
 PROMPT = "a glazed ceramic apple"
 STEPS = 100  # 15-25 steps/s on one CPU thread: several progress updates (one a second) during the run
@@ -56,45 +48,17 @@ def _recipes_file(tmp_path: Path) -> Path:
     return path
 
 
-def _artifacts() -> Path:
-    folder = Path(os.environ.get("LIFT3D_TEST_ARTIFACTS") or REPO / "tests" / "artifacts") / "app"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path):
     """``lift3d app`` on a free loopback port, with the tiny recipe entry; stopped (SIGTERM) at the end."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LIFT3D_APP_RECIPES": str(_recipes_file(tmp_path)), "GRADIO_ANALYTICS_ENABLED": "False",
            "GRADIO_TEMP_DIR": str(tmp_path / "gradio"), "HF_HUB_OFFLINE": "1",
            "OMP_NUM_THREADS": "1"}  # tiny models are all overhead: one thread is fastest on a shared CPU
-    with open(tmp_path / "server.log", "wb") as log:  # the child keeps its own handle
-        process = subprocess.Popen([sys.executable, "-m", "lift3d", "app", "--port", str(port), "--output-root", str(tmp_path / "outputs")],
-                                   cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "lift3d", "app", "--port", str(port), "--output-root", str(tmp_path / "outputs")]
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 240
-    while True:
-        assert process.poll() is None, f"the app exited early:\n{(tmp_path / 'server.log').read_text()}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"the app did not answer at {url}:\n{(tmp_path / 'server.log').read_text()}"
-        time.sleep(0.5)
-    try:
+    with serving(command, url, tmp_path / "server.log", "the app", timeout=240, env=env) as process:
         yield url, process, tmp_path
-    finally:
-        stop(process)
 
 
 def _status(page) -> dict:
@@ -108,7 +72,8 @@ def _wait(page, predicate, timeout: float, what: str) -> dict:
         status = _status(page)
         if predicate(status):
             return status
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; last status {status}: {page.inner_text('#job-status')}"
+        last = page.inner_text("#job-status")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; last status {status}: {last}"
         time.sleep(0.25)
 
 
@@ -122,77 +87,68 @@ def _canvas_has_a_picture(page) -> bool:
     return float(pixels.std(axis=(0, 1)).max()) > 20.0  # a shaded model, not an empty canvas
 
 
-def test_app_runs_a_job_in_a_real_browser(server):
-    from playwright.sync_api import sync_playwright
-
+def test_app_runs_a_job_in_a_real_browser(server, chromium):
     url, process, tmp_path = server
-    assert CHROMIUM.is_file(), "Debian's chromium is needed at /usr/bin/chromium: apt-get install -y chromium"
-    shots = _artifacts()
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 1000}, accept_downloads=True)
-        try:
-            page = browser.new_page()
-            console: list[str] = []  # the page's own errors, saved when the viewer stays empty
-            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-            page.goto(url)
-            page.wait_for_selector("#lift3d-status[data-state=idle]", timeout=60_000)
-            if page.locator("#recipe input").input_value() != RECIPE_LABEL:  # the built-in recipes come first
-                page.click("#recipe input")
-                page.get_by_role("option", name=RECIPE_LABEL).click()
-            page.wait_for_selector("#prompt textarea", timeout=30_000)
-            assert page.locator("#recipe input").input_value() == RECIPE_LABEL
-            page.screenshot(path=shots / "1-before.png", full_page=True)
+    shots = artifacts("app")
+    browser = chromium(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
+    page = browser.new_page()
+    console: list[str] = []  # the page's own errors, saved when the viewer stays empty
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    page.goto(url)
+    page.wait_for_selector("#lift3d-status[data-state=idle]", timeout=60_000)
+    if page.locator("#recipe input").input_value() != RECIPE_LABEL:  # the built-in recipes come first
+        page.click("#recipe input")
+        page.get_by_role("option", name=RECIPE_LABEL).click()
+    page.wait_for_selector("#prompt textarea", timeout=30_000)
+    assert page.locator("#recipe input").input_value() == RECIPE_LABEL
+    page.screenshot(path=shots / "1-before.png", full_page=True)
 
-            # bad input: a clear message on the page, and the server keeps running
-            page.click("#start")
-            page.wait_for_selector("#lift3d-message[data-kind=error]", timeout=30_000)
-            assert "type a prompt" in page.inner_text("#lift3d-message")
-            page.fill("#prompt textarea", PROMPT)
-            page.fill("#opt-steps :is(input, textarea)", "many")
-            page.click("#start")
-            page.wait_for_selector("#lift3d-message:has-text('steps must be a number')", timeout=30_000)
-            page.screenshot(path=shots / "2-bad-input.png", full_page=True)
-            assert process.poll() is None
+    # bad input: a clear message on the page, and the server keeps running
+    page.click("#start")
+    page.wait_for_selector("#lift3d-message[data-kind=error]", timeout=30_000)
+    assert "type a prompt" in page.inner_text("#lift3d-message")
+    page.fill("#prompt textarea", PROMPT)
+    page.fill("#opt-steps :is(input, textarea)", "many")
+    page.click("#start")
+    page.wait_for_selector("#lift3d-message:has-text('steps must be a number')", timeout=30_000)
+    page.screenshot(path=shots / "2-bad-input.png", full_page=True)
+    assert process.poll() is None
 
-            # a short run of the real recipe on the tiny pipeline: progress advances step by step
-            page.fill("#opt-steps :is(input, textarea)", str(STEPS))
-            page.fill("#opt-resolution :is(input, textarea)", str(RESOLUTION))
-            page.fill("#opt-model_path :is(input, textarea)", str(tiny_sd_path()))
-            page.click("#start")
-            page.wait_for_selector("#lift3d-message[data-kind=info]:has-text('starting')", timeout=30_000)
-            first = _wait(page, lambda s: s["state"] == "running" and int(s["step"]) > 0, 240, "the first steps")
-            job = first["job"]
-            _wait(page, lambda s: s["state"] != "running" or int(s["step"]) > int(first["step"]), 120, "more steps")
-            page.screenshot(path=shots / "3-during.png", full_page=True)
-            assert "loss" in page.inner_text("#job-status")
+    # a short run of the real recipe on the tiny pipeline: progress advances step by step
+    page.fill("#opt-steps :is(input, textarea)", str(STEPS))
+    page.fill("#opt-resolution :is(input, textarea)", str(RESOLUTION))
+    page.fill("#opt-model_path :is(input, textarea)", str(tiny_sd_path()))
+    page.click("#start")
+    page.wait_for_selector("#lift3d-message[data-kind=info]:has-text('starting')", timeout=30_000)
+    first = _wait(page, lambda s: s["state"] == "running" and int(s["step"]) > 0, 240, "the first steps")
+    job = first["job"]
+    _wait(page, lambda s: s["state"] != "running" or int(s["step"]) > int(first["step"]), 120, "more steps")
+    page.screenshot(path=shots / "3-during.png", full_page=True)
+    assert "loss" in page.inner_text("#job-status")
 
-            # a reload finds the same job on the server again
-            page.reload()
-            page.wait_for_selector(f"#lift3d-status[data-job='{job}']", timeout=60_000)
-            done = _wait(page, lambda s: s["state"] in ("finished", "failed", "cancelled"), 300, "the run to end")
-            assert done["state"] == "finished", page.inner_text("#job-status")
-            assert int(done["step"]) == STEPS
+    # a reload finds the same job on the server again
+    page.reload()
+    page.wait_for_selector(f"#lift3d-status[data-job='{job}']", timeout=60_000)
+    done = _wait(page, lambda s: s["state"] in ("finished", "failed", "cancelled"), 300, "the run to end")
+    assert done["state"] == "finished", page.inner_text("#job-status")
+    assert int(done["step"]) == STEPS
 
-            # the result: the 3D viewer draws the model, the orbit video and the downloads are there
-            deadline = time.monotonic() + 60
-            while not _canvas_has_a_picture(page):
-                if time.monotonic() > deadline:
-                    page.screenshot(path=shots / "no-model.png", full_page=True)
-                    (shots / "console.txt").write_text("\n".join(console))
-                    raise AssertionError("the 3D viewer never drew the model (see no-model.png)")
-                time.sleep(0.5)
-            page.wait_for_selector("#result-video video", timeout=30_000)
-            page.wait_for_selector("#latest-image img", timeout=30_000)  # the last validation grid
-            page.screenshot(path=shots / "4-after.png", full_page=True)
-            with page.expect_download(timeout=30_000) as download_info:
-                page.click("#result-files a[download$='.glb']")
-            glb = shots / "result.glb"
-            download_info.value.save_as(glb)
-        finally:
-            browser.close()
+    # the result: the 3D viewer draws the model, the orbit video and the downloads are there
+    deadline = time.monotonic() + 60
+    while not _canvas_has_a_picture(page):
+        if time.monotonic() > deadline:
+            page.screenshot(path=shots / "no-model.png", full_page=True)
+            (shots / "console.txt").write_text("\n".join(console))
+            raise AssertionError("the 3D viewer never drew the model (see no-model.png)")
+        time.sleep(0.5)
+    page.wait_for_selector("#result-video video", timeout=30_000)
+    page.wait_for_selector("#latest-image img", timeout=30_000)  # the last validation grid
+    page.screenshot(path=shots / "4-after.png", full_page=True)
+    with page.expect_download(timeout=30_000) as download_info:
+        page.click("#result-files a[download$='.glb']")
+    glb = shots / "result.glb"
+    download_info.value.save_as(glb)
     import trimesh
     from omegaconf import OmegaConf
 

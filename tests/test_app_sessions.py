@@ -159,14 +159,14 @@ def test_the_server_does_not_serve_the_output_folder(tmp_path):
     import urllib.error
     import urllib.request
 
+    from tests.browser import free_port
     from tests.conftest import REPO
-    from tests.test_app_browser import _free_port
 
     outputs = tmp_path / "outputs"
     secret = outputs / "someone" / "run@1" / "save" / "it100.glb"
     secret.parent.mkdir(parents=True)
     secret.write_bytes(b"someone else's model")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "GRADIO_TEMP_DIR": str(tmp_path / "gradio"), "OMP_NUM_THREADS": "1",
            "LIFT3D_APP_RECIPES": ""}
     log = tmp_path / "server.log"

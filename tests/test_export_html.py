@@ -16,8 +16,8 @@ import torch
 from lift3d.cli import main
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.render.splats.sh import rgb_to_sh
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
-from tests.test_app_browser import CHROMIUM, CHROMIUM_ARGS
 
 
 def _two_tone_object(path: Path, n: int = 3000) -> Path:
