@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 from benchmarks import bench_mesh_stages as bench
+from benchmarks.records import json_lines
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 
 def test_bench_mesh_stages_tiny_prints_one_record_per_case(capsys):
     cases = ["magic3d-refine", "prolificdreamer-texture", "texture-mesh-spot", "gaussian-sds-texture"]
     assert bench.main(["--tiny", "--steps", "2", "--warmup", "1", "--render-steps", "1", "--cases", ",".join(cases)]) == 0
-    records = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    records = json_lines(capsys.readouterr().out)
     by_case = {r["case"]: r for r in records if "case" in r}
     assert list(by_case) == cases
     for record in by_case.values():

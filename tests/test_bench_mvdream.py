@@ -3,18 +3,17 @@ benchmark cannot rot), and benchmarks/random_mvdream.py writes a folder the mvdr
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 from benchmarks import bench_recipes as bench
+from benchmarks.records import json_lines
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 
 
 def test_tiny_mvdream_cases_measure_both_stages_and_the_total(capsys):
     assert bench.main(["--tiny", "--cases", "mvdream-64,mvdream-256"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    lines = json_lines(capsys.readouterr().out)
     cases = {r["case"]: r for r in lines if "case" in r}
     assert cases["mvdream-64"]["batch"] == 8 and cases["mvdream-256"]["batch"] == 4  # objects x 4 views
     assert cases["mvdream-64"]["full_run_steps"] + cases["mvdream-256"]["full_run_steps"] == 10000
@@ -34,7 +33,7 @@ def test_field_start_times_the_late_stage_from_a_pretrained_field(capsys):
     """--field-start analytic:N trains the case's field with the analytic multi-view prior first, then times the
     256 stage from that field and occupancy grid, its step counter resumed at the stage's first step (5000)."""
     assert bench.main(["--tiny", "--cases", "mvdream-256", "--field-start", "analytic:20"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    lines = json_lines(capsys.readouterr().out)
     record = next(r for r in lines if r.get("case") == "mvdream-256")
     assert record["field_start"] == "analytic:20" and record["start_step"] == 5000 and record["field_start_s"] > 0
     assert record["timed_steps"] == 3 and record["warmup_steps"] == 1

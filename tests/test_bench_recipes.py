@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from benchmarks import bench_recipes as bench
-
-
-def records(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+from benchmarks.records import json_lines
 
 
 def test_tiny_benchmark_measures_every_case(capsys):
     assert bench.main(["--tiny"]) == 0
-    lines = records(capsys.readouterr().out)
+    lines = json_lines(capsys.readouterr().out)
     cases = {r["case"]: r for r in lines if "steps_per_s" in r}
     assert set(cases) == set(bench.DEFAULT_CASES) and set(bench.DEFAULT_CASES) <= set(bench.CASES)
     for record in cases.values():
@@ -34,10 +29,10 @@ def test_tiny_benchmark_measures_every_case(capsys):
 
 def test_budget_and_case_filter(capsys):
     assert bench.main(["--tiny", "--budget-s", "0", "--cases", "gaussian-sds"]) == 0
-    lines = records(capsys.readouterr().out)
+    lines = json_lines(capsys.readouterr().out)
     assert [r["case"] for r in lines if "case" in r] == ["gaussian-sds"] and "skipped" in lines[0]
     assert bench.main(["--tiny", "--cases", "nope"]) == 1
-    assert "unknown case" in records(capsys.readouterr().out)[0]["error"]
+    assert "unknown case" in json_lines(capsys.readouterr().out)[0]["error"]
 
 
 def test_profiled_steps_name_each_sync_with_its_callers():

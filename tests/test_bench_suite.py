@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from benchmarks.floor import count_flops, floor_fields, matmul_rate
+from benchmarks.records import json_lines
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_tiny_suite_runs_and_reports_floors(tmp_path):
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--cases", cases, "--out", str(out)],
                           capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    records = {r["case"]: r for r in (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))}
+    records = {r["case"]: r for r in json_lines(done.stdout)}
     rates = records["matmul-rates"]["flop_per_s"]
     assert set(rates) == {"fp16", "bf16", "tf32", "fp32"} and all(v > 0 for v in rates.values())
     for name in ("sds-eager", "sds-compile-cudagraphs", "raster-torch-fwdbwd", "nerf-64-fwdbwd"):
@@ -58,14 +58,16 @@ def test_tiny_suite_runs_and_reports_floors(tmp_path):
 
 
 def test_budget_skips_cases_that_do_not_fit():
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--cases", "sds-compile-cudagraphs,vsd-compile-cudagraphs",
-                           "--budget-s", "0.5", "--no-recipes"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    cases = "sds-compile-cudagraphs,vsd-compile-cudagraphs"
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--tiny", "--cases", cases, "--budget-s", "0.5", "--no-recipes"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    records = json_lines(done.stdout)
     skipped = [r for r in records if "budget" in str(r.get("skipped", ""))]
     assert {r["case"] for r in skipped} == {"sds-compile-cudagraphs", "vsd-compile-cudagraphs"}
 
 
 def test_unknown_case_is_an_error():
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--cases", "nope"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--cases", "nope"], capture_output=True, text=True, cwd=REPO,
+                          timeout=60)
     assert done.returncode != 0 and "--list" in done.stderr
