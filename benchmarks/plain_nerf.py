@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from lift3d.data.posed_images import ResidentRays
+from lift3d.data.resident import ResidentRays
 from lift3d.systems.optim import apply_lr_schedules, build_optimizer
 
 
