@@ -15,7 +15,8 @@ def pixel_rays(cameras: Cameras) -> tuple[np.ndarray, np.ndarray]:
     return origins.double().numpy(), directions.double().numpy()
 
 
-def ray_cast(origins: np.ndarray, directions: np.ndarray, vertices: np.ndarray, faces: np.ndarray, near: float = 0.0, chunk: int = 256):
+def ray_cast(origins: np.ndarray, directions: np.ndarray, vertices: np.ndarray, faces: np.ndarray, near: float = 0.0,
+             chunk: int = 256):
     """Nearest hit per ray [R]: face id (-1 none), t, barycentrics [R, 3] of (v0, v1, v2)."""
     v0, v1, v2 = (vertices[faces[:, k]].astype(np.float64) for k in range(3))
     e1, e2 = v1 - v0, v2 - v0

@@ -56,7 +56,8 @@ def test_marching_tets_extracts_a_sphere_within_a_tet_edge(res):
 
 def test_marching_tets_gradients_match_finite_differences():
     vertices, tets = tet_grid(3, 1.0)
-    vertices = vertices.double() + 0.05 * torch.randn(vertices.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    noise = torch.randn(vertices.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    vertices = vertices.double() + 0.05 * noise
     sdf = vertices.norm(dim=-1) - 0.55
     n_points = marching_tets(vertices, sdf, tets)[0].shape[0]
     weights = torch.randn(n_points, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -117,7 +118,8 @@ class _TinyTexture(BaseModule):
 
 
 def test_texture_hook_and_rendering_gradients_reach_sdf_deformation_and_texture():
-    geometry = find("dmtet")({"grid_resolution": 12, "shape_init_radius": 0.45, "texture_type": "test-dmtet-texture", "texture": {"hidden": 4}})
+    geometry = find("dmtet")({"grid_resolution": 12, "shape_init_radius": 0.45, "texture_type": "test-dmtet-texture",
+                              "texture": {"hidden": 4}})
     assert any(k.startswith("texture.") for k in geometry.state_dict())
     cams = Cameras(orbit_c2w(2, 15.0, 2.0), intrinsics_from_fovy(torch.full((2,), math.radians(40.0)), 20, 20), 20, 20)
     out = find("mesh-rasterizer")()(geometry(), cams, color_fn=lambda s: geometry.color(s["points"]))

@@ -26,7 +26,8 @@ def test_normal_consistency_is_zero_on_a_plane_and_one_minus_cos_on_a_fold():
     vertices, faces = grid_mesh(5)
     assert normal_consistency(vertices, faces).abs() < 1e-12
     angle = 0.7  # two triangles hinged on the x axis, the second one lifted by ``angle``
-    hinge = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, -1.0, 0.0], [0.5, math.cos(angle), math.sin(angle)]], dtype=torch.float64)
+    hinge = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.5, -1.0, 0.0], [0.5, math.cos(angle), math.sin(angle)]],
+                         dtype=torch.float64)
     fold = torch.tensor([[0, 2, 1], [0, 1, 3]])
     torch.testing.assert_close(normal_consistency(hinge, fold), torch.tensor(1 - math.cos(angle), dtype=torch.float64))
 
@@ -36,7 +37,9 @@ def test_laplacian_zero_inside_a_plane_and_hand_value_on_a_tetrahedron():
     topology = edge_topology(faces)
     # a plane's laplacian is only non-zero on the border, and lifting it as a linear function changes nothing
     flat = laplacian_smoothing(vertices, faces, topology)
-    tilted = laplacian_smoothing(vertices + torch.stack([0 * vertices[:, 0], 0 * vertices[:, 0], 0.3 * vertices[:, 0] - 0.2 * vertices[:, 1]], -1), faces, topology)
+    x = vertices[:, 0]
+    tilt = torch.stack([0 * x, 0 * x, 0.3 * x - 0.2 * vertices[:, 1]], -1)
+    tilted = laplacian_smoothing(vertices + tilt, faces, topology)
     bumped = vertices.clone()
     bumped[5, 2] = 1.0  # an interior vertex lifted out of the plane
     assert laplacian_smoothing(bumped, faces, topology) > flat + 0.05

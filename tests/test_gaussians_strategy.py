@@ -126,7 +126,8 @@ def test_gradient_statistics_follow_gsplat_normalisation():
     assert torch.allclose(strategy.grad2d, torch.tensor([2 * 0.001 * 5, 0.002 * 4, 0.0]))
     assert torch.equal(strategy.count, torch.tensor([2.0, 1.0, 0.0]))
     two_views = DensifyStrategy()
-    two_views.update(_render_stats(1, torch.tensor([[[0.001, 0.0]], [[0.001, 0.0]]]), torch.tensor([[True], [True]]), size=(2, 8, 10)))
+    two_views.update(_render_stats(1, torch.tensor([[[0.001, 0.0]], [[0.001, 0.0]]]), torch.tensor([[True], [True]]),
+                                   size=(2, 8, 10)))
     assert torch.allclose(two_views.grad2d, torch.tensor([2 * 0.001 * 5 * 2]))
 
 

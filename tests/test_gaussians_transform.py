@@ -37,7 +37,8 @@ def test_rotated_gaussians_look_like_the_originals_turned(name):
     params = {k: v.double() for k, v in random_params(50, degree=3, seed=1).items()}
     turned = rotate_gaussians(params, matrix)
     assert torch.allclose(turned["means"], params["means"] @ matrix.T, atol=1e-12)
-    assert torch.equal(turned["log_scales"], params["log_scales"]) and torch.equal(turned["opacity_logits"], params["opacity_logits"])
+    assert torch.equal(turned["log_scales"], params["log_scales"])
+    assert torch.equal(turned["opacity_logits"], params["opacity_logits"])
     expected = matrix @ covariances(params["log_scales"], params["quats"]) @ matrix.T
     assert torch.allclose(covariances(turned["log_scales"], turned["quats"]), expected, atol=1e-12)
     # the colour seen along d after the turn is the colour seen along R^T d before it, every band included

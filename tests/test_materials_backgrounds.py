@@ -58,7 +58,8 @@ def test_diffuse_shading_modes_follow_probabilities_and_steps():
 def test_normal_shading():
     material = find("normal-shading")({})
     normals = torch.tensor([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0]])
-    torch.testing.assert_close(material(torch.zeros(2, 3), torch.zeros(2, 3), normals), torch.tensor([[0.5, 0.5, 1.0], [0.0, 0.5, 0.5]]))
+    torch.testing.assert_close(material(torch.zeros(2, 3), torch.zeros(2, 3), normals),
+                               torch.tensor([[0.5, 0.5, 1.0], [0.0, 0.5, 0.5]]))
 
 
 def test_neural_radiance_is_view_dependent_and_has_an_albedo():

@@ -21,7 +21,8 @@ from lift3d.render.meshes.renderer import MeshRenderer
 from lift3d.systems.mesh_stages import MeshStageSystem
 
 SIZE, FOVY, DISTANCE = 32, 45.0, 1.6
-SMALL_TEXTURE = {"radius": 0.6, "encoding": {"n_levels": 8, "log2_hashmap_size": 14, "base_resolution": 4, "per_level_scale": 1.5}}
+SMALL_TEXTURE = {"radius": 0.6,
+                 "encoding": {"n_levels": 8, "log2_hashmap_size": 14, "base_resolution": 4, "per_level_scale": 1.5}}
 
 
 def orbit(n: int, elevation: float, start: float = 0.0) -> Cameras:

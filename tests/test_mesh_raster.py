@@ -13,7 +13,8 @@ from lift3d.render.meshes.raster import interpolate, rasterize, world_to_clip
 from tests.mesh_raster_reference import render_reference
 
 
-def front_camera(width: int = 24, height: int = 20, distance: float = 3.0, fovy_deg: float = 40.0, dtype=torch.float32) -> Cameras:
+def front_camera(width: int = 24, height: int = 20, distance: float = 3.0, fovy_deg: float = 40.0,
+                 dtype=torch.float32) -> Cameras:
     """A camera on +z looking at the origin with +y up (world x right, y up in the image)."""
     c2w = look_at(torch.tensor([[0.3, -0.2, distance]]), torch.zeros(1, 3), torch.tensor([[0.0, 1.0, 0.0]]))
     K = intrinsics_from_fovy(torch.tensor([math.radians(fovy_deg)]), width, height)
@@ -65,7 +66,8 @@ def test_triangle_crossing_the_near_plane_is_clipped_not_dropped():
     cams = front_camera(distance=1.0)
     eye = cams.positions[0]
     # a floor-like triangle reaching from behind the camera to far in front of it
-    vertices = torch.stack([eye + torch.tensor([-2.0, -0.3, 1.0]), eye + torch.tensor([2.0, -0.3, 1.0]), eye + torch.tensor([0.0, -0.3, -6.0])])
+    vertices = torch.stack([eye + torch.tensor([-2.0, -0.3, 1.0]), eye + torch.tensor([2.0, -0.3, 1.0]),
+                            eye + torch.tensor([0.0, -0.3, -6.0])])
     faces = torch.tensor([[0, 1, 2]])
     near = 0.5
     rast = rasterize(world_to_clip(vertices, cams, near=near, far=50.0), faces, cams.height, cams.width)
@@ -88,7 +90,8 @@ def test_chunking_does_not_change_the_result():
 
 def test_empty_and_offscreen_meshes():
     cams = front_camera()
-    vertices = torch.tensor([[10.0, 10.0, 0.0], [11.0, 10.0, 0.0], [10.0, 11.0, 0.0], [0.0, 0.0, 9.0], [1.0, 0.0, 9.0], [0.0, 1.0, 9.0]])
+    vertices = torch.tensor([[10.0, 10.0, 0.0], [11.0, 10.0, 0.0], [10.0, 11.0, 0.0],
+                             [0.0, 0.0, 9.0], [1.0, 0.0, 9.0], [0.0, 1.0, 9.0]])
     rast = rasterize(world_to_clip(vertices, cams), torch.tensor([[0, 1, 2], [3, 4, 5]]), cams.height, cams.width)
     assert rast.pixels.numel() == 0 and (rast.face_ids() == -1).all()
     rast = rasterize(world_to_clip(vertices, cams), torch.zeros(0, 3, dtype=torch.long), cams.height, cams.width)

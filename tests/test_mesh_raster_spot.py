@@ -42,7 +42,8 @@ def test_spot_render_matches_ray_casting(spot, cameras):
     hit = covered & same
 
     uv = (ref_bary[..., None] * spot.uv.double().numpy()[spot.uv_faces.numpy()[np.maximum(ref_face, 0)]]).sum(-2)
-    ref_rgb = np.where(covered[..., None], bilinear(spot.texture.double().numpy(), uv.reshape(-1, 2)).reshape(uv.shape[:-1] + (3,)), [0.0, 0.0, 1.0])
+    texels = bilinear(spot.texture.double().numpy(), uv.reshape(-1, 2)).reshape(uv.shape[:-1] + (3,))
+    ref_rgb = np.where(covered[..., None], texels, [0.0, 0.0, 1.0])
     v = spot.vertices.double().numpy()[spot.faces.numpy()]
     n = np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0])
     ref_normal = n[np.maximum(ref_face, 0)] / np.linalg.norm(n[np.maximum(ref_face, 0)], axis=-1, keepdims=True)

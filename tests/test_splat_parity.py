@@ -53,7 +53,8 @@ def _render_and_grads(scene: Splats, cameras: Cameras, background, backend: str,
     params = [t.clone().requires_grad_() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)]
     out = rasterize(Splats(*params), cameras, background=background, sh_degree=3, backend=backend)
     accumulated_depth = out["depth"] * out["alpha"]
-    loss = (out["rgb"] * weights["rgb"]).sum() + (out["alpha"] * weights["alpha"]).sum() + (accumulated_depth * weights["depth"]).sum()
+    loss = ((out["rgb"] * weights["rgb"]).sum() + (out["alpha"] * weights["alpha"]).sum()
+            + (accumulated_depth * weights["depth"]).sum())
     loss.backward()
     images = {"rgb": out["rgb"].detach(), "alpha": out["alpha"].detach(), "depth": accumulated_depth.detach()}
     grads = dict(zip(["means", "quats", "scales", "opacities", "sh"], [p.grad for p in params]))
@@ -100,7 +101,8 @@ def test_gsplat_without_depth_gives_the_same_colours_and_gradients():
         results.append((out, [p.grad for p in params]))
     (with_d, grads_d), (without, grads) = results
     assert "depth" in with_d and "depth" not in without
-    assert torch.allclose(with_d["rgb"], without["rgb"], atol=1e-5) and torch.allclose(with_d["alpha"], without["alpha"], atol=1e-5)
+    assert torch.allclose(with_d["rgb"], without["rgb"], atol=1e-5)
+    assert torch.allclose(with_d["alpha"], without["alpha"], atol=1e-5)
     for a, b in zip(grads_d, grads):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
 

@@ -38,7 +38,8 @@ def test_centres_follow_the_opengl_camera_axes():
     centre, right, up = c2w[:3, 3], c2w[:3, 0], c2w[:3, 1]
     forward = -c2w[:3, 2]
     points = torch.stack([centre + 3 * forward, centre + 3 * forward + 0.2 * right, centre + 3 * forward + 0.2 * up])
-    proj = _project(points, torch.tensor([[1.0, 0, 0, 0]] * 3, dtype=torch.float64), torch.full((3, 3), 0.01, dtype=torch.float64),
+    proj = _project(points, torch.tensor([[1.0, 0, 0, 0]] * 3, dtype=torch.float64),
+                    torch.full((3, 3), 0.01, dtype=torch.float64),
                     torch.full((3,), 0.5, dtype=torch.float64), cam)
     m = proj.means2d[0]
     K = cam.intrinsics[0]
@@ -116,7 +117,8 @@ def test_bounding_boxes_hold_every_pixel_above_the_alpha_threshold():
     scales = 0.02 + 0.3 * torch.rand(n, 3, dtype=torch.float64)
     opacities = torch.rand(n, dtype=torch.float64)
     proj = _project(means, quats, scales, opacities, cam)
-    rows, cols = torch.meshgrid(torch.arange(H, dtype=torch.float64) + 0.5, torch.arange(W, dtype=torch.float64) + 0.5, indexing="ij")
+    rows, cols = torch.meshgrid(torch.arange(H, dtype=torch.float64) + 0.5, torch.arange(W, dtype=torch.float64) + 0.5,
+                                indexing="ij")
     for i in range(n):
         a, b, c = proj.conics[0, i]
         dx, dy = cols - proj.means2d[0, i, 0], rows - proj.means2d[0, i, 1]

@@ -29,7 +29,8 @@ def _scene(n: int, seed: int, opaque: bool = False, dtype=F64, sh_k: int = 16) -
     if opaque:  # a thin slab of large, nearly opaque Gaussians: pixels stop early
         means[:, 1] *= 0.2
     scales = (0.25 if opaque else 0.05) + 0.2 * torch.rand(n, 3, generator=g, dtype=dtype)
-    opacities = (0.6 + 0.39 * torch.rand(n, generator=g, dtype=dtype)) if opaque else 0.02 + 0.97 * torch.rand(n, generator=g, dtype=dtype)
+    low, span = (0.6, 0.39) if opaque else (0.02, 0.97)
+    opacities = low + span * torch.rand(n, generator=g, dtype=dtype)
     return Splats(means, torch.randn(n, 4, generator=g, dtype=dtype), scales, opacities,
                   0.4 * torch.randn(n, sh_k, 3, generator=g, dtype=dtype))
 
@@ -109,7 +110,8 @@ def test_hand_derived_gradients_equal_autograd(opaque, small_blocks):
     finally:
         splat.rasterize_torch = original
     partial = _loss_grads(scene, cameras, background, tile_size=8, chunk_elements=3000, save_elements=4000)
-    for name, a, b, c in zip(["means", "quats", "scales", "opacities", "sh", "background", "means2d"], reference, autograd, partial):
+    names = ["means", "quats", "scales", "opacities", "sh", "background", "means2d"]
+    for name, a, b, c in zip(names, reference, autograd, partial):
         scale = b.abs().max()
         assert scale > 0, name
         assert (a - b).abs().max() <= 1e-9 * scale, name  # everything kept for backward

@@ -31,14 +31,19 @@ PARAMETER_NAMES = ("means", "log_scales", "quats", "opacity_logits", "sh0", "shN
 
 @dataclass
 class GaussianModelConfig:
-    """The Gaussian representation and how it starts."""
+    """The Gaussian representation and how it starts.
+
+    ``init=auto`` takes the scene's SfM points if any, else the visual hull when there are masks, else random points.
+    ``init_path`` is a PLY point cloud (init: points), a mesh file (init: mesh) or a Gaussian file (3DGS .ply, .splat,
+    .spz, .sog, KHR_gaussian_splatting .glb; init: ply) whose Gaussians start the run.
+    """
 
     sh_degree: int = 3  # highest spherical-harmonics degree (0..3)
     sh_degree_interval: int = 1000  # raise the active SH degree by one every N steps (0: highest from the start)
-    init: str = "auto"  # auto (the scene's SfM points if any, else hull with masks, else random), random, hull, sfm, points, mesh, ply
+    init: str = "auto"  # auto (SfM points, else hull, else random), random, hull, sfm, points, mesh, ply
     init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
-    init_path: str = ""  # PLY point cloud (init: points), mesh file (init: mesh) or Gaussian file (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb) whose Gaussians start the run (init: ply)
+    init_path: str = ""  # the point cloud (init: points), mesh (init: mesh) or Gaussian file (init: ply) to start from
     init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
     init_opacity: float = 0.1  # starting opacity of every Gaussian
     init_scale: float = 1.0  # multiplier on the nearest-neighbour starting size

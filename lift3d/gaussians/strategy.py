@@ -40,7 +40,11 @@ SPLIT_STREAM = 41  # the random stream of split offsets: the same on every DDP r
 
 @dataclass
 class DensifyConfig:
-    """When and how Gaussians are added and removed; defaults are those of 3DGS."""
+    """When and how Gaussians are added and removed; defaults are those of 3DGS.
+
+    ``resolution_schedule`` [[step, factor], ...]: from each step on, the CUDA-graph step trains on photos ``factor``
+    times smaller a side (e.g. [[0, 4], [1000, 2], [3000, 1]]; [] = full size).
+    """
 
     refine_start: int = 500  # first step (exclusive) at which Gaussians are grown and pruned
     refine_stop: int = 15000  # no growing, pruning or opacity reset from this step on
@@ -56,7 +60,7 @@ class DensifyConfig:
     max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
     grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
-    resolution_schedule: list = field(default_factory=list)  # [[step, factor], ...]: from step on, the CUDA-graph step trains on photos factor x smaller a side (e.g. [[0, 4], [1000, 2], [3000, 1]]; [] = full size)
+    resolution_schedule: list = field(default_factory=list)  # [[step, factor], ...]: photos factor x smaller from step
 
 
 @register("densify-3dgs")

@@ -140,7 +140,8 @@ class DMTetGeometry(BaseModule):
         magnitude at the surface, so it reads as a distance there; the zero crossings stay exact."""
         points = self.grid_vertices
         if density.numel() != points.shape[0]:
-            raise ValueError(f"dmtet.initialize_from_grid_density: got {density.numel()} densities for {points.shape[0]} grid vertices")
+            raise ValueError(f"dmtet.initialize_from_grid_density: got {density.numel()} densities "
+                             f"for {points.shape[0]} grid vertices")
         values = float(threshold) - density.reshape(-1).float().to(points)
         if not bool(torch.isfinite(values).all()):
             raise ValueError("dmtet.initialize_from_density: the density field returned non-finite values on the grid")

@@ -31,7 +31,8 @@ def uv_sphere(rows: int, cols: int, radius: float = 0.5, bumps: float = 0.0, dev
     return Mesh(vertices, torch.cat([bands, cap_top, cap_bottom]))
 
 
-def sphere_with_faces(target_faces: int, radius: float = 0.5, bumps: float = 0.0, device: torch.device | str | None = None) -> Mesh:
+def sphere_with_faces(target_faces: int, radius: float = 0.5, bumps: float = 0.0,
+                      device: torch.device | str | None = None) -> Mesh:
     """A ``uv_sphere`` with about ``target_faces`` faces (columns = 2 x rows)."""
     rows = max(2, int(round(math.sqrt(target_faces / 4))))
     return uv_sphere(rows, 2 * rows, radius, bumps, device)

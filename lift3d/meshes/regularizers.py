@@ -29,7 +29,8 @@ def laplacian_smoothing(vertices: Tensor, faces: Tensor, topology: EdgeTopology 
     i, j = topology.edges[:, 0], topology.edges[:, 1]
     summed = torch.zeros_like(vertices).index_add(0, i, vertices[j]).index_add(0, j, vertices[i])
     degree = torch.zeros(vertices.shape[0], dtype=vertices.dtype, device=vertices.device)
-    degree = degree.index_add(0, i, torch.ones_like(i, dtype=vertices.dtype)).index_add(0, j, torch.ones_like(j, dtype=vertices.dtype))
+    ones = torch.ones_like(i, dtype=vertices.dtype)
+    degree = degree.index_add(0, i, ones).index_add(0, j, torch.ones_like(j, dtype=vertices.dtype))
     has = degree > 0
     delta = vertices[has] - summed[has] / degree[has].unsqueeze(-1)
     return (delta**2).sum(-1).mean()

@@ -30,11 +30,16 @@ OBJECT_FORMATS = ("blender",)  # capture layouts of objects rendered on a transp
 
 @dataclass
 class AppearanceConfig:
-    """Whether training photos get their own colour transform, and how held-out photos are then scored."""
+    """Whether training photos get their own colour transform, and how held-out photos are then scored.
 
-    enabled: str = "false"  # auto (on for real captures: COLMAP, nerfstudio / instant-ngp, photo folders, videos; off for Blender-layout objects), true or false; the reconstruct recipes say auto
-    eval: str = "left-half"  # held-out scoring when on: left-half (affine fitted on the left half, scored on the right), or mean (the mean training transform, i.e. the render as is, whole photo)
-    fit_ridge: float = 1e-3  # left-half fit: pull of the fitted transform towards the identity, per pixel (keeps flat halves well posed)
+    ``enabled=auto`` (what the reconstruct recipes set) is on for real captures (COLMAP, nerfstudio / instant-ngp,
+    photo folders, videos) and off for Blender-layout objects. ``eval=left-half`` fits an affine transform on a
+    held-out photo's left half and scores the right half; ``mean`` scores the whole render as is (the mean transform).
+    """
+
+    enabled: str = "false"  # auto (on for real captures, off for Blender-layout objects), true or false
+    eval: str = "left-half"  # held-out scoring when on: left-half (fit on the left, score the right) or mean
+    fit_ridge: float = 1e-3  # left-half fit: pull towards the identity, per pixel (keeps flat halves well posed)
 
 
 # ----------------------------------------------------------------------------------- the math

@@ -30,10 +30,15 @@ SFM_FORMATS = ("colmap", "nerfstudio", "instant-ngp")
 
 @dataclass
 class PoseRefinementConfig:
-    """Whether training photos' poses are refined, and how fast."""
+    """Whether training photos' poses are refined, and how fast.
 
-    enabled: str = "false"  # auto (on for captures posed by structure from motion: COLMAP, nerfstudio / instant-ngp, photo folders, videos; off for Blender-layout objects and generation), true or false
-    lr: Any = scheduled(1e-4)  # Adam learning rate of the corrections (radians, and scene extents, per step at most); a schedule warms it up as the scene takes shape
+    ``enabled=auto`` is on for captures posed by structure from motion (COLMAP, nerfstudio / instant-ngp, photo
+    folders, videos) and off for Blender-layout objects and generation. ``lr`` is in radians and scene extents per
+    step at most; a schedule warms it up as the scene takes shape.
+    """
+
+    enabled: str = "false"  # auto (on for captures posed by structure from motion), true or false
+    lr: Any = scheduled(1e-4)  # Adam learning rate of the corrections (a schedule warms it up)
     weight_decay: float = 1e-6  # pull of the corrections towards zero (L2 in Adam's gradient, as gsplat's pose_opt_reg)
 
 
@@ -113,9 +118,9 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
 # ----------------------------------------------------------------------------------- the state
 class PoseCorrections(BaseModule):
     """One pose correction per training photo, ``delta`` [N, 6] (zero: the given pose; applied less their mean, see
-    ``centred``), and ``extent``, the unit of its shifts. Empty (N = 0, and frozen: no gradient and no optimizer group) until ``resize`` gives it the number of
-    training photos. Only training photos named by a batch's ``index`` are corrected; held-out photos keep their
-    given poses."""
+    ``centred``), and ``extent``, the unit of its shifts. Empty (N = 0, and frozen: no gradient and no optimizer
+    group) until ``resize`` gives it the number of training photos. Only training photos named by a batch's
+    ``index`` are corrected; held-out photos keep their given poses."""
 
     Config = PoseRefinementConfig
 

@@ -42,7 +42,8 @@ def silhouette_edges(clip: Tensor, faces: Tensor, topology: EdgeTopology) -> Ten
     """[B, F, 3] bool: face corner k's edge (v_k, v_k+1) is a silhouette of that face in view b."""
     X, Y, W = (clip[:, faces][..., k].double() for k in (0, 1, 3))  # [B, F, 3] each
     # det of the (X, Y, W) rows: the orientation seen from the eye (valid behind it too)
-    det = (X[..., 0] * (Y[..., 1] * W[..., 2] - Y[..., 2] * W[..., 1]) - X[..., 1] * (Y[..., 0] * W[..., 2] - Y[..., 2] * W[..., 0])
+    det = (X[..., 0] * (Y[..., 1] * W[..., 2] - Y[..., 2] * W[..., 1])
+           - X[..., 1] * (Y[..., 0] * W[..., 2] - Y[..., 2] * W[..., 0])
            + X[..., 2] * (Y[..., 0] * W[..., 1] - Y[..., 1] * W[..., 0]))
     front = det > 0
     batch, num_edges = clip.shape[0], topology.edge_face_count.numel()
@@ -166,7 +167,8 @@ def antialias(
     faces = faces.long()
     batch, height, width, channels = color.shape
     if (batch, height, width) != (rast.batch, rast.height, rast.width):
-        raise ValueError(f"color {tuple(color.shape)} does not match the rasterization [{rast.batch}, {rast.height}, {rast.width}, C]")
+        raise ValueError(f"color {tuple(color.shape)} does not match the rasterization "
+                         f"[{rast.batch}, {rast.height}, {rast.width}, C]")
     if topology is None or topology.face_adjacency is None:
         topology = edge_topology(faces)
     flat = color.reshape(-1, channels)

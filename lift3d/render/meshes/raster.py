@@ -68,7 +68,8 @@ class Rasterization:
         if isinstance(background, Tensor) or background != 0.0:
             covered = torch.zeros(total, dtype=torch.bool, device=values.device)
             covered[self.pixels] = True
-            dense = torch.where(covered.view(self.batch, self.height, self.width, 1), dense, torch.as_tensor(background).to(dense))
+            covered = covered.view(self.batch, self.height, self.width, 1)
+            dense = torch.where(covered, dense, torch.as_tensor(background).to(dense))
         return dense
 
 
