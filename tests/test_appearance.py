@@ -31,7 +31,8 @@ def test_apply_affine_on_images_and_rays():
     expected = torch.einsum("bij,bhwj->bhwi", affine[:, :, :3], images) + affine[:, None, None, :, 3]
     assert torch.allclose(apply_affine(images, affine), expected, atol=1e-6)
     per_ray = _random_affine(g, 7)
-    assert torch.allclose(apply_affine(rays, per_ray), (per_ray[:, :, :3] @ rays[:, :, None])[..., 0] + per_ray[:, :, 3], atol=1e-6)
+    expected = (per_ray[:, :, :3] @ rays[:, :, None])[..., 0] + per_ray[:, :, 3]
+    assert torch.allclose(apply_affine(rays, per_ray), expected, atol=1e-6)
 
 
 def test_straight_through_clip_keeps_a_gradient_above_one():

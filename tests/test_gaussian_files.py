@@ -83,7 +83,7 @@ def test_the_file_renders_as_the_model_in_memory(tmp_path):
     from_file.gaussians.update_step(0, 0)
     assert from_file.gaussians.active_sh_degree == 3
     cameras = orbit_cameras(2, 20.0, 2.5, 40.0, 48, 40)
-    ours, reference = from_file.render(cameras, None), in_memory.render(cameras, None)
+    ours, reference = from_file.render_gaussians(cameras, None), in_memory.render_gaussians(cameras, None)
     assert reference["alpha"].mean() > 0.05  # the blob is in view
     assert torch.equal(ours["rgb"], reference["rgb"]) and torch.equal(ours["alpha"], reference["alpha"])
 

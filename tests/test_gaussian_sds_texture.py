@@ -104,8 +104,8 @@ def test_surface_queries_are_the_gaussians_density_and_colours(gaussian_run):
     # moving the Gaussians (in place, as an optimizer step does) is seen by the next query
     with torch.no_grad():
         g.means.add_(torch.tensor([1.0, 0.0, 0.0]))
-    assert torch.allclose(system.density_at(points + torch.tensor([1.0, 0.0, 0.0])), brute_force_density(g, points + torch.tensor([1.0, 0.0, 0.0])),
-                          rtol=1e-4, atol=1e-6)
+    moved = points + torch.tensor([1.0, 0.0, 0.0])
+    assert torch.allclose(system.density_at(moved), brute_force_density(g, moved), rtol=1e-4, atol=1e-6)
 
 
 def test_conversion_meshes_the_gaussians_and_inherits_their_colours(gaussian_run):
@@ -113,7 +113,8 @@ def test_conversion_meshes_the_gaussians_and_inherits_their_colours(gaussian_run
     mesh = system.geometry()
     vertices = mesh.vertices.detach()
     assert mesh.num_faces > 200
-    assert system.geometry_fixed and not any(p.requires_grad for n, p in system.named_parameters() if n.startswith("geometry.sdf"))
+    assert system.geometry_fixed
+    assert not any(p.requires_grad for n, p in system.named_parameters() if n.startswith("geometry.sdf"))
     # the surface is a closed shell around the ball: about its radius (Gaussians reach a little beyond)
     radius = vertices.norm(dim=-1)
     assert 0.25 < float(radius.median()) < 0.5 and float(radius.min()) > 0.1
@@ -138,8 +139,9 @@ def test_given_threshold_wins_and_floaters_are_dropped(gaussian_run):
     g.set_parameters(blob)
     faces = {}
     for keep in (0, 1):
-        stage = find("mesh-stage")(load_config(recipe_config("gaussian-sds-texture"), overrides=COMMON + SD + SMALL_STAGE + [
-            "system.isosurface_threshold=0.2", "system.inherit_texture=false", f"system.isosurface_keep_components={keep}"]).system)
+        overrides = COMMON + SD + SMALL_STAGE + ["system.isosurface_threshold=0.2", "system.inherit_texture=false",
+                                                 f"system.isosurface_keep_components={keep}"]
+        stage = find("mesh-stage")(load_config(recipe_config("gaussian-sds-texture"), overrides=overrides).system)
         stage.convert_from(previous, SimpleNamespace(system_type="gaussian-sds"))
         faces[keep] = int((stage.geometry().vertices.detach().min(dim=-1).values > 0.3).sum())  # the ball's end at 0.3
     assert faces[0] > 0 and faces[1] == 0, faces

@@ -64,7 +64,8 @@ def test_automatic_threshold_and_inherited_albedo():
 
 
 def test_conversion_errors_name_the_problem(data_dir):
-    custom = MeshStageSystem({"geometry_type": "custom-mesh", "geometry": {"path": str(data_dir / "meshes" / "spot" / "spot.obj")}})
+    spot = str(data_dir / "meshes" / "spot" / "spot.obj")
+    custom = MeshStageSystem({"geometry_type": "custom-mesh", "geometry": {"path": spot}})
     with pytest.raises(ValueError, match="only a dmtet geometry"):
         custom.convert_from(BlobStage(5.0), SimpleNamespace(system_type="dreamfusion"))
     coarse, fine = stage(), stage(geometry={"grid_resolution": 8, "shape_init": "sphere", "texture_type": "hash-grid-texture"})

@@ -164,7 +164,8 @@ def stage_overrides(tmp_path, tag: str, steps: int, previous: str = "") -> list[
 def test_prolificdreamer_geometry_then_texture_stage(tmp_path):
     nerf = stage_overrides(tmp_path, "nerf", 2) + [
         "trainer.run_test_after_fit=false", "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
-        "system.field.encoding.base_resolution=4", "system.renderer.steps_per_diagonal=64", "system.renderer.occupancy.resolution=16",
+        "system.field.encoding.base_resolution=4", "system.renderer.steps_per_diagonal=64",
+        "system.renderer.occupancy.resolution=16",
     ]
     nerf_trial = run_experiment("train", load_config(recipe_config("prolificdreamer"), overrides=nerf), overrides=nerf)
 
@@ -177,8 +178,10 @@ def test_prolificdreamer_geometry_then_texture_stage(tmp_path):
     geometry_trial = run_experiment("train", cfg, overrides=geometry)
     geometry_state = load_checkpoint(geometry_trial / "ckpts" / "last.ckpt")["state_dict"]
 
-    texture = stage_overrides(tmp_path, "texture", 2, str(geometry_trial / "ckpts" / "last.ckpt")) + ["system.geometry.grid_resolution=16"]
-    texture_trial = run_experiment("train", load_config(recipe_config("prolificdreamer-texture"), overrides=texture), overrides=texture)
+    texture = stage_overrides(tmp_path, "texture", 2, str(geometry_trial / "ckpts" / "last.ckpt"))
+    texture += ["system.geometry.grid_resolution=16"]
+    texture_cfg = load_config(recipe_config("prolificdreamer-texture"), overrides=texture)
+    texture_trial = run_experiment("train", texture_cfg, overrides=texture)
     checkpoint = load_checkpoint(texture_trial / "ckpts" / "last.ckpt")
     state = checkpoint["state_dict"]
     # geometry frozen at the geometry stage's; the texture field (started from it) learned by VSD; LoRA state saved

@@ -35,7 +35,8 @@ def test_recipes_use_threestudio_if_defaults():
     for name, weighting in (("dreamfusion-if", "sds"), ("magic3d-if", "uniform")):
         cfg = load_config(recipe_config(name))
         guidance = cfg.system["guidance"]
-        assert cfg.system["guidance_type"] == "deepfloyd-if" and guidance["pretrained_model_name_or_path"] == "DeepFloyd/IF-I-XL-v1.0"
+        assert cfg.system["guidance_type"] == "deepfloyd-if"
+        assert guidance["pretrained_model_name_or_path"] == "DeepFloyd/IF-I-XL-v1.0"
         assert guidance["guidance_scale"] == 20.0 and guidance["resolution"] == 64 and guidance["weighting"] == weighting
         assert cfg.data["height"] == cfg.data["width"] == 64 and cfg.trainer.max_steps == 10000
 
@@ -50,7 +51,8 @@ def test_refine_stage_takes_prompts_but_not_the_if_guidance_settings():
 def test_generate_dreamfusion_if_exports(tmp_path):
     model = f"system.guidance.pretrained_model_name_or_path={tiny_if_path()}"
     cache = f"system.guidance.prompt_cache_dir={tmp_path / 'cache'}"
-    assert main(["generate", "a small red cube", "--method", "dreamfusion-if", f"output_root={tmp_path}", model, cache, *TINY]) == 0
+    command = ["generate", "a small red cube", "--method", "dreamfusion-if", f"output_root={tmp_path}", model, cache, *TINY]
+    assert main(command) == 0
     trial = tmp_path / "dreamfusion-if" / "a_small_red_cube"
     state = load_checkpoint(trial / "ckpts" / "last.ckpt")
     assert state["global_step"] == 2 and not any(k.startswith("guidance.") for k in state["state_dict"])

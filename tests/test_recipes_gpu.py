@@ -23,7 +23,8 @@ ON_GPU = ["trainer.accelerator=gpu", "trainer.devices=1"]
 def test_generate_runs_each_recipe_on_the_gpu(method, tmp_path):
     name, extra, exports, _ = CASES[method]
     model = f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}"
-    assert main(["generate", "a small red cube", "--method", method, f"output_root={tmp_path}", model, *TINY, *extra, *ON_GPU]) == 0
+    command = ["generate", "a small red cube", "--method", method, f"output_root={tmp_path}", model, *TINY, *extra, *ON_GPU]
+    assert main(command) == 0
     trial = tmp_path / name / "a_small_red_cube"
     assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == 2
     assert (trial / "save" / "it2-val" / "0000.png").is_file() and (trial / "save" / "it2-test.mp4").is_file()

@@ -33,6 +33,17 @@ def batches_name_their_photos(datamodule: Any) -> bool:
     return mode != "rays" or bool(getattr(datamodule, "rays_carry_index", False))
 
 
+def photo_index(system: Any, batch: dict[str, Any], needed: bool, warned: str, consequence: str,
+                logger: logging.Logger) -> Tensor | None:
+    """The training photo of each view or ray of ``batch`` (``index``), or None; when a part that is on (``needed``)
+    finds none, ``logger`` warns once per system (the flag attribute ``warned``) of the ``consequence``."""
+    index = batch.get("index")
+    if index is None and needed and not getattr(system, warned):
+        setattr(system, warned, True)
+        logger.warning("training batches carry no photo index: %s", consequence)
+    return index
+
+
 class AppearanceHooks:
     """Mixin: per-photo appearance for a ``BaseSystem`` with an ``appearance`` part."""
 
@@ -59,11 +70,7 @@ class AppearanceHooks:
     def appearance_index(self, batch: dict[str, Any]) -> Tensor | None:
         """The training photo of each view or ray of ``batch`` (``index``), or None (warned once) when a batch
         with appearance on carries none."""
-        index = batch.get("index")
-        if index is None and self.appearance.active and not self._warned_no_index:
-            self._warned_no_index = True
-            log.warning("training batches carry no photo index: per-photo appearance is not applied")
-        return index
+        return photo_index(self, batch, self.appearance.active, "_warned_no_index", "per-photo appearance is not applied", log)
 
     def _score(self, out: dict[str, Tensor], batch: dict[str, Any]) -> None:
         """Held-out scores under ``appearance.eval`` when appearance is on, else the plain scores."""

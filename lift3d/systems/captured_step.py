@@ -1,7 +1,7 @@
 """A training step's loss and gradients replayed as one CUDA graph.
 
-A NeRF step is a few hundred small kernels; launched one by one from Python the GPU waits on the host (the lego
-step measured 18 ms of which ~4 ms is device work). Captured once into a CUDA graph, the whole forward and
+A NeRF step is a few hundred small kernels; launched one by one from Python the GPU waits on the host (most of
+the step's time is launch overhead, not device work). Captured once into a CUDA graph, the whole forward and
 backward is one launch. A captured step needs static shapes and no host syncs: the volume renderer's sample
 budgets give both, and the graph is captured again whenever they (or anything else in the caller's ``key``) change.
 

@@ -24,6 +24,7 @@ from lift3d.config import scheduled
 from lift3d.registry import register
 from lift3d.render.volume.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
+from lift3d.systems.stages import take_field
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
 
 log = logging.getLogger(__name__)
@@ -89,27 +90,15 @@ class DreamFusionSystem(FieldQueries, TextTo3DSystem):
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
         """Start from a previous NeRF run: copy every part whose parameters match in names and shapes
         (the field at least; material, background and occupancy grid when they match too)."""
-        copied = []
-        for name in ("field", "material", "background", "renderer"):
-            mine, theirs = getattr(self, name), getattr(previous, name, None)
-            if not isinstance(theirs, nn.Module):
-                continue
-            source, target = theirs.state_dict(), mine.state_dict()
-            if source.keys() == target.keys() and all(source[k].shape == target[k].shape for k in source):
-                mine.load_state_dict(source)
-                copied.append(name)
-        if "field" not in copied:
-            raise ValueError(
-                f"system.geometry_convert_from: the {previous_cfg.system_type} run's field does not match this run's "
-                "(a NeRF stage continues from a field of the same type and encoding)"
-            )
+        copied = take_field(self, previous, previous_cfg, "a NeRF stage continues from a field of the same type and encoding")
         log.info("took %s from the previous stage", ", ".join(copied))
 
     # ------------------------------------------------------------------------------ training
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if stage == "fit" and self.cfg.latent_steps > 0 and not hasattr(self.guidance, "latent_input"):
-            raise ValueError(f"system.latent_steps needs a guidance that takes latents (stable-diffusion), not '{self.cfg.guidance_type}'")
+            raise ValueError("system.latent_steps needs a guidance that takes latents (stable-diffusion), "
+                             f"not '{self.cfg.guidance_type}'")
 
     def render_for_training(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         """Renders [B, H, W, C] of the batch's views: RGB, or latents (C = 4) during the latent warm-up."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
@@ -25,6 +25,7 @@ from lift3d.registry import register
 from lift3d.rng import step_generator
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansConfig, ReconstructGaussiansSystem
 from lift3d.systems.reconstruct_nerf import ReconstructNerfConfig, ReconstructNerfSystem
+from lift3d.systems.stages import load_previous_stage, take_field, take_gaussians
 
 log = logging.getLogger(__name__)
 EDIT_STREAM = 31  # the random stream of the editor's draws (noise, timestep): the same on every DDP rank
@@ -47,6 +48,14 @@ class IterativeEditing:
 
     cfg: Any
 
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)  # type: ignore[call-arg]
+        self._init_editing()
+
+    def setup(self, stage: str) -> None:
+        self.setup_editing(stage)  # first: the reconstruction's weights, so nothing is initialised from scratch
+        super().setup(stage)  # type: ignore[misc]
+
     def _init_editing(self) -> None:
         self._targets: Any = None  # the data module's EditedTargets
         self._cameras: Cameras | None = None  # the training views' cameras
@@ -58,11 +67,7 @@ class IterativeEditing:
     @property
     def editor(self) -> Any:
         """The editor, built on first use (loading its weights) and kept out of the checkpoints."""
-        if "editor" not in self._unsaved:
-            editor = self.build_part(self.cfg.editor_type, self.cfg.editor)
-            self.add_unsaved_part("editor", editor)
-            editor.to(self.device)
-        return self._unsaved["editor"]
+        return self.lazy_unsaved_part("editor", self.cfg.editor_type, self.cfg.editor)
 
     def setup_editing(self, stage: str) -> None:
         """Before training: take the data module's target store, start from the reconstruction (not when
@@ -80,8 +85,6 @@ class IterativeEditing:
         if self._pending_edit_state is not None:
             self._restore_edit_state(self._pending_edit_state)
         if self.cfg.geometry_convert_from and self.trainer.ckpt_path is None:
-            from lift3d.systems.stages import load_previous_stage
-
             previous_cfg, previous = load_previous_stage(self.cfg.geometry_convert_from)
             self.convert_from(previous, previous_cfg)
         self.editor  # noqa: B018  (built for its side effect)
@@ -165,20 +168,11 @@ class EditGaussiansSystem(IterativeEditing, ReconstructGaussiansSystem):
 
     Config = EditGaussiansConfig
 
-    def __init__(self, cfg: Any = None) -> None:
-        super().__init__(cfg)
-        self._init_editing()
-
-    def setup(self, stage: str) -> None:
-        self.setup_editing(stage)  # first: the reconstruction's Gaussians, so nothing is initialised from scratch
-        super().setup(stage)
-
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
-        theirs = getattr(previous, "gaussians", None)
-        if theirs is None or not hasattr(theirs, "parameters_dict"):
+        theirs = take_gaussians(self, previous)
+        if theirs is None:
             raise ConfigError(f"system.geometry_convert_from: a {previous_cfg.system_type} run has no Gaussians to edit; "
                               "edit-gaussians starts from a reconstruct-gaussians run")
-        self.gaussians.set_parameters({k: v.detach().clone() for k, v in theirs.parameters_dict().items()})
         theirs.update_step(0, previous.true_global_step)
         self.gaussians.loaded_sh_degree = theirs.active_sh_degree  # the trained SH bands render from step 0
         log.info("editing %d Gaussians from %s", len(self.gaussians), self.cfg.geometry_convert_from)
@@ -195,29 +189,11 @@ class EditNerfSystem(IterativeEditing, ReconstructNerfSystem):
 
     Config = EditNerfConfig
 
-    def __init__(self, cfg: Any = None) -> None:
-        super().__init__(cfg)
-        self._init_editing()
-
-    def setup(self, stage: str) -> None:
-        super().setup(stage)
-        self.setup_editing(stage)
-
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
         """Copy every part whose parameters match in names and shapes (the field at least; the occupancy grid
         with the renderer)."""
-        copied = []
-        for name in ("field", "material", "background", "renderer"):
-            mine, theirs = getattr(self, name), getattr(previous, name, None)
-            if not isinstance(theirs, nn.Module):
-                continue
-            source, target = theirs.state_dict(), mine.state_dict()
-            if source.keys() == target.keys() and all(source[k].shape == target[k].shape for k in source):
-                mine.load_state_dict(source)
-                copied.append(name)
-        if "field" not in copied:
-            raise ConfigError(f"system.geometry_convert_from: the {previous_cfg.system_type} run's field does not match "
-                              "this run's (edit-nerf continues a reconstruct-nerf run with the same field settings)")
+        copied = take_field(self, previous, previous_cfg, "edit-nerf continues a reconstruct-nerf run with the same "
+                            "field settings", error=ConfigError)
         log.info("editing the NeRF of %s (took %s)", self.cfg.geometry_convert_from, ", ".join(copied))
 
     def render_for_edit(self, cameras: Cameras, background: Tensor) -> Tensor:

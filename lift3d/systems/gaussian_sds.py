@@ -28,6 +28,7 @@ from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.registry import register
 from lift3d.systems.replicas import ReplicatedGaussians
+from lift3d.systems.stages import take_gaussians
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class GaussianSDSConfig(TextTo3DConfig):
     gaussians_type: str = "gaussians"  # the Gaussian model part
-    gaussians: dict = dataclasses.field(default_factory=lambda: {"sh_degree": 0, "init": "random", "init_radius": 0.5,
-                                                                 "init_points": 5000, "init_color": [0.5, 0.5, 0.5]})  # its config
+    gaussians: dict = dataclasses.field(default_factory=lambda: {  # its config
+        "sh_degree": 0, "init": "random", "init_radius": 0.5, "init_points": 5000, "init_color": [0.5, 0.5, 0.5]})
     renderer_type: str = "splat-rasterizer"  # the rasterizer part
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
     densify_type: str = "densify-3dgs"  # the densification strategy part
@@ -45,7 +46,8 @@ class GaussianSDSConfig(TextTo3DConfig):
     init_fit_radius: bool = True  # init points/mesh: centre the user's shape and scale it into a ball of gaussians.init_radius
     scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
     background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
-    random_background_probability: float = 0.0  # per view: a random solid colour instead (the background cannot explain the object)
+    # per view: a random solid colour instead (the background cannot explain the object)
+    random_background_probability: float = 0.0
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
 
@@ -116,10 +118,8 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
 
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
         """Continue from a previous Gaussian run: take its Gaussians."""
-        theirs = getattr(previous, "gaussians", None)
-        if theirs is None or not hasattr(theirs, "parameters_dict"):
+        if take_gaussians(self, previous) is None:
             super().convert_from(previous, previous_cfg)
-        self.gaussians.set_parameters({k: v.detach() for k, v in theirs.parameters_dict().items()})
         log.info("took %d Gaussians from the previous stage", len(self.gaussians))
 
     # ----------------------------------------------------------------------------------- training
@@ -134,8 +134,9 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         random = torch.rand(n, 3, generator=generator).to(self.device)
         return torch.where(pick, random, colour)
 
-    def render_gaussians(self, cameras: Any, background: Tensor) -> dict[str, Tensor]:
-        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree)
+    def render_gaussians(self, cameras: Any, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
+        """The rasterizer's output for ``cameras`` (``background`` [B, 3] or None; ``options`` to the rasterizer)."""
+        return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         cameras = batch["cameras"]
@@ -184,7 +185,8 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         cached = self._surface
         if cached is None or cached[1] != key or any(ref() is not t for ref, t in zip(cached[0], params)):
             field = GaussianField(self.gaussian_tensors(), self.cfg.export.gaussian_cutoff_sigma)
-            colours = gaussian_colour_fn(field, self.cfg.export, lambda cameras: self.render({"cameras": cameras}), g.means.device)
+            colours = gaussian_colour_fn(field, self.cfg.export, lambda cameras: self.render({"cameras": cameras}),
+                                         g.means.device)
             self._surface = (tuple(weakref.ref(t) for t in params), key, field, colours)
         return self._surface[2], self._surface[3]
 

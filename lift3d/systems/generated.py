@@ -60,7 +60,7 @@ class GeneratedNeRFSystem(ImageNeRFSystem):
         generator = self.build_part(self.cfg.generator_type, self.cfg.generator)
         device = self.trainer.strategy.root_device if self._trainer is not None else self.device
         generated = generator.load(device).generate(reference.rgba.to(device))
-        del generator  # its weights (1.7 GB for TripoSR) are not needed again
+        del generator  # its weights (gigabytes for TripoSR) are not needed again
         if device.type == "cuda":
             torch.cuda.empty_cache()  # hand them back for a refinement stage in this process (Zero123)
         if generated.field_type != self.cfg.field_type:

@@ -1,8 +1,8 @@
 """The Gaussian-splatting training step (render, loss, backward) replayed as one CUDA graph.
 
-A 3DGS step on a 400x400 photo keeps the GPU busy ~3.4 ms, but launched kernel by kernel from Python it takes ~8
-ms, and gsplat reads its tile-intersection count on the host in every render, so the host cannot queue the next
-step ahead. Here the render puts its intersections into fixed slots (``lift3d.render.splats.tiles``), sized from
+A 3DGS step keeps the GPU busy for less time than launching its kernels one by one from Python takes, and
+gsplat reads its tile-intersection count on the host in every render, so the host cannot queue the next step
+ahead. Here the render puts its intersections into fixed slots (``lift3d.render.splats.tiles``), sized from
 every training view with some headroom whenever the Gaussians change (densification replaces their tensors, so the
 graph is captured again then anyway), and the step is captured with ``CapturedStep``. A render that needs more
 slots than there are drops its last pairs; the peak is checked every ``CHECK_EVERY`` steps (one host read) and
@@ -14,7 +14,7 @@ device tensors that ``apply_lr_schedules`` fills): the step is then one launch. 
 update, as in gsplat's trainer. Lightning still calls ``optimizer.step(closure)`` every step: the optimizer's
 ``step`` is then wrapped (``_skip_after_replay``) to run the closure (the training step, its hooks) and return when
 the replay already updated the parameters, instead of Adam's bookkeeping over parameters that have no gradients
-(~0.8 ms of host time a step, where the step is bound by its host). The 3DGS densification statistics of the
+(host time that counts where the step is bound by its host). The 3DGS densification statistics of the
 step (and the intersection peak) are accumulated inside the graph too, where no loss mask edits what counts as seen.
 With ``system.optimizer.visible_adam`` that captured update is Adam on the Gaussians the step's views drew only
 (``lift3d.systems.visible_adam``, gsplat's ``visible_adam``).
@@ -203,7 +203,8 @@ class GraphedSplatStep:
         optimizer = optimizers[0]
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
-        if getattr(getattr(system, "densify", None), "edits_gradients", False):  # e.g. MCMC's regularisers join the gradients after backward
+        # e.g. MCMC's regularisers join the gradients after backward
+        if getattr(getattr(system, "densify", None), "edits_gradients", False):
             return None
         if any(group.get("differentiable") for group in optimizer.param_groups):
             return None

@@ -78,12 +78,9 @@ class ReferenceViewMixin:
 
     @property
     def text_guidance(self) -> Any:
-        if "text_guidance" not in self._unsaved:
-            guidance = self.build_part(self.cfg.text_guidance_type, self.cfg.text_guidance)
-            self.add_unsaved_part("text_guidance", guidance)
-            guidance.to(self.device)
-            guidance.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
-        return self._unsaved["text_guidance"]
+        """The second prior, built on first use and kept out of the checkpoints."""
+        return self.lazy_unsaved_part("text_guidance", self.cfg.text_guidance_type, self.cfg.text_guidance,
+                                      update_step=True)
 
     def distill_priors(self, images: Tensor, batch: dict[str, Any]) -> dict[str, Tensor]:
         """The guidance's terms on the novel views, and the second prior's as ``sds_text``."""

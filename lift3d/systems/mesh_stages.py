@@ -47,6 +47,7 @@ from lift3d.meshes.regularizers import laplacian_smoothing, normal_consistency
 from lift3d.meshes.texture_field import fit_texture, sample_surface
 from lift3d.meshes.topology import EdgeTopology, edge_topology
 from lift3d.registry import register
+from lift3d.systems.stages import copy_matching_parts
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
 
 log = logging.getLogger(__name__)
@@ -71,10 +72,13 @@ class MeshStageConfig(TextTo3DConfig):
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
     guidance_input: str = "rgb"  # what the guidance sees: rgb (shaded render) or normal (world normals as (n + 1) / 2)
     normal_background: list = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])  # RGB behind normal maps
-    isosurface_threshold: float | None = None  # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
+    # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
+    isosurface_threshold: float | None = None
     isosurface_fill_holes: bool = False  # NeRF -> DMTet: fill enclosed empty pockets first (one outer surface for shells)
-    isosurface_keep_components: int = 0  # NeRF -> DMTet: keep only the k largest solid regions of the grid (0: all; 1 drops floaters)
-    inherit_texture: bool = True  # fit the texture field to the previous stage's albedo (NeRF), copy it (mesh), or to a user mesh file's texture
+    # NeRF -> DMTet: keep only the k largest solid regions of the grid (0: all; 1 drops floaters)
+    isosurface_keep_components: int = 0
+    # fit the texture field to the previous stage's albedo (NeRF), copy it (mesh), or to a user mesh file's texture
+    inherit_texture: bool = True
     inherit_texture_steps: int = 500  # Adam steps of that fit
     inherit_texture_points: int = 262144  # surface points it fits on
     loss: MeshStageLoss = dataclasses.field(default_factory=MeshStageLoss)  # loss weights
@@ -116,7 +120,9 @@ class MeshStageSystem(TextTo3DSystem):
     def albedo_at(self, points: Tensor) -> Tensor:
         """View- and light-independent colour [N, 3] at points [N, 3] (baked into exported textures)."""
         chunk = 262144
-        return torch.cat([self.material.albedo(self.features_at(p)) for p in points.split(chunk)]) if len(points) else points.new_zeros(0, 3)
+        if not len(points):
+            return points.new_zeros(0, 3)
+        return torch.cat([self.material.albedo(self.features_at(p)) for p in points.split(chunk)])
 
     # ------------------------------------------------------------------------------ stages
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
@@ -139,7 +145,7 @@ class MeshStageSystem(TextTo3DSystem):
                     )
         finally:
             previous.to("cpu")
-        self._copy_matching(previous, ("material", "background"))
+        copy_matching_parts(self, previous, ("material", "background"), same_type=True)
         self.reset_mesh_cache()
 
     def _work_device(self) -> torch.device:
@@ -169,7 +175,8 @@ class MeshStageSystem(TextTo3DSystem):
         density = geometry.sample_grid(previous.density_at)
         threshold, source = self.cfg.isosurface_threshold, "given"
         if threshold is None:
-            threshold, source = getattr(getattr(previous.cfg, "export", None), "threshold", None), "the previous run's export.threshold"
+            threshold = getattr(getattr(previous.cfg, "export", None), "threshold", None)
+            source = "the previous run's export.threshold"
         if threshold is None:
             # voxel opacity 1 - exp(-density * scale): a NeRF's density is per unit length (scale: the cell size)
             scale = getattr(previous, "density_opacity_scale", None) or geometry.cell_size
@@ -185,7 +192,8 @@ class MeshStageSystem(TextTo3DSystem):
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage != "fit" or resuming or self.cfg.geometry_convert_from or not self.cfg.inherit_texture:
             return
-        samples = self.geometry.texture_samples(self.cfg.inherit_texture_points) if hasattr(self.geometry, "texture_samples") else None
+        has_samples = hasattr(self.geometry, "texture_samples")
+        samples = self.geometry.texture_samples(self.cfg.inherit_texture_points) if has_samples else None
         if samples is None:
             return
         with self._surface_on_work_device() as work:
@@ -230,16 +238,8 @@ class MeshStageSystem(TextTo3DSystem):
             )
         self.geometry.load_state_dict(taken, strict=False)
         self.reset_mesh_cache()
-        log.info("took the geometry%s from the previous stage", " and texture" if any(k.startswith("texture.") for k in taken) else "")
-
-    def _copy_matching(self, previous: Any, names: tuple[str, ...]) -> None:
-        for name in names:
-            mine, theirs = getattr(self, name), getattr(previous, name, None)
-            if not isinstance(theirs, nn.Module) or type(theirs) is not type(mine):
-                continue
-            source, target = theirs.state_dict(), mine.state_dict()
-            if source.keys() == target.keys() and all(source[k].shape == target[k].shape for k in source):
-                mine.load_state_dict(source)
+        with_texture = any(k.startswith("texture.") for k in taken)
+        log.info("took the geometry%s from the previous stage", " and texture" if with_texture else "")
 
     def reset_mesh_cache(self) -> None:
         """Forget a frozen geometry's cached mesh (after its parameters were overwritten)."""
@@ -258,7 +258,8 @@ class MeshStageSystem(TextTo3DSystem):
         _, dirs = batch["cameras"].to(self.device).rays()
         return self.background(dirs)
 
-    def render_mesh(self, mesh: Mesh, batch: dict[str, Any], topology: EdgeTopology | None = None, colour: bool = True) -> dict[str, Tensor]:
+    def render_mesh(self, mesh: Mesh, batch: dict[str, Any], topology: EdgeTopology | None = None,
+                    colour: bool = True) -> dict[str, Tensor]:
         """The mesh renderer's outputs for the batch's cameras (``colour=False``: no texture queries)."""
         lights = batch.get("light_positions")
 

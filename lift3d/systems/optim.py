@@ -20,8 +20,11 @@ class OptimizerConfig:
     name: str = "Adam"  # any class in torch.optim (Adam, AdamW, SGD, ...)
     args: dict = field(default_factory=lambda: {"lr": 1e-3})  # defaults for every group (lr, betas, eps, ...)
     params: dict = field(default_factory=dict)  # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
-    fused: str = "auto"  # auto: the optimizer's fused kernel when every parameter is on CUDA (one launch per group, and no host sync under 16-mixed's grad scaler); always; never (torch's default)
-    visible_adam: bool = False  # Gaussian recipes whose step is a CUDA graph: Adam moves only the Gaussians the step's views drew (gsplat's visible_adam)
+    # auto: the optimizer's fused kernel when every parameter is on CUDA (one launch per group, and no host sync under
+    # 16-mixed's grad scaler); always; never (torch's default)
+    fused: str = "auto"
+    # Gaussian recipes whose step is a CUDA graph: Adam moves only the Gaussians the step's views drew (gsplat's visible_adam)
+    visible_adam: bool = False
 
 
 @dataclass

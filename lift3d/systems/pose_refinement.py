@@ -16,7 +16,7 @@ from typing import Any
 from torch import Tensor
 
 from lift3d.render.pose_refinement import PoseCorrections
-from lift3d.systems.appearance import capture_format
+from lift3d.systems.appearance import capture_format, photo_index
 
 log = logging.getLogger("lift3d.systems.pose_refinement")
 
@@ -56,11 +56,8 @@ class PoseRefinementHooks:
     def pose_index(self, batch: dict[str, Any]) -> Tensor | None:
         """The training photo of each view of ``batch`` (``index``), or None (warned once) when a training batch
         with refinement on carries none."""
-        index = batch.get("index")
-        if index is None and self.pose_refinement.active and not self._warned_no_pose_index:
-            self._warned_no_pose_index = True
-            log.warning("training batches carry no photo index: camera poses are not refined")
-        return index
+        return photo_index(self, batch, self.pose_refinement.active, "_warned_no_pose_index", "camera poses are not refined",
+                           log)
 
     def log_pose_corrections(self) -> None:
         """The mean rotation (degrees) and shift (scene extents) of the corrections so far, on logging steps."""

@@ -53,14 +53,21 @@ class ReconstructGaussiansConfig(SystemConfig):
     densify: dict = field(default_factory=dict)  # its config
     extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
     scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
+    # written when training ends; lift3d export takes any format
     export: ExportConfig = field(default_factory=lambda: ExportConfig(
-        formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # written when training ends; lift3d export takes any format
+        formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
-    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device, 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
-    isect_headroom: float = 1.2  # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its largest footprint), sized again at each capture
-    appearance: AppearanceConfig = field(default_factory=AppearanceConfig)  # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
-    pose_refinement: PoseRefinementConfig = field(default_factory=PoseRefinementConfig)  # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
+    # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device,
+    # 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
+    cuda_graphs: bool = True
+    # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its
+    # largest footprint), sized again at each capture
+    isect_headroom: float = 1.2
+    # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
+    # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
+    pose_refinement: PoseRefinementConfig = field(default_factory=PoseRefinementConfig)
     loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
 
 
@@ -190,7 +197,8 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         return {key: move(value) for key, value in batch.items()}
 
     # ----------------------------------------------------------------------------------- training
-    def render(self, cameras: Cameras, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
+    def render_gaussians(self, cameras: Cameras, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
+        """The rasterizer's output for ``cameras`` (``background`` [B, 3] or None; ``options`` to the rasterizer)."""
         return self.renderer(self.gaussians, cameras, background, self.gaussians.active_sh_degree, **options)
 
     def loss_terms(self, cameras: Cameras, background: Tensor | None, target: Tensor, loss_mask: Tensor | None = None,
@@ -201,7 +209,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         transforms (per-photo appearance) the render is compared through and whose pose corrections (pose
         refinement) move the cameras."""
         cameras = self.pose_refinement(cameras, index)
-        out = self.render(cameras, background, with_depth=False, **options)  # the loss reads colours only
+        out = self.render_gaussians(cameras, background, with_depth=False, **options)  # the loss reads colours only
         rgb = self.appearance(out["rgb"], index)
         if loss_mask is None:
             l1 = (rgb - target).abs().mean()
@@ -251,7 +259,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
     # ----------------------------------------------------------------------------------- evaluation
     def render_views(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         self.gaussians.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
-        out = self.render(batch["cameras"], batch.get("background"))
+        out = self.render_gaussians(batch["cameras"], batch.get("background"))
         return {"rgb": out["rgb"], "alpha": out["alpha"], "depth": out["depth"]}
 
     def on_fit_end(self) -> None:

@@ -29,8 +29,10 @@ class ReconstructNerfLoss(LossConfig):
     lambda_rgb: Any = scheduled(1.0)  # photometric loss on the composited colour
     lambda_alpha: Any = scheduled(0.0)  # MSE between rendered opacity and the photo's alpha (object masks)
     lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (discourages floaters)
-    lambda_interlevel: Any = scheduled(1.0)  # renderer sampler proposal: the proposal networks' histogram loss (their only training signal)
-    lambda_distortion: Any = scheduled(0.0)  # renderer sampler proposal: Mip-NeRF 360's distortion loss (pulls each ray's weight together)
+    # renderer sampler proposal: the proposal networks' histogram loss (their only training signal)
+    lambda_interlevel: Any = scheduled(1.0)
+    # renderer sampler proposal: Mip-NeRF 360's distortion loss (pulls each ray's weight together)
+    lambda_distortion: Any = scheduled(0.0)
 
 
 @dataclass
@@ -46,11 +48,15 @@ class ReconstructNerfConfig(SystemConfig):
     photometric_loss: str = "mse"  # mse or smooth_l1
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
-    cuda_graphs: bool = True  # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit precision, one device (false: its kernels launched one by one)
-    appearance: AppearanceConfig = dataclasses.field(default_factory=AppearanceConfig)  # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit
+    # precision, one device (false: its kernels launched one by one)
+    cuda_graphs: bool = True
+    # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    appearance: AppearanceConfig = dataclasses.field(default_factory=AppearanceConfig)
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
+    # what lift3d export writes by default
     export: ExportConfig = dataclasses.field(default_factory=lambda: ExportConfig(
-        formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))  # what lift3d export writes by default
+        formats=["glb"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))
 
 
 @register("reconstruct-nerf")

@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from lift3d.checkpoints import CheckpointError, load_checkpoint
 from lift3d.config import ExperimentConfig, load_config
 from lift3d.registry import find
@@ -57,3 +59,41 @@ def load_previous_stage(checkpoint: str | Path, system_override: dict | None = N
     system.load_state_dict(state["state_dict"])
     log.info("starting from %s (a %s run at step %d)", checkpoint, cfg.system_type, system.true_global_step)
     return cfg, system.eval()
+
+
+def copy_matching_parts(system: Any, previous: Any, names: tuple[str, ...], same_type: bool = False) -> list[str]:
+    """Load each part ``names`` of ``previous`` into the system's part of that name where their parameters match in
+    names and shapes (``same_type``: and the parts are of one class); the names of the parts copied."""
+    copied = []
+    for name in names:
+        mine, theirs = getattr(system, name), getattr(previous, name, None)
+        if not isinstance(theirs, nn.Module) or (same_type and type(theirs) is not type(mine)):
+            continue
+        source, target = theirs.state_dict(), mine.state_dict()
+        if source.keys() == target.keys() and all(source[k].shape == target[k].shape for k in source):
+            mine.load_state_dict(source)
+            copied.append(name)
+    return copied
+
+
+FIELD_PARTS = ("field", "material", "background", "renderer")  # what a NeRF stage takes (the occupancy grid: renderer)
+
+
+def take_field(system: Any, previous: Any, previous_cfg: Any, why: str, error: type[Exception] = ValueError) -> list[str]:
+    """A NeRF stage's start: every part of ``FIELD_PARTS`` that matches (the field at least, else ``error`` saying
+    ``why``); the names of the parts copied."""
+    copied = copy_matching_parts(system, previous, FIELD_PARTS)
+    if "field" not in copied:
+        raise error(f"system.geometry_convert_from: the {previous_cfg.system_type} run's field does not match this run's "
+                    f"({why})")
+    return copied
+
+
+def take_gaussians(system: Any, previous: Any) -> Any:
+    """The system's Gaussians set to the previous stage's (copied); its Gaussian model, or None (nothing taken) when it
+    has none."""
+    theirs = getattr(previous, "gaussians", None)
+    if theirs is None or not hasattr(theirs, "parameters_dict"):
+        return None
+    system.gaussians.set_parameters({k: v.detach() for k, v in theirs.parameters_dict().items()})
+    return theirs

@@ -44,6 +44,7 @@ from torch import Tensor
 from lift3d.aftercare import attempt
 from lift3d.config import scheduled
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.stages import load_previous_stage
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class TextTo3DConfig(SystemConfig):
     guidance_type: str = "stable-diffusion"  # registered guidance: stable-diffusion, stable-diffusion-vsd, analytic
     guidance: dict = dataclasses.field(default_factory=dict)  # its config (prompt, model, scale, timesteps, ...)
     geometry_convert_from: str = ""  # a previous stage's checkpoint to start from (its configs/parsed.yaml is read too)
-    geometry_convert_override: dict = dataclasses.field(default_factory=dict)  # changes to that stage's system config before loading
+    # changes to that stage's system config before loading
+    geometry_convert_override: dict = dataclasses.field(default_factory=dict)
     guidance_panel: bool = True  # validation grids add the guidance's one-step denoised estimate of each render
     guidance_panel_t: float = 0.5  # timestep of that estimate, as a fraction of the diffusion model's T
     export_after_test: bool = True  # export the asset (export.formats) into save/ whenever the test views are rendered
@@ -127,8 +129,6 @@ class TextTo3DSystem(BaseSystem):
         if self._trainer is not None:
             self.apply_matmul_precision(self.trainer.strategy.root_device)
         if self.cfg.geometry_convert_from:
-            from lift3d.systems.stages import load_previous_stage
-
             previous_cfg, previous = load_previous_stage(self.cfg.geometry_convert_from, self.cfg.geometry_convert_override)
             self.convert_from(previous, previous_cfg)
         self.guidance  # noqa: B018  (built for its side effect)
