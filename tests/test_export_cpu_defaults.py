@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from lift3d.export import ExportConfig, GaussianTensors, gaussian_bbox, gaussian_sources
-from lift3d.export.formats import DEVICE_DEFAULTS, for_device
+from lift3d.export.config import DEVICE_DEFAULTS, for_device
 from lift3d.export.gaussian_density import gaussian_mesh_box, reaching
 
 

@@ -26,7 +26,8 @@ SMALL = dict(resolution=24, texture_size=64, target_faces=0, video_frames=4, vid
 def _field_sources(calls: list) -> ExportSources:
     def mesh():
         calls.append("mesh")
-        return mesh_from_field(lambda p: sphere_density(p, 0.5), [[-1, -1, -1], [1, 1, 1]], ExportConfig(**SMALL), colour_fn=position_colour)
+        return mesh_from_field(lambda p: sphere_density(p, 0.5), [[-1, -1, -1], [1, 1, 1]], ExportConfig(**SMALL),
+                               colour_fn=position_colour)
 
     return ExportSources(mesh=mesh, colour_fn=position_colour, render_fn=lambda c: render_sphere(c, 0.5))
 

@@ -85,7 +85,8 @@ def test_a_bad_file_is_one_clear_line(tmp_path, capsys, name, content, message):
 def test_a_model_starts_from_each_new_file(tmp_path, suffix):
     params = random_params(64, degree=1, seed=4)
     save_ply(tmp_path / "model.ply", params)
-    assert main(["export", str(tmp_path / "model.ply"), "--format", {".spz": "spz", ".sog": "sog", ".glb": "gltf-splat"}[suffix]]) == 0
+    fmt = {".spz": "spz", ".sog": "sog", ".glb": "gltf-splat"}[suffix]
+    assert main(["export", str(tmp_path / "model.ply"), "--format", fmt]) == 0
     path = tmp_path / ("model-ply-gaussians.glb" if suffix == ".glb" else f"model-ply{suffix}")
     model = GaussianModel({"sh_degree": 2})
     assert model.load_gaussian_file(path) == 1 and len(model) == 64

@@ -9,8 +9,8 @@ from scipy.spatial.transform import Rotation
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.export import ExportConfig, GaussianField, GaussianTensors, RenderedColours, extract_mesh, gaussian_bbox
-from lift3d.export.formats import gaussian_sources
 from lift3d.export.gaussian_density import quat_to_rotmat
+from lift3d.export.sources import gaussian_sources
 from tests.plugins.analytic_sphere import position_colour, render_sphere
 
 
@@ -19,7 +19,8 @@ def fibonacci_sphere(n: int) -> torch.Tensor:
     i = torch.arange(n, dtype=torch.float64) + 0.5
     polar = torch.acos(1 - 2 * i / n)
     azimuth = math.pi * (1 + 5**0.5) * i
-    return torch.stack([torch.cos(azimuth) * torch.sin(polar), torch.sin(azimuth) * torch.sin(polar), torch.cos(polar)], -1).float()
+    return torch.stack([torch.cos(azimuth) * torch.sin(polar), torch.sin(azimuth) * torch.sin(polar), torch.cos(polar)],
+                       -1).float()
 
 
 def quats_turning_z_to(normals: torch.Tensor) -> torch.Tensor:
@@ -114,7 +115,8 @@ def test_gaussians_on_a_sphere_mesh_at_the_predicted_offset():
     assert 0.3 < outer.mean() < 0.7
     assert np.abs(r[outer] - (radius + offset)).max() < voxel
     assert np.abs(r[~outer] - (radius - offset)).max() < voxel
-    solid = extract_mesh(field.density, box, resolution, threshold=peak / 2, fill_holes=True, colour_fn=field.colour, opacity_scale=1.0)
+    solid = extract_mesh(field.density, box, resolution, threshold=peak / 2, fill_holes=True, colour_fn=field.colour,
+                         opacity_scale=1.0)
     r = np.linalg.norm(solid.vertices, axis=1)
     assert np.abs(r - (radius + offset)).max() < voxel
     # colours queried from the Gaussians: those of the points on the sphere under each vertex

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lift3d.export import ExportConfig, GaussianField, RenderedColours, extract_mesh, gaussian_bbox
-from lift3d.export.formats import backproject_cameras
+from lift3d.export.views import backproject_cameras
 from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density
 from tests.test_export_gaussians import random_gaussians, skin_of_sphere
 

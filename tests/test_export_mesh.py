@@ -101,7 +101,8 @@ def test_surfaces_cut_by_the_box_are_closed_on_its_faces():
     mesh = extract_mesh(lambda p: sphere_density(p, 0.6), [[-0.3, -1, -1], [1, 1, 1]], 24, threshold=25.0)
     assert mesh.vertices[:, 0].min() == pytest.approx(-0.3, abs=1e-6)
     assert trimesh.Trimesh(mesh.vertices, mesh.faces, process=False).is_watertight
-    open_mesh = extract_mesh(lambda p: sphere_density(p, 0.6), [[-0.3, -1, -1], [1, 1, 1]], 24, threshold=25.0, close_boundary=False)
+    open_mesh = extract_mesh(lambda p: sphere_density(p, 0.6), [[-0.3, -1, -1], [1, 1, 1]], 24, threshold=25.0,
+                             close_boundary=False)
     assert not trimesh.Trimesh(open_mesh.vertices, open_mesh.faces, process=False).is_watertight
 
 
@@ -111,7 +112,8 @@ def test_occupancy_tightens_the_box():
     box = tighten_bbox(BOX, occ, pad_cells=1)
     assert np.allclose(box, [[-1 + 0.25, -1 + 0.5, -1 + 0.75], [-1 + 1.5, -1 + 1.25, 1.0]])  # cells 1..5, 2..4, 3..7
     assert np.allclose(tighten_bbox(BOX, np.zeros((4, 4, 4), bool)), BOX)
-    sphere = extract_mesh(lambda p: sphere_density(p, 0.3), BOX, 64, threshold=25.0, occupancy=torch.ones(1, 1, 1, dtype=torch.bool))
+    sphere = extract_mesh(lambda p: sphere_density(p, 0.3), BOX, 64, threshold=25.0,
+                          occupancy=torch.ones(1, 1, 1, dtype=torch.bool))
     tight = extract_mesh(lambda p: sphere_density(p, 0.3), BOX, 64, threshold=25.0, occupancy=_ball_occupancy(16, 0.3))
     # the same resolution over a smaller box: finer voxels, more faces, same surface
     assert len(tight.faces) > 1.5 * len(sphere.faces)

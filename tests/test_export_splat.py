@@ -85,7 +85,8 @@ def test_3dgs_ply_converts_with_splat_transform(tmp_path, writer):
 
 def activated(raw: dict[str, np.ndarray]) -> GaussianTensors:
     t = {k: torch.from_numpy(v) for k, v in raw.items()}
-    return GaussianTensors(t["means"], t["log_scales"].exp(), t["quats"], torch.sigmoid(t["logit_opacities"]), rgb_from_sh_dc(t["sh_dc"]))
+    return GaussianTensors(t["means"], t["log_scales"].exp(), t["quats"], torch.sigmoid(t["logit_opacities"]),
+                           rgb_from_sh_dc(t["sh_dc"]))
 
 
 def test_splat_decodes_back_to_the_inputs(tmp_path):

@@ -76,7 +76,8 @@ def test_unwrap_keeps_the_geometry_and_places_every_face(sphere_mesh, scale):
     # each output face has the same corners as some input face (vertices are only split along seams)
     key = {tuple(np.round(sphere_mesh.vertices[f], 6).ravel()) for f in sphere_mesh.faces}
     assert all(tuple(np.round(unwrapped.vertices[f], 6).ravel()) in key for f in unwrapped.faces)
-    assert (_area(unwrapped.uvs[unwrapped.faces]) > 0).all()  # no face left at a single UV point (xatlas skips tiny faces unless scaled)
+    # no face left at a single UV point (xatlas skips tiny faces unless scaled)
+    assert (_area(unwrapped.uvs[unwrapped.faces]) > 0).all()
 
 
 def test_baked_texture_reproduces_the_colour_field(sphere_mesh):

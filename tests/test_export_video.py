@@ -35,7 +35,8 @@ def _frame_number_render(cameras):
 
 def test_mp4_and_gif_have_the_frame_count_size_and_order(tmp_path):
     cams = orbit_cameras(10, 15.0, 2.5, 40.0, width=64, height=48)
-    paths = write_orbit_video(OutputSaver(tmp_path), "orbit", _frame_number_render, cams, fps=10, formats=("mp4", "gif"), batch_size=3)
+    paths = write_orbit_video(OutputSaver(tmp_path), "orbit", _frame_number_render, cams, fps=10, formats=("mp4", "gif"),
+                              batch_size=3)
     assert [p.name for p in paths] == ["orbit.mp4", "orbit.gif"]
     for path in paths:
         frames = iio.imread(path, index=None)
@@ -62,8 +63,9 @@ def _small_object_ply(path, centre=(1.0, -0.5, 0.3), across=0.2, n=1500):
     direction = torch.randn(n, 3, generator=g)
     direction = direction / direction.norm(dim=1, keepdim=True)
     means = direction * (across / 2) * torch.rand(n, 1, generator=g) ** (1 / 3) + torch.tensor(centre)
-    save_ply(path, {"means": means, "log_scales": torch.full((n, 3), math.log(across / 40)), "quats": torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1),
-                    "opacity_logits": torch.full((n,), 4.0), "sh0": rgb_to_sh(torch.tensor([[0.8, 0.1, 0.1]])).repeat(n, 1)[:, None],
+    save_ply(path, {"means": means, "log_scales": torch.full((n, 3), math.log(across / 40)),
+                    "quats": torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1), "opacity_logits": torch.full((n,), 4.0),
+                    "sh0": rgb_to_sh(torch.tensor([[0.8, 0.1, 0.1]])).repeat(n, 1)[:, None],
                     "shN": torch.zeros(n, 0, 3)})
     return path
 

@@ -21,7 +21,8 @@ TEXTURE = 128
 
 @pytest.fixture(scope="module")
 def coloured():
-    return extract_mesh(lambda p: sphere_density(p, 0.6), [[-1, -1, -1], [1, 1, 1]], 24, threshold=25.0, colour_fn=position_colour)
+    return extract_mesh(lambda p: sphere_density(p, 0.6), [[-1, -1, -1], [1, 1, 1]], 24, threshold=25.0,
+                        colour_fn=position_colour)
 
 
 @pytest.fixture(scope="module")

@@ -1,37 +1,39 @@
-"""Exporters: meshes from NeRF fields and Gaussians, textured .glb / .obj, vertex-colour .ply, Gaussian
-.ply / .splat, turntable video.
+"""Exporters: meshes from NeRF fields and Gaussians, textured .glb / .obj, vertex-colour .ply, Gaussian files,
+turntable video.
 
-Systems call one helper from their ``export(saver, formats)`` (``lift3d export CONFIG --resume CKPT
-[--format glb obj ...]``), handing over what they can provide as an ``ExportSources``; nothing here is
-registered, and no exporter reaches into a system. Options live in ``ExportConfig``, which a system's
-config embeds as ``export`` (so ``system.export.resolution=512`` works on the command line).
+A system says what it can provide in ``export_sources() -> ExportSources``; ``BaseSystem.export`` hands that to
+``export_formats`` (``lift3d export CONFIG --resume CKPT [--format glb obj ...]``). Nothing here is registered,
+and no exporter reaches into a system. Options live in ``ExportConfig``, which a system's config embeds as
+``export`` (so ``system.export.resolution=512`` works on the command line). The Gaussian file codecs live in
+``lift3d.gaussians.formats``; this package only calls them.
+
+Modules: ``config`` (ExportConfig, device defaults), ``formats`` (the format table, ``export_formats``),
+``sources`` (mesh_from_field, gaussian_sources), ``views`` (turntable and back-projection cameras).
 
 A NeRF system::
 
-    def export(self, saver, formats):
+    def export_sources(self):
         cfg = self.cfg.export
-        sources = ExportSources(
+        return ExportSources(
             mesh=lambda: mesh_from_field(self.field.density, self.field.bbox, cfg, colour_fn=self.field.albedo,
                                          occupancy=self.occupancy_grid.mask, device=self.device),
             colour_fn=self.field.albedo,  # points [N, 3] -> albedo [N, 3], baked into the texture
             render_fn=lambda cameras: self.render_views({"cameras": cameras}),
             device=self.device,
         )
-        return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
 
 A Gaussian system (activated tensors; colours from SH degree 0)::
 
         g = GaussianTensors(means, scales, quats_wxyz, opacities, colours=rgb_from_sh_dc(sh_dc))
-        sources = gaussian_sources(g, cfg, write_3dgs_ply=lambda path, **kept: save_ply(path, model, **kept),
-                                   gaussian_params=model.parameters_dict,
-                                   render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
-        return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")
+        return gaussian_sources(g, cfg, write_3dgs_ply=lambda path, **kept: save_ply(path, model, **kept),
+                                gaussian_params=model.parameters_dict,
+                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
 
 A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` and a ``colour_fn``.
 
 Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
 (needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
-``gaussian_params``; codecs in ``lift3d.gaussians.formats.spz`` / ``.sog`` / ``.gltf_splat``); ``mp4``, ``gif`` (need
+``gaussian_params``; codecs in ``lift3d.gaussians.formats``); ``mp4``, ``gif`` (need
 ``render_fn``; framed by ``content_points``, as the viewer frames them: ``lift3d.framing``). Files are
 ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``, ``<stem>.splat``,
 ``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``, ``<stem>-orbit.mp4``/``.gif``, ``<stem>.html``
@@ -42,22 +44,16 @@ None (grid resolution, face target, turntable frames, rate and size) take ``DEVI
 The parts are plain functions on tensors and arrays: ``extract_mesh`` (grid sampling in blocks,
 marching cubes, automatic threshold, clean-up, decimation, colours), ``GaussianField`` (density and
 colour of Gaussians), ``RenderedColours`` (colours back-projected from renders), ``bake_texture``
-(xatlas atlas + baking), ``write_glb`` / ``write_obj`` / ``write_ply``, ``write_splat`` / ``read_splat``,
-``write_orbit_video``.
+(xatlas atlas + baking), ``write_glb`` / ``write_obj`` / ``write_ply``, ``write_orbit_video``; ``write_splat`` /
+``read_splat`` are re-exported from ``lift3d.gaussians.formats.splat``.
 """
 
 from lift3d.export.backproject import RenderedColours
-from lift3d.export.formats import (
-    FORMATS,
-    ExportConfig,
-    ExportSources,
-    export_formats,
-    gaussian_colour_fn,
-    gaussian_sources,
-    mesh_from_field,
-)
+from lift3d.export.config import ExportConfig
+from lift3d.export.formats import FORMATS, ExportSources, export_formats
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.sources import gaussian_colour_fn, gaussian_sources, mesh_from_field
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import orbit_cameras, write_orbit_video
 from lift3d.export.writers import write_glb, write_obj, write_ply

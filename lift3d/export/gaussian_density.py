@@ -132,7 +132,8 @@ class GaussianField:
         g = self.gaussians
         if g.means.device == torch.device(device):
             return self
-        moved = GaussianTensors(*(None if t is None else t.to(device) for t in (g.means, g.scales, g.quats, g.opacities, g.colours)))
+        tensors = (g.means, g.scales, g.quats, g.opacities, g.colours)
+        moved = GaussianTensors(*(None if t is None else t.to(device) for t in tensors))
         return GaussianField(moved, self.cutoff_sigma, self.max_pairs, self._cell)
 
     def _accumulate(self, points: Tensor, with_colour: bool) -> tuple[Tensor, Tensor | None]:

@@ -86,7 +86,8 @@ def _sample_blocks(fn: DensityFn, torch_axes: list[Tensor], out: np.ndarray, sid
                 points = torch.stack(torch.meshgrid(xs, ys, zs, indexing="ij"), dim=-1).reshape(-1, 3)
                 values = fn(points)
                 if values.shape not in ((points.shape[0],), (points.shape[0], 1)):
-                    raise ValueError(f"the density function returned shape {tuple(values.shape)} for {points.shape[0]} points; it must return [N]")
+                    raise ValueError(f"the density function returned shape {tuple(values.shape)} for {points.shape[0]} "
+                                     "points; it must return [N]")
                 block = values.reshape(len(xs), len(ys), len(zs)).float().cpu().numpy()
                 out[x0 : x0 + len(xs), y0 : y0 + len(ys), z0 : z0 + len(zs)] = block
                 stage.advance()

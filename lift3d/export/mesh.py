@@ -118,7 +118,8 @@ def remove_degenerate(mesh: Mesh, tolerance: float) -> Mesh:
     tri = mesh.vertices[first][faces].astype(np.float64)
     area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
     keep = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 2] != faces[:, 0]) & (area2 > tolerance**2)
-    welded = Mesh(mesh.vertices[first], faces, *(None if a is None else a[first] for a in (mesh.vertex_colours, mesh.normals, mesh.uvs)), mesh.texture)
+    per_vertex = (mesh.vertex_colours, mesh.normals, mesh.uvs)
+    welded = Mesh(mesh.vertices[first], faces, *(None if a is None else a[first] for a in per_vertex), mesh.texture)
     return submesh(welded, keep)
 
 
@@ -234,7 +235,8 @@ def extract_mesh(
     if threshold is None:
         scale = float(voxel_size(axes).mean()) if opacity_scale is None else float(opacity_scale)
         threshold = auto_threshold(volume, scale)
-        log.info("mesh threshold chosen automatically: density %.4g (voxel opacity %.3f)", threshold, -np.expm1(-threshold * scale))
+        log.info("mesh threshold chosen automatically: density %.4g (voxel opacity %.3f)", threshold,
+                 -np.expm1(-threshold * scale))
     if not volume.min() < threshold < volume.max():
         raise ValueError(
             f"the threshold {threshold:.4g} is outside the density's range on the grid [{volume.min():.4g}, {volume.max():.4g}]: "
@@ -251,5 +253,6 @@ def extract_mesh(
     if colour_fn is not None:
         colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
         mesh = replace(mesh, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
-    log.info("extracted a mesh: %d vertices, %d faces, threshold %.4g, grid %s", len(mesh.vertices), len(mesh.faces), threshold, [len(a) for a in axes])
+    log.info("extracted a mesh: %d vertices, %d faces, threshold %.4g, grid %s", len(mesh.vertices), len(mesh.faces),
+             threshold, [len(a) for a in axes])
     return mesh

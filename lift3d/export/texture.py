@@ -47,7 +47,8 @@ def unwrap_uv(mesh: Mesh, texture_size: int = 1024, padding: int = 2) -> Mesh:
     unplaced = int((e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0] == 0).sum())
     if unplaced:
         log.warning("xatlas left %d degenerate face(s) at a single UV point; they take one texel's colour", unplaced)
-    log.info("UV atlas: %d charts, %d -> %d vertices, %.0f%% of the texture used", atlas.chart_count, len(mesh.vertices), len(vmapping), 100 * float(atlas.utilization))
+    log.info("UV atlas: %d charts, %d -> %d vertices, %.0f%% of the texture used", atlas.chart_count, len(mesh.vertices),
+             len(vmapping), 100 * float(atlas.utilization))
     return Mesh(mesh.vertices[vmapping], faces.astype(np.int64), pick(mesh.vertex_colours), pick(mesh.normals), uvs, None)
 
 

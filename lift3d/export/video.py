@@ -66,7 +66,8 @@ def render_frames(render_fn: RenderFn, cameras: Cameras, batch_size: int = 4) ->
         for start in range(0, len(cameras), batch_size):
             rgb = render_fn(cameras[start : start + batch_size])["rgb"]
             if rgb.ndim != 4 or rgb.shape[1:3] != (cameras.height, cameras.width):
-                raise ValueError(f"render_fn returned rgb of shape {tuple(rgb.shape)}; expected [B, {cameras.height}, {cameras.width}, 3]")
+                raise ValueError(f"render_fn returned rgb of shape {tuple(rgb.shape)}; "
+                                 f"expected [B, {cameras.height}, {cameras.width}, 3]")
             frames.extend(to_numpy_image(frame[..., :3].clamp(0, 1)) for frame in rgb)
             stage.advance(len(rgb))
     return frames

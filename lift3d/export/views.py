@@ -1,0 +1,36 @@
+"""The cameras of exports: turntable orbits and the views colours are back-projected from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lift3d.export.config import ExportConfig, for_device
+from lift3d.export.video import framed_orbit_cameras, orbit_cameras
+
+
+def turntable_cameras(cfg: ExportConfig, content_points: Callable[[], torch.Tensor] | None, n_frames: int,
+                      elevation_deg: float, start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu") -> Any:
+    """An orbit of ``n_frames`` cameras as the config frames it: around the content's centre at the distance its bounds
+    need (``video_framing=content``, when the sources give content points; ``lift3d.framing``, the viewer's rule), else
+    at ``video_distance`` around the origin."""
+    cfg = for_device(cfg, device)
+    if cfg.video_framing == "content" and content_points is not None:
+        return framed_orbit_cameras(content_points(), n_frames, elevation_deg, cfg.video_fovy_deg, cfg.video_width,
+                                    cfg.video_height, cfg.video_fill, start_azimuth_deg, device=device)
+    return orbit_cameras(n_frames, elevation_deg, cfg.video_distance, cfg.video_fovy_deg, cfg.video_width,
+                         cfg.video_height, start_azimuth_deg=start_azimuth_deg, device=device)
+
+
+def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu",
+                        content_points: Callable[[], torch.Tensor] | None = None) -> Any:
+    """Views for colour back-projection: two rings around the object (elevations +30 and -15 degrees), framed as the
+    turntable is (``turntable_cameras``)."""
+    from lift3d.cameras import Cameras
+
+    half = max(1, cfg.backproject_views // 2)
+    rings = [turntable_cameras(cfg, content_points, half, elevation, offset, device)
+             for elevation, offset in ((30.0, 0.0), (-15.0, 180.0 / half))]
+    return Cameras.cat(rings)
