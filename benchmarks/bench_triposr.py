@@ -29,42 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from lift3d.generators.triposr import DINO_VITB16, TripoSRGenerator, released_state_dict  # noqa: E402
+from lift3d.generators.triposr import DINO_VITB16, TripoSRGenerator, release_config, released_state_dict  # noqa: E402
 from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork  # noqa: E402
-
-RELEASED_CONFIG = """cond_image_size: 512
-image_tokenizer_cls: tsr.models.tokenizers.image.DINOSingleImageTokenizer
-image_tokenizer:
-  pretrained_model_name_or_path: "{vit}"
-tokenizer_cls: tsr.models.tokenizers.triplane.Triplane1DTokenizer
-tokenizer:
-  plane_size: 32
-  num_channels: 1024
-backbone_cls: tsr.models.transformer.transformer_1d.Transformer1D
-backbone:
-  in_channels: ${{tokenizer.num_channels}}
-  num_attention_heads: 16
-  attention_head_dim: 64
-  num_layers: 16
-  cross_attention_dim: 768
-post_processor_cls: tsr.models.network_utils.TriplaneUpsampleNetwork
-post_processor:
-  in_channels: 1024
-  out_channels: 40
-decoder_cls: tsr.models.network_utils.NeRFMLP
-decoder:
-  in_channels: 120
-  n_neurons: 64
-  n_hidden_layers: 9
-  activation: silu
-renderer_cls: tsr.models.nerf_renderer.TriplaneNeRFRenderer
-renderer:
-  radius: 0.87
-  feature_reduction: concat
-  density_activation: exp
-  density_bias: -1.0
-  num_samples_per_ray: 128
-"""
 
 
 def write_random_release(folder: Path) -> Path:
@@ -76,7 +42,7 @@ def write_random_release(folder: Path) -> Path:
     vit = ViTConfig(**DINO_VITB16)
     vit.save_pretrained(folder / "dino-vitb16")
     network = TripoSRNetwork(TripoSRArchitecture(), vit)
-    (folder / "config.yaml").write_text(RELEASED_CONFIG.format(vit=folder / "dino-vitb16"))
+    (folder / "config.yaml").write_text(release_config(TripoSRArchitecture(), folder / "dino-vitb16"))
     save_file({k: v.half().contiguous() for k, v in released_state_dict(network).items()}, str(folder / "model.safetensors"))
     return folder
 

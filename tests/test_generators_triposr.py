@@ -14,7 +14,7 @@ from PIL import Image
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at, spherical_to_position
 from lift3d.generators.base import GeneratorLoadError
-from lift3d.generators.triposr import TripoSRGenerator, prepare_image, released_state_dict
+from lift3d.generators.triposr import TripoSRGenerator, prepare_image, release_config, released_state_dict
 from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork
 from lift3d.registry import find
 
@@ -33,7 +33,8 @@ VIT_LAYER = [f"attention.attention.{p}.{w}" for p in ("query", "key", "value") f
     "layernorm_after.weight", "layernorm_after.bias"]
 BLOCK = [f"{n}.{w}" for n in ("norm1", "norm2", "norm3") for w in ("weight", "bias")] + [
     f"{a}.{p}.weight" for a in ("attn1", "attn2") for p in ("to_q", "to_k", "to_v", "to_out.0")] + [
-    "attn1.to_out.0.bias", "attn2.to_out.0.bias", "ff.net.0.proj.weight", "ff.net.0.proj.bias", "ff.net.2.weight", "ff.net.2.bias"]
+    "attn1.to_out.0.bias", "attn2.to_out.0.bias", "ff.net.0.proj.weight", "ff.net.0.proj.bias", "ff.net.2.weight",
+    "ff.net.2.bias"]
 OFFICIAL_NAMES = {
     *(f"image_tokenizer.model.{k}" for k in (
         "embeddings.cls_token", "embeddings.position_embeddings", "embeddings.patch_embeddings.projection.weight",
@@ -67,41 +68,7 @@ def save_release(folder: Path, network: TripoSRNetwork, weights: str = "model.sa
 
     folder.mkdir(parents=True, exist_ok=True)
     ViTConfig(**VIT).save_pretrained(folder / "dino")
-    t = TINY
-    (folder / "config.yaml").write_text(f"""cond_image_size: {t['cond_image_size']}
-image_tokenizer_cls: tsr.models.tokenizers.image.DINOSingleImageTokenizer
-image_tokenizer:
-  pretrained_model_name_or_path: "{folder / 'dino'}"
-tokenizer_cls: tsr.models.tokenizers.triplane.Triplane1DTokenizer
-tokenizer:
-  plane_size: {t['plane_size']}
-  num_channels: {t['num_channels']}
-backbone_cls: tsr.models.transformer.transformer_1d.Transformer1D
-backbone:
-  in_channels: ${{tokenizer.num_channels}}
-  num_attention_heads: {t['num_attention_heads']}
-  attention_head_dim: {t['attention_head_dim']}
-  num_layers: {t['num_layers']}
-  cross_attention_dim: {t['cross_attention_dim']}
-  norm_num_groups: {t['norm_num_groups']}
-post_processor_cls: tsr.models.network_utils.TriplaneUpsampleNetwork
-post_processor:
-  in_channels: {t['num_channels']}
-  out_channels: {t['out_channels']}
-decoder_cls: tsr.models.network_utils.NeRFMLP
-decoder:
-  in_channels: {3 * t['out_channels']}
-  n_neurons: {t['n_neurons']}
-  n_hidden_layers: {t['n_hidden_layers']}
-  activation: silu
-renderer_cls: tsr.models.nerf_renderer.TriplaneNeRFRenderer
-renderer:
-  radius: 0.87
-  feature_reduction: concat
-  density_activation: exp
-  density_bias: -1.0
-  num_samples_per_ray: 128
-""")
+    (folder / "config.yaml").write_text(release_config(TripoSRArchitecture(**TINY), folder / "dino"))
     state = {k: v.contiguous() for k, v in released_state_dict(network).items()}
     if weights.endswith(".safetensors"):
         save_file(state, str(folder / weights))
@@ -230,7 +197,8 @@ def test_generate_command_writes_a_valid_glb(tmp_path, release, capsys):
     assert report["issues"]["numErrors"] == 0 and report["info"]["totalTriangleCount"] > 0
     # the run is an ordinary NeRF run: lift3d export reloads its field from the checkpoint, without the generator
     trial = glbs[0].parent.parent
-    assert main(["export", str(trial), "--format", "obj", f"system.generator.pretrained_model_name_or_path={tmp_path / 'gone'}"]) == 0
+    gone = f"system.generator.pretrained_model_name_or_path={tmp_path / 'gone'}"
+    assert main(["export", str(trial), "--format", "obj", gone]) == 0
     assert (trial / "save" / glbs[0].with_suffix(".obj").name).stat().st_size > 0
 
 
@@ -262,7 +230,8 @@ def test_refinement_starts_from_the_generated_field(tmp_path, release):
     from lift3d.runs.runner import run_experiment
 
     scene = sample_scene_path()
-    common = [f"output_root={tmp_path}", "trainer.accelerator=cpu", "trainer.run_test_after_fit=false", f"data.reference_scene={scene}",
+    common = [f"output_root={tmp_path}", "trainer.accelerator=cpu", "trainer.run_test_after_fit=false",
+              f"data.reference_scene={scene}",
               "data.reference_frame=0", *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items()),
               "system.renderer.occupancy.enabled=false", "system.renderer.steps_per_diagonal=32"]
     first = run_experiment("train", load_config(recipe_config("triposr"), overrides=[
@@ -305,7 +274,8 @@ def test_generate_command_on_cuda_writes_a_valid_glb(tmp_path, release):
     Image.fromarray((photo(48, 64).numpy() * 255).astype(np.uint8), "RGBA").save(image)
     overrides = [f"output_root={tmp_path / 'out'}", f"system.generator.pretrained_model_name_or_path={release[0]}",
                  *(f"system.field.{k}={v}" for k, v in TINY_FIELD.items()), "data.reference_size=32", "data.n_test_views=2",
-                 "system.export.threshold=null", "system.export.keep_components=0", "trainer.accelerator=gpu", "trainer.devices=1",
+                 "system.export.threshold=null", "system.export.keep_components=0", "trainer.accelerator=gpu",
+                 "trainer.devices=1",
                  "trainer.run_test_after_fit=false"]
     assert main(["generate", "--image", str(image), "--method", "triposr", *overrides]) == 0
     (glb,) = sorted((tmp_path / "out").glob("triposr/*/save/it*.glb"))
@@ -345,12 +315,13 @@ def test_refining_from_a_field_of_other_settings_names_them():
     cfg = load_config(recipe_config("triposr"))
     released = find(cfg.system_type)(cfg.system)
     tiny = find(cfg.system_type)({**cfg.system, "field": TINY_FIELD})
-    with pytest.raises(ConfigError, match="set system.field.plane_channels=40 system.field.plane_size=64 system.field.n_neurons=64"):
+    expected = "set system.field.plane_channels=40 system.field.plane_size=64 system.field.n_neurons=64"
+    with pytest.raises(ConfigError, match=expected):
         tiny.convert_from(released, cfg)
 
 
-TWIN_FIELD = ["system.field.radius=1.5", "system.field.plane_channels=8", "system.field.plane_size=32", "system.field.n_neurons=32",
-              "system.field.n_hidden_layers=2"]
+TWIN_FIELD = ["system.field.radius=1.5", "system.field.plane_channels=8", "system.field.plane_size=32",
+              "system.field.n_neurons=32", "system.field.n_hidden_layers=2"]
 
 
 def twin_run(tmp_path: Path, steps: int, extra: list[str]) -> Path:
@@ -401,8 +372,8 @@ def test_refinement_from_a_degraded_object_beats_a_blank_start(tmp_path):
 
     from lift3d.data.sample_scene import sample_scene_path
 
-    cfg = load_config(recipe_config("triposr-refine-analytic"), overrides=[f"data.reference_scene={sample_scene_path()}", *TWIN_FIELD,
-                                                                             "data.reference_size=32"])
+    cfg = load_config(recipe_config("triposr-refine-analytic"),
+                      overrides=[f"data.reference_scene={sample_scene_path()}", *TWIN_FIELD, "data.reference_size=32"])
     datamodule, system = build_parts(cfg)
     previous_cfg, previous = load_previous_stage(degraded / "ckpts" / "last.ckpt")
     system.convert_from(previous, previous_cfg)

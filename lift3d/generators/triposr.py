@@ -88,6 +88,46 @@ def architecture(cfg: dict[str, Any], path: Path) -> TripoSRArchitecture:
     return arch
 
 
+def release_config(arch: TripoSRArchitecture, vit: str | Path) -> str:
+    """The ``config.yaml`` of a TripoSR release of the sizes ``arch`` (laid out as released: the official class
+    names, an interpolation), its image tokenizer's ViT at ``vit``; tests and benchmarks write random releases."""
+    c = RELEASED_CLASSES
+    return f"""cond_image_size: {arch.cond_image_size}
+image_tokenizer_cls: {c['image_tokenizer_cls']}
+image_tokenizer:
+  pretrained_model_name_or_path: "{vit}"
+tokenizer_cls: {c['tokenizer_cls']}
+tokenizer:
+  plane_size: {arch.plane_size}
+  num_channels: {arch.num_channels}
+backbone_cls: {c['backbone_cls']}
+backbone:
+  in_channels: ${{tokenizer.num_channels}}
+  num_attention_heads: {arch.num_attention_heads}
+  attention_head_dim: {arch.attention_head_dim}
+  num_layers: {arch.num_layers}
+  cross_attention_dim: {arch.cross_attention_dim}
+  norm_num_groups: {arch.norm_num_groups}
+post_processor_cls: {c['post_processor_cls']}
+post_processor:
+  in_channels: {arch.num_channels}
+  out_channels: {arch.out_channels}
+decoder_cls: {c['decoder_cls']}
+decoder:
+  in_channels: {3 * arch.out_channels}
+  n_neurons: {arch.n_neurons}
+  n_hidden_layers: {arch.n_hidden_layers}
+  activation: {arch.decoder_activation}
+renderer_cls: {c['renderer_cls']}
+renderer:
+  radius: {arch.radius}
+  feature_reduction: concat
+  density_activation: {arch.density_activation}
+  density_bias: {arch.density_bias}
+  num_samples_per_ray: 128
+"""
+
+
 def vit_config(name: str, local_files_only: bool) -> Any:
     """The ViT config of the image tokenizer: ``config.json`` of a local folder or hub id. For ``facebook/dino-vitb16``
     (the release's) a copy in the local cache, else DINO ViT-B/16's own values without asking the hub: the weights come
@@ -181,7 +221,8 @@ def prepare_image(rgba: Tensor, size: int, foreground_ratio: float = 0.85, backg
     top, left = (canvas_side - crop.shape[0]) // 2, (canvas_side - crop.shape[1]) // 2
     canvas[top:top + crop.shape[0], left:left + crop.shape[1]] = crop
     rgb = canvas[..., :3] * canvas[..., 3:] + background * (1 - canvas[..., 3:])
-    resized = F.interpolate(rgb.permute(2, 0, 1)[None].float(), (size, size), mode="bilinear", align_corners=False, antialias=True)
+    resized = F.interpolate(rgb.permute(2, 0, 1)[None].float(), (size, size), mode="bilinear", align_corners=False,
+                            antialias=True)
     return resized[0].permute(1, 2, 0).clamp(0, 1)
 
 
