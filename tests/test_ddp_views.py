@@ -89,12 +89,13 @@ def _cuda_batch(views: int) -> dict:
     return {"rgb": torch.zeros(views, 8, 8, 3).as_subclass(CudaLike), "cameras": cameras}
 
 
-def test_the_captured_step_stays_off_under_ddp_unless_asked_and_then_leaves_adam_out(monkeypatch):
-    """Under DDP the graph replays render, loss and backward only with LIFT3D_DDP_CUDA_GRAPHS=1, and never Adam's step:
+def test_the_captured_step_runs_under_ddp_unless_turned_off_and_leaves_adam_out(monkeypatch):
+    """Under DDP the graph replays render, loss and backward (by default; not with LIFT3D_DDP_CUDA_GRAPHS=0), never Adam's:
     the gradients are averaged over the ranks between backward and the update."""
     monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
     monkeypatch.delenv(DDP_GRAPHS_ENV, raising=False)
-    for world_size, env, expected in ((2, None, DDP_GRAPHS_DEFAULT), (2, "0", False), (2, "1", True), (1, "0", True)):
+    assert DDP_GRAPHS_DEFAULT
+    for world_size, env, expected in ((2, None, True), (2, "0", False), (2, "1", True), (1, "0", True)):
         if env is not None:
             monkeypatch.setenv(DDP_GRAPHS_ENV, env)
         step = GraphedSplatStep(_graph_system(world_size))

@@ -75,7 +75,7 @@ class GraphedSplatStep:
 
     # ----------------------------------------------------------------------------------- when
     def applies(self, batch: dict[str, Any]) -> bool:
-        """Whether this step is replayed: gsplat on a GPU, one process (DDP: with LIFT3D_DDP_CUDA_GRAPHS=1), 32-bit precision, and
+        """Whether this step is replayed: gsplat on a GPU (under DDP unless LIFT3D_DDP_CUDA_GRAPHS=0), 32-bit precision, and
         batches of one size (posed photos of several sizes arrive padded to one; batches that change size would mean
         a capture per change: the step then runs eagerly). The
         first such step runs eagerly: it builds gsplat's kernels outside any capture, or finds that they cannot

@@ -13,7 +13,7 @@ not rescaled: to see as many views as one view a step, divide ``trainer.max_step
 (gsplat's multi-GPU example also multiplies the rates by sqrt(N x B); lift3d leaves that to the user).
 
 The captured CUDA-graph step (``lift3d.systems.graphed_splats``) keeps Adam out of the graph under DDP: the
-all-reduce runs eagerly between the replay and Adam. It is off under DDP unless ``LIFT3D_DDP_CUDA_GRAPHS=1``.
+all-reduce runs eagerly between the replay and Adam. ``LIFT3D_DDP_CUDA_GRAPHS=0`` keeps the eager step under DDP.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch import Tensor
 from lift3d.distributed import all_reduce_sum_, world_size
 
 DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
-DDP_GRAPHS_DEFAULT = False  # without the variable: measured on GPUs before it becomes the default
+DDP_GRAPHS_DEFAULT = True  # without the variable: captured, as on one GPU (its scaling: benchmarks/RESULTS.md, issue 40)
 
 
 def graphs_under_ddp() -> bool:
