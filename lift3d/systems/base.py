@@ -7,7 +7,6 @@ non-finite-loss policy, validation grids with metrics, test videos and checkpoin
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +19,11 @@ from torch import Tensor
 from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
 from lift3d.export import ExportConfig, ExportSources, export_formats
-from lift3d.metrics import psnr, ssim
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.saving import OutputSaver
 from lift3d.schedule import scheduled_value
+from lift3d.systems.evaluation import grid_panels, record_metrics, view_indices, view_scores
 from lift3d.systems.optim import (
     OptimizerConfig,
     SchedulerConfig,
@@ -69,16 +68,6 @@ def _finite_on_every_rank(total: Tensor) -> bool:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
     return bool(finite)
-
-
-# the order panels appear in validation grids, with how each is drawn
-GRID_PANELS: tuple[tuple[str, str], ...] = (
-    ("gt_rgb", "rgb"),
-    ("rgb", "rgb"),
-    ("normal", "normal"),
-    ("depth", "depth"),
-    ("alpha", "grayscale"),
-)
 
 
 class BaseSystem(L.LightningModule, Configurable, Updateable):
@@ -284,8 +273,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor]]:
         """Panels of view ``i`` for the validation grid (override to add e.g. the guidance's estimate)."""
-        images = {**({"gt_rgb": batch["rgb"]} if torch.is_tensor(batch.get("rgb")) and batch["rgb"].ndim == 4 else {}), **out}
-        return [(kind, images[key][i]) for key, kind in GRID_PANELS if key in images]
+        return grid_panels(out, batch, i)
 
     def _fork_rng(self) -> None:
         # evaluation must not change the training random stream, so resumed runs match exactly
@@ -326,18 +314,9 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
     def on_test_end(self) -> None:
         self._join_rng()
 
-    def _view_indices(self, batch: dict[str, Any], batch_idx: int, n: int) -> list[int]:
-        index = batch.get("index")
-        if torch.is_tensor(index):
-            return [int(v) for v in index.reshape(-1).tolist()]
-        return [batch_idx * n + i for i in range(n)]
-
     def _score(self, out: dict[str, Tensor], batch: dict[str, Any]) -> None:
-        gt = batch.get("rgb")
-        if torch.is_tensor(gt) and gt.ndim == 4 and "rgb" in out:
-            prediction = out["rgb"].clamp(0, 1).float()
-            mask = batch.get("loss_mask")  # ignored pixels (data.mask_mode=ignore) are not scored
-            scores = torch.stack([psnr(prediction, gt.float(), mask), ssim(prediction, gt.float(), mask=mask)], dim=-1)
+        scores = view_scores(out, batch)
+        if scores is not None:
             self._val_scores.append(scores.detach())
 
     def _evaluate(self, batch: dict[str, Any], batch_idx: int, split: str) -> dict[int, Tensor]:
@@ -351,7 +330,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._score(out, batch)
         n = next(iter(out.values())).shape[0]
         rgb = {}
-        for i, index in enumerate(self._view_indices(batch, batch_idx, n)):
+        for i, index in enumerate(view_indices(batch, batch_idx, n)):
             self.saver.grid(f"it{self.true_global_step}-{split}/{index:04d}.png", self.grid_panels(out, batch, i))
             rgb[index] = out["rgb"][i]
         return rgb
@@ -374,14 +353,8 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             return
         self.log(f"{split}/psnr", scores["psnr"], sync_dist=False, rank_zero_only=True)
         self.log(f"{split}/ssim", scores["ssim"], sync_dist=False, rank_zero_only=True)
-        if not self.trainer.is_global_zero:
-            return
-        path = self.saver.root / "metrics.json"
-        record = json.loads(path.read_text()) if path.exists() else {"history": []}
-        entry = {"split": split, "step": self.true_global_step, **scores}
-        record["history"].append(entry)
-        record[split] = entry
-        self.saver.json("metrics.json", record)
+        if self.trainer.is_global_zero:
+            record_metrics(self.saver, split, self.true_global_step, scores)
 
     def on_validation_epoch_end(self) -> None:
         self._record_metrics("val")
