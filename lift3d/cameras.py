@@ -192,7 +192,8 @@ class Cameras:
         if self.c2w.ndim != 3 or self.c2w.shape[-2:] != (4, 4):
             raise ValueError(f"Cameras.c2w must be [B, 4, 4], got {tuple(self.c2w.shape)}")
         if self.intrinsics.shape != (self.c2w.shape[0], 3, 3):
-            raise ValueError(f"Cameras.intrinsics must be [B, 3, 3] with B={self.c2w.shape[0]}, got {tuple(self.intrinsics.shape)}")
+            raise ValueError(f"Cameras.intrinsics must be [B, 3, 3] with B={self.c2w.shape[0]}, "
+                             f"got {tuple(self.intrinsics.shape)}")
 
     def __len__(self) -> int:
         return self.c2w.shape[0]
