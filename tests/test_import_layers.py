@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lift3d"
 
 # lowest first; a module may import its own layer and any layer listed before it, never one after it
 LAYERS: list[list[str]] = [
-    ["lift3d"],  # the shared modules at the package root (and the package itself): config, registry, cameras, ...
+    ["lift3d", "config", "metrics"],  # shared: the root modules (registry, cameras, ...), config/ and metrics/
     ["data"],
     ["fields"],
     ["meshes"],

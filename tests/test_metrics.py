@@ -53,7 +53,7 @@ BLUR_CHECK = textwrap.dedent(
     """
     import torch
     import torch.nn.functional as F
-    from lift3d.metrics_triton import SeparableBlur
+    from lift3d.metrics.ssim_triton import SeparableBlur
     torch.manual_seed(0)
     for shape, taps in (((1, 15, 40, 70), [0.05, 0.1, 0.2, 0.3, 0.2, 0.1, 0.05]), ((2, 2, 9, 5), [0.1, 0.3, 0.6])):
         taps = torch.tensor(taps)  # the second set is not symmetric: the gradient must reverse it
@@ -84,7 +84,7 @@ def test_ssim_on_cuda_takes_the_triton_blur_inside_a_cuda_graph_as_accurate_as_t
     gradient are as close to a float64 reference as the float32 convolution's."""
     from unittest import mock
 
-    from lift3d import metrics_triton
+    from lift3d.metrics import ssim_triton as metrics_triton
 
     assert metrics_triton.available(torch.device("cuda"))
     torch.manual_seed(0)

@@ -47,7 +47,7 @@ def test_a_failed_check_is_remembered_and_a_capture_never_checks(monkeypatch):
 
 @pytest.mark.gpu
 def test_the_ssim_blur_passes_its_check_when_first_asked_under_autocast_on_cuda():
-    from lift3d import metrics_triton
+    from lift3d.metrics import ssim_triton as metrics_triton
 
     device = torch.device("cuda", torch.cuda.current_device())
     with torch.autocast("cuda", dtype=torch.float16):

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from omegaconf import OmegaConf
 
-import lift3d.config_layers as config_layers
+import lift3d.config.layers as config_layers
 from lift3d.cli import main
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config

@@ -76,7 +76,7 @@ def resolve_run_folder(path: str, args: argparse.Namespace) -> str:
 def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None = None) -> tuple[Any, list[str], list[str]]:
     """The experiment config from the positional items, --resume and --gpus."""
     from lift3d.config import ConfigError, load_config
-    from lift3d.config_layers import allow_run_imports
+    from lift3d.config.layers import allow_run_imports
 
     if getattr(args, "allow_imports", False):
         allow_run_imports()

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runs.runner import run_experiment
 
     trial, parsed, checkpoint = source_run(args.run)
-    from lift3d.config_layers import allow_run_imports, refuse_imports
+    from lift3d.config.layers import allow_run_imports, refuse_imports
 
     if args.allow_imports:
         allow_run_imports()  # the edit system reads the source run's config again

@@ -61,7 +61,7 @@ class ExportConfig:
 
     def __post_init__(self) -> None:
         """Sizes and counts that no export can use are refused when the system is built, not after training."""
-        from lift3d.config_checks import check_minimums
+        from lift3d.config.checks import check_minimums
         from lift3d.export.video import check_video_size
 
         check_minimums("system.export", self, {

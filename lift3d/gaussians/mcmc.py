@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import Configurable
-from lift3d.config_checks import check_minimums
+from lift3d.config.checks import check_minimums
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategy import replace_parameters
 from lift3d.registry import register

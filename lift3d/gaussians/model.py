@@ -19,7 +19,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.config import ConfigError
-from lift3d.config_checks import check_minimums
+from lift3d.config.checks import check_minimums
 from lift3d.gaussians.init import knn_scales, mesh_rotation
 from lift3d.registry import register
 from lift3d.render.splats.sh import degree_of, num_bases, rgb_to_sh

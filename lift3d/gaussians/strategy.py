@@ -26,7 +26,7 @@ from torch import Tensor
 
 from lift3d.base import Configurable
 from lift3d.config import ConfigError
-from lift3d.config_checks import check_minimums
+from lift3d.config.checks import check_minimums
 from lift3d.distributed import all_reduce_sum_, world_size
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
 from lift3d.gaussians.resolution_schedule import check_schedule

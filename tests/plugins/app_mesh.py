@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lift3d.config_layers import import_plugins
+from lift3d.config.layers import import_plugins
 from lift3d.registry import register
 from lift3d.saving import OutputSaver
 

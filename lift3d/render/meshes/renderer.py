@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras, normalize
-from lift3d.config_checks import check_minimums
+from lift3d.config.checks import check_minimums
 from lift3d.meshes.mesh import Mesh, face_normals, vertex_normals
 from lift3d.meshes.topology import EdgeTopology, edge_topology
 from lift3d.registry import register

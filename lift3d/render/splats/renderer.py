@@ -196,7 +196,7 @@ class SplatRenderer(Configurable):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         from lift3d.config import ConfigError
-        from lift3d.config_checks import check_minimums
+        from lift3d.config.checks import check_minimums
 
         c = self.cfg
         check_minimums("system.renderer", c, {"tile_size": (1, 16), "chunk_elements": (1, 4194304),

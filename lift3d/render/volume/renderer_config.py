@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lift3d.config_checks import check_minimums
+from lift3d.config.checks import check_minimums
 from lift3d.render.volume.occupancy import OccupancyGridConfig
 from lift3d.render.volume.proposal import ProposalConfig
 

@@ -15,7 +15,7 @@ import omegaconf
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lift3d.config_schema import ConfigError, join_key
+from lift3d.config.schema import ConfigError, join_key
 
 COMMAND_LINE = "the command-line overrides"  # the label of the overrides' layer in error messages
 

@@ -1,5 +1,5 @@
 """The experiment config (structured dataclasses) and ``load_config``: YAML files + dotlist overrides, merged,
-resolved and validated with clear errors. Validation lives in ``config_schema``, the layers in ``config_layers``."""
+resolved and validated with clear errors. Validation lives in ``config.schema``, the layers in ``config.layers``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lift3d.config_layers import (
+from lift3d.config.layers import (
     COMMAND_LINE,
     dotlist_layer,
     import_plugins,
@@ -23,9 +23,9 @@ from lift3d.config_layers import (
     register_resolvers,
     run_imports_allowed,
 )
-from lift3d.config_schema import ConfigError, Sources, check_config, parse_structured, scheduled
+from lift3d.config.schema import ConfigError, Sources, check_config, parse_structured, scheduled
 
-# the names the package imports from here (ConfigError and the schema helpers live in config_schema)
+# the names the package imports from here (ConfigError and the schema helpers live in config.schema)
 __all__ = ["CheckpointConfig", "ConfigError", "ExperimentConfig", "TrainerConfig", "ViewerConfig", "load_config",
            "parse_structured", "scheduled", "to_yaml"]
 

@@ -56,10 +56,10 @@ def _gaussian_window(size: int, sigma: float, channels: int, device: torch.devic
 
 def gaussian_blur(maps: Tensor, window_size: int = 11, sigma: float = 1.5) -> Tensor:
     """Each channel of ``maps`` [B, C, H, W] blurred by the Gaussian window, zero-padded to the same size: two 1-D
-    Triton passes on CUDA at 32 bits (``metrics_triton``), else one grouped convolution."""
+    Triton passes on CUDA at 32 bits (``metrics.ssim_triton``), else one grouped convolution."""
     taps = _gaussian_taps(window_size, sigma, maps.device, maps.dtype)
     if maps.is_cuda and maps.dtype == torch.float32 and not torch.compiler.is_compiling():
-        from lift3d import metrics_triton
+        from lift3d.metrics import ssim_triton as metrics_triton
 
         if metrics_triton.available(maps.device):
             return metrics_triton.SeparableBlur.apply(maps, taps)

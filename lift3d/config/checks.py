@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lift3d.config import ConfigError
+from lift3d.config.schema import ConfigError
 
 
 def at_least(key: str, value: Any, minimum: int | float, example: Any, meaning: str = "", allowed: tuple = ()) -> None:
