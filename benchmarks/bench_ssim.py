@@ -15,7 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lift3d import metrics, metrics_triton  # noqa: E402
+from lift3d import metrics  # noqa: E402
+from lift3d.metrics import ssim_triton as metrics_triton  # noqa: E402
 
 
 def replayed_ms(size: int, repeats: int = 200) -> float:
