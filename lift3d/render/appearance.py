@@ -21,11 +21,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.data.formats import is_object_centric
 from lift3d.metrics import psnr, ssim
 
 ENABLED = ("auto", "true", "false")
 EVAL_MODES = ("left-half", "mean")
-OBJECT_FORMATS = ("blender",)  # capture layouts of objects rendered on a transparent background: one look per photo
 
 
 @dataclass
@@ -118,7 +118,7 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
         raise ValueError(f"appearance.enabled must be auto, true or false, got {enabled!r}")
     if mode != "auto":
         return mode == "true"
-    return capture_format is not None and capture_format not in OBJECT_FORMATS
+    return capture_format is not None and not is_object_centric(capture_format)
 
 
 # ----------------------------------------------------------------------------------- the state

@@ -21,11 +21,11 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
 from lift3d.config import scheduled
+from lift3d.data.formats import is_photographed
 from lift3d.schedule import is_schedule, validate_schedule
 
 ENABLED = ("auto", "true", "false")
 # layouts of captures posed by structure from motion (photo folders and videos reach the systems as COLMAP models)
-SFM_FORMATS = ("colmap", "nerfstudio", "instant-ngp")
 
 
 @dataclass
@@ -112,7 +112,7 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
         raise ValueError(f"pose_refinement.enabled must be auto, true or false, got {enabled!r}")
     if mode != "auto":
         return mode == "true"
-    return capture_format in SFM_FORMATS
+    return capture_format is not None and is_photographed(capture_format)
 
 
 # ----------------------------------------------------------------------------------- the state

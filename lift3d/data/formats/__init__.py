@@ -100,6 +100,14 @@ def is_object_centric(name: str) -> bool:
         return False
 
 
+def is_photographed(name: str) -> bool:
+    """Whether captures of format ``name`` are photos of a real scene: a known format that is not object-centric."""
+    try:
+        return not by_name(name).object_centric
+    except KeyError:
+        return False
+
+
 def _or_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + ", or " + items[-1]
 
