@@ -48,7 +48,7 @@ class TrainerConfig:
     gradient_clip_val: float | None = None  # clip gradient norm (None: off)
     enable_progress_bar: bool = True  # rich progress bar with loss, rate and ETA
     deterministic: bool = False  # ask torch for deterministic kernels (slower)
-    run_test_after_fit: bool = True  # render the test views (orbit video) when training ends
+    run_test_after_fit: bool = True  # render the test views (orbit video), then export (export_after_test), when training ends
 
 
 @dataclass
