@@ -28,6 +28,8 @@ suite1|suite2)
     ;;
 bench)
     python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
+    timeout 220 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_recipes_gpu.py tests/test_recipes_image.py \
+        tests/test_splat_parity.py tests/test_generators_triposr.py 2>&1 | tee "$OUT/retest.log" | tail -4
     for tree in new old new old; do
         bench $tree benchmarks/bench_lego_gaussians.py --steps 7000 --eval-at 7000 "system.export.formats=[]"
     done
