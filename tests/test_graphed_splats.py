@@ -39,10 +39,13 @@ def _after_first(step: GraphedSplatStep, batch: dict) -> bool:
     return step.applies(batch)
 
 
-def test_applies_only_to_gsplat_on_one_gpu_at_32_bits(monkeypatch):
+def test_applies_only_to_gsplat_on_gpus_at_32_bits(monkeypatch):
     monkeypatch.setattr("lift3d.systems.graphed_splats.choose_backend", lambda backend, device: backend)
+    monkeypatch.delenv("LIFT3D_DDP_CUDA_GRAPHS", raising=False)
     assert _after_first(GraphedSplatStep(_system()), _batch())
+    assert _after_first(GraphedSplatStep(_system(world_size=2)), _batch())  # DDP: captured unless turned off
     assert not _after_first(GraphedSplatStep(_system()), _batch(on_cuda=False))
+    monkeypatch.setenv("LIFT3D_DDP_CUDA_GRAPHS", "0")
     for refused in ({"cuda_graphs": False}, {"world_size": 2}, {"precision": "16-mixed"}, {"backend": "torch"},
                     {"absgrad": True}, {"accumulate": 2}):
         assert not _after_first(GraphedSplatStep(_system(**refused)), _batch()), refused
