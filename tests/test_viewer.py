@@ -196,9 +196,10 @@ def test_renders_of_a_moving_camera_stay_within_their_share_of_training_time(tmp
     def move() -> None:  # a browser whose camera never stops: every step could render
         angle = 0.0
         while not done.is_set():
-            if viewer.server is not None:
+            server = viewer.server  # read once: the callback drops its server when training ends
+            if server is not None:
                 wxyz, position = c2w_to_viser_pose(_camera(angle, distance=4.0).double())
-                viewer.server.set_camera(3, wxyz.numpy(), position.numpy(), math.radians(50), 640, 480)
+                server.set_camera(3, wxyz.numpy(), position.numpy(), math.radians(50), 640, 480)
                 angle += 2.0
             time.sleep(0.005)
 
@@ -209,6 +210,7 @@ def test_renders_of_a_moving_camera_stay_within_their_share_of_training_time(tmp
         trainer.fit(system, datamodule=datamodule)
     finally:
         done.set()
+        thread.join(timeout=10)
     end = time.perf_counter()
     budget = viewer.budget
     assert viewer.renders >= 2, "a moving camera should have been rendered"
