@@ -144,3 +144,30 @@ def test_resident_rays_give_the_loaders_batches(data_dir, random_background, mon
     for memory, expected in ((4 * 28 * pixels, True), (4 * 28 * pixels - 4, False)):
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, m=memory: type("P", (), {"total_memory": m}))
         assert dm._use_resident_images(torch.device("cuda")) is expected
+
+
+def test_ddp_ranks_take_their_share_of_one_order_of_the_photos(data_dir):
+    """Under DDP each rank takes its own slice of the step's one shuffled order (the run's seed): no photo twice in a
+    step, and the ranks together draw what one process with ranks x batch_size views a step draws (views and random
+    backgrounds). With more views than photos the order wraps around."""
+    from types import SimpleNamespace
+
+    cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "random_background": True}
+    one = PosedImagesDataModule({**cfg, "batch_size": 4})
+    one._shared_seed = 7
+    ranks = []
+    for rank in (0, 1):
+        dm = PosedImagesDataModule({**cfg, "batch_size": 2})
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=2)
+        dm._shared_seed = 7
+        ranks.append(dm)
+    for step in (0, 1, 5, 123):
+        alone = one._pick(step, step_generator(7, step))
+        parts = [dm._pick(step, step_generator(7 + rank, step)) for rank, dm in enumerate(ranks)]
+        assert torch.equal(torch.cat([p[0] for p in parts]), alone[0]) and len(set(alone[0].tolist())) == 4
+        assert torch.equal(torch.cat([p[1] for p in parts]), alone[1])
+    crowded = [PosedImagesDataModule({**cfg, "batch_size": 4}) for _ in range(2)]
+    for rank, dm in enumerate(crowded):
+        dm.trainer, dm._shared_seed = SimpleNamespace(global_rank=rank, world_size=2), 7
+    views = torch.cat([dm._pick(3, step_generator(7 + rank, 3))[0] for rank, dm in enumerate(crowded)])
+    assert sorted(views[:6].tolist()) == list(range(6)) and torch.equal(views[6:], views[:2])

@@ -182,14 +182,14 @@ def _assert_densified(record: dict) -> torch.Tensor:
 @pytest.mark.slow
 def test_reconstruct_gaussians_on_two_ranks_matches_one_process_seeing_both_views(tmp_path):
     """Two ranks end bit-identical (parameters, Adam moments and steps, every densification event). One process
-    training on both ranks' views as a batch of two (test-posed-images-all-ranks: rank r's views come from
-    seed + r) computes the same loss (the mean over two views equals the mean of the ranks' means), the same
-    statistics (summed per view) and the same decisions: it grows, prunes and resets exactly as many Gaussians
-    at every refine step. Its parameters agree only to float rounding (sums taken in another order, then
-    amplified where Adam normalises tiny gradients), so they are compared loosely."""
+    training on a batch of two views (the ranks take their views from the step's one shuffled order of the
+    photos, so together they see that batch) computes the same loss (the mean over two views equals the mean of
+    the ranks' means), the same statistics (summed per view) and the same decisions: it grows, prunes and resets
+    exactly as many Gaussians at every refine step. Its parameters agree only to float rounding (sums taken in
+    another order, then amplified where Adam normalises tiny gradients), so they are compared loosely."""
     scene = f"data.root={SAMPLE_SCENE}"
     two, trial = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, "checkpoint.every_n_train_steps=25")
-    one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, "data_type=test-posed-images-all-ranks")
+    one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, "data.batch_size=2")
     events = _assert_densified(two)
     assert torch.equal(events, one["events"])  # every decision, and so the Gaussian count, as one process
     for name, p in two["params"].items():
@@ -215,12 +215,11 @@ def test_gaussian_sds_analytic_on_two_ranks_stays_identical(tmp_path):
 @pytest.mark.slow
 def test_two_views_per_rank_on_two_ranks_match_one_process_seeing_all_four(tmp_path):
     """data.batch_size=2 on each of two ranks: one gradient all-reduce serves four views a step. The ranks end
-    bit-identical, and one process rendering the four views as one batch (both ranks' draws) makes every
+    bit-identical, and one process rendering four views a step (both ranks' draws) makes every
     densification decision as they did (the statistics are per view: x B per rank, summed over the ranks)."""
     scene, batch = f"data.root={SAMPLE_SCENE}", "data.batch_size=2"
     two, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, batch, label="b2")
-    one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, batch, "data_type=test-posed-images-all-ranks",
-                    label="b2")
+    one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, "data.batch_size=4", label="b2")
     events = _assert_densified(two)
     assert torch.equal(events, one["events"])
     for name, p in two["params"].items():

@@ -20,6 +20,7 @@ from lift3d.data.capture import SceneFormatError
 from lift3d.data.edited_targets import EditedTargets
 from lift3d.data.resident import KeptPixels, ResidentImages, ResidentRays, fits_on_device
 from lift3d.data.scene import PosedScene
+from lift3d.rng import step_generator
 
 
 class TrainingBatches:
@@ -33,6 +34,7 @@ class TrainingBatches:
     _rays: tuple[Tensor, Tensor] | None  # every training pixel's ray, made on first use (host ray batches)
     _kept_pixels: KeptPixels | None  # the pixels a ray batch may draw (None: every pixel): not padding, not ignored
     _resident: ResidentImages | ResidentRays | None  # the photos on the training device (images_on_device)
+    _shared_seed: int = 0  # the run's seed on every rank, for the step's one order of the photos under DDP
 
     def editable_targets(self) -> EditedTargets:
         """The store of training targets an editing run rewrites (created on first call from the photos on the
@@ -59,9 +61,28 @@ class TrainingBatches:
         return self.finish_image_batch(self._pick_images(step, generator))
 
     def _pick(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """The training views of ``step`` and their background colours: what every image batch is built from."""
-        index = torch.randperm(len(self.train), generator=generator)[: self.cfg.batch_size]
-        return index, self._background_for(len(index), generator)
+        """The training views of ``step`` and their background colours: what every image batch is built from.
+
+        Under DDP every rank draws the step's one shuffled order of the photos (the run's seed, not the rank's) and
+        takes its own ``batch_size`` of it, so no photo is drawn twice in a step while there are enough of them, and
+        the ranks together see what one process with ``ranks x batch_size`` views a step sees."""
+        rank, ranks = self._rank_and_ranks()
+        per_rank = self.cfg.batch_size
+        if ranks == 1:
+            index = torch.randperm(len(self.train), generator=generator)[:per_rank]
+            return index, self._background_for(len(index), generator)
+        shared = step_generator(self._shared_seed, step)
+        order = torch.randperm(len(self.train), generator=shared)
+        mine = torch.arange(rank * per_rank, (rank + 1) * per_rank)
+        everyone = min(ranks * per_rank, len(self.train))
+        return order[mine % len(order)], self._background_for(everyone, shared)[mine % everyone]
+
+    def _rank_and_ranks(self) -> tuple[int, int]:
+        """This process's rank and the number of ranks (0, 1 outside DDP)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0, 1
+        return int(trainer.global_rank), int(trainer.world_size)
 
     def _pick_images(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         """What the loader yields for an image batch: the photos as stored (uint8 RGBA, and the edited targets when
@@ -176,6 +197,9 @@ class TrainingBatches:
                 "alpha": alpha, "background": background, "index": self._photo_of(pick), "step": step}
 
     def train_dataloader(self) -> DataLoader:
+        # the run's seed, the same on every rank (the runner seeds rank r with seed + r); read once, here: a resume
+        # later restores rank 0's checkpointed generators
+        self._shared_seed = self.base_seed - self._rank_and_ranks()[0]
         device = self._training_device()
         if self._use_resident_images(device):
             assert device is not None

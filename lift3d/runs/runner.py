@@ -54,6 +54,12 @@ class RNGStateCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = state_dict
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the checkpoint holds rank 0's generators: other DDP ranks keep their own (seeded with seed + rank), or
+        # every rank would draw rank 0's noise from the resume on
+        if trainer.global_rank != 0:
+            self._pending = None
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         if self._pending is not None:
             restore_rng_state(self._pending)

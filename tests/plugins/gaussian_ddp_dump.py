@@ -54,39 +54,3 @@ def dumping(base: type, name: str) -> type:
 
 dumping(find("reconstruct-gaussians"), "test-reconstruct-gaussians-dump")
 dumping(find("gaussian-sds"), "test-gaussian-sds-dump")
-
-
-PosedImages = find("posed-images")
-
-
-@dataclass
-class AllRanksConfig(PosedImages.Config):
-    ranks: int = 2  # the DDP world size whose views one process trains on together
-
-
-@register("test-posed-images-all-ranks")
-class AllRanksPosedImages(PosedImages):
-    """One process's training batch is what ``ranks`` DDP ranks would see at that step, together: rank r samples
-    with the seed base_seed + r (the runner seeds each rank with seed + rank), so this is the combined views."""
-
-    Config = AllRanksConfig
-
-    def train_dataloader(self) -> Any:
-        from lift3d.cameras import Cameras
-        from lift3d.data.base import step_loader
-        from lift3d.rng import step_generator
-
-        sample = super().train_dataloader().dataset.sample  # what one rank's loader yields per step
-
-        def joined(values: list[Any]) -> Any:
-            if isinstance(values[0], Cameras):
-                return Cameras.cat(values)
-            if torch.is_tensor(values[0]) and values[0].ndim > 0:
-                return torch.cat(values)
-            return values[0]  # the step
-
-        def together(step: int, _: torch.Generator) -> dict[str, Any]:
-            parts = [sample(step, step_generator(self.base_seed + r, step)) for r in range(self.cfg.ranks)]
-            return {key: joined([p[key] for p in parts]) for key in parts[0]}
-
-        return step_loader(together, self.base_seed, self.start_step(), self.max_steps())
