@@ -33,16 +33,18 @@ from lift3d.generators.triposr import DINO_VITB16, TripoSRGenerator, release_con
 from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork  # noqa: E402
 
 
-def write_random_release(folder: Path) -> Path:
-    """A TripoSR folder (config.yaml + model.safetensors, released names) with random weights of the real sizes."""
+def write_random_release(folder: Path, arch: TripoSRArchitecture | None = None, vit_sizes: dict | None = None) -> Path:
+    """A TripoSR folder (config.yaml + model.safetensors, released names) with random weights of the real sizes
+    (or of ``arch`` and the ViT's ``vit_sizes``: tiny models for CPU smoke runs)."""
     from safetensors.torch import save_file
     from transformers import ViTConfig
 
     torch.manual_seed(0)
-    vit = ViTConfig(**DINO_VITB16)
+    arch = arch or TripoSRArchitecture()
+    vit = ViTConfig(**(vit_sizes or DINO_VITB16))
     vit.save_pretrained(folder / "dino-vitb16")
-    network = TripoSRNetwork(TripoSRArchitecture(), vit)
-    (folder / "config.yaml").write_text(release_config(TripoSRArchitecture(), folder / "dino-vitb16"))
+    network = TripoSRNetwork(arch, vit)
+    (folder / "config.yaml").write_text(release_config(arch, folder / "dino-vitb16"))
     save_file({k: v.half().contiguous() for k, v in released_state_dict(network).items()}, str(folder / "model.safetensors"))
     return folder
 
