@@ -1,6 +1,6 @@
 """Sizes and render fidelity of lift3d's Gaussian file formats on a lego reconstruction.
 
-Writes the same Gaussians as the 3DGS .ply, .splat, .spz, .sog and KHR_gaussian_splatting .glb, reads each
+Writes the same Gaussians as the 3DGS .ply, .splat, .spz, .sog, .ksplat and KHR_gaussian_splatting .glb, reads each
 back through ``lift3d.gaussians.formats.files.load_gaussian_file`` (what ``lift3d`` uses wherever it loads a Gaussian
 file), renders it with lift3d's rasterizer from an orbit of views around the object and prints one JSON line:
 each file's size, its ratio to the .ply, and the PSNR of its renders against the .ply's renders (the .ply is
@@ -15,6 +15,11 @@ SH degree 3, 200 steps at 160 px: about five minutes on 2 idle cores):
 or measures a .ply made elsewhere (e.g. a 30k-step GPU run's it30000-gaussians.ply):
 
     python benchmarks/bench_splat_formats.py --ply outputs/.../save/it30000-gaussians.ply
+
+and, for a trained scene, scores the renders from its held-out cameras instead of an orbit (a capture's Gaussians are
+a room around the cameras, not an object at the origin):
+
+    python benchmarks/bench_splat_formats.py --ply RUN/save/it7000-gaussians.ply --cameras-from .data_fox/fox --views 10
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from lift3d.config import load_config  # noqa: E402
 from lift3d.export.video import orbit_cameras  # noqa: E402
 from lift3d.gaussians.formats.files import load_gaussian_file  # noqa: E402
 from lift3d.gaussians.formats.gltf import save_gltf_splat  # noqa: E402
+from lift3d.gaussians.formats.ksplat import save_ksplat  # noqa: E402
 from lift3d.gaussians.formats.ply import save_ply, with_sh_degree  # noqa: E402
 from lift3d.gaussians.formats.sog import save_sog  # noqa: E402
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc, write_splat  # noqa: E402
@@ -82,6 +88,7 @@ def write_all(params: dict[str, torch.Tensor], folder: Path) -> dict[str, tuple[
         "splat": lambda: write_splat(folder / "lego.splat", splat)[0],
         "spz": lambda: save_spz(folder / "lego.spz", params),
         "sog": lambda: save_sog(folder / "lego.sog", params),
+        "ksplat": lambda: save_ksplat(folder / "lego.ksplat", params),
         "gltf-splat": lambda: save_gltf_splat(folder / "lego-gaussians.glb", params),
     }
     out = {}
@@ -91,6 +98,16 @@ def write_all(params: dict[str, torch.Tensor], folder: Path) -> dict[str, tuple[
         out[name] = (path, time.perf_counter() - start)
         logging.getLogger("lift3d").info("wrote %s (%d Gaussians) in %.1f s", path.name, n, out[name][1])
     return out
+
+
+def scene_cameras(root: Path, views: int, max_side: int):
+    """``views`` of the scene's held-out cameras, evenly spaced, in the frame a run on it trains in (its normalisation)."""
+    from lift3d.data.posed_images import PosedImagesDataModule
+
+    module = PosedImagesDataModule({"root": str(root), "max_image_side": max_side, "triangulate": False})
+    cameras = module.val_scene().cameras
+    pick = torch.linspace(0, len(cameras) - 1, min(views, len(cameras))).round().long()
+    return cameras[pick]
 
 
 def renderer_system(degree: int):
@@ -123,6 +140,9 @@ def main() -> None:
     parser.add_argument("--views", type=int, default=8, help="orbit views rendered per format")
     parser.add_argument("--size", type=int, default=256, help="rendered image side in pixels")
     parser.add_argument("--output", type=Path, default=None, help="folder for the files (default: a temporary one)")
+    parser.add_argument("--cameras-from", type=Path, default=None, metavar="SCENE",
+                        help="render from this scene's held-out cameras (a run's data.root) instead of an orbit")
+    parser.add_argument("--camera-max-side", type=int, default=1600, help="with --cameras-from: data.max_image_side")
     args = parser.parse_args()
     logging.getLogger("lift3d").setLevel(logging.INFO)
     logging.getLogger("lift3d").addHandler(logging.StreamHandler(sys.stderr))
@@ -134,10 +154,14 @@ def main() -> None:
     train_seconds = time.perf_counter() - start
     degree = degree_of(params["shN"].shape[1] + 1)
     files = write_all(params, output)
-    cameras = orbit_cameras(args.views, 25.0, 4.0, 50.0, args.size, args.size)  # the recipe's turntable framing
+    if args.cameras_from:
+        cameras = scene_cameras(args.cameras_from, args.views, args.camera_max_side)
+    else:
+        cameras = orbit_cameras(args.views, 25.0, 4.0, 50.0, args.size, args.size)  # the recipe's turntable framing
     system = renderer_system(degree)
     reference = render(system, load_gaussian_file(files["ply"][0]), cameras, degree)
     ply_size = files["ply"][0].stat().st_size
+    coverage = float((reference < 0.99).any(-1).float().mean())  # drawn pixels: the cameras see the Gaussians
     formats = {}
     for name, (path, seconds) in files.items():
         back = load_gaussian_file(path)
@@ -151,7 +175,9 @@ def main() -> None:
     targets = {name: formats[name]["ply_ratio"] >= 8 and (formats[name]["psnr_min"] or 99) >= 30 for name in ("spz", "sog")}
     print(json.dumps({"bench": "splat_formats", "gaussians": len(params["means"]), "sh_degree": degree,
                       "source": str(args.ply) if args.ply else f"lego CPU fit, {args.steps} steps at {args.max_side} px",
-                      "fit_seconds": round(train_seconds, 1), "views": args.views, "render_size": args.size,
+                      "fit_seconds": round(train_seconds, 1), "views": len(cameras),
+                      "render_size": [cameras.width, cameras.height], "cameras": str(args.cameras_from or "orbit"),
+                      "reference_coverage": round(coverage, 3),
                       "device": "cuda" if torch.cuda.is_available() else "cpu", "formats": formats,
                       "targets_met": targets}), flush=True)
 
