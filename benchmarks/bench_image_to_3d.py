@@ -4,9 +4,18 @@ with Stable-Zero123-shaped (and SD-2.1-shaped, for magic123's text prior) random
 
     python benchmarks/bench_image_to_3d.py                               # dreamgaussian-image + its mesh stage, magic123 coarse
     python benchmarks/bench_image_to_3d.py --cases zero123-nerf --steps-cap 200
+    python benchmarks/bench_image_to_3d.py --cases dreamgaussian-image,triposr-refine   # time to the final .glb, both
+    python benchmarks/bench_image_to_3d.py --cases dreamgaussian-image,triposr-refine --tiny --steps-cap 2   # CPU smoke
 
 Each stage prints one JSON line (training only: the test orbit and exports are not timed). Targets (one H100):
 dreamgaussian-image stage 1 (500 steps) < 40 s and its mesh stage < 40 s, peak < 8 GB; magic123 coarse stage < 12 GB.
+
+``triposr-refine`` is `lift3d generate --image --method triposr --refine`: a random TripoSR of the released sizes (its
+generated field set to a sphere, as bench_triposr does, so meshing and occupancy see a surface), then the Zero123
+refinement from its checkpoint; its stages run as the command runs them (validation, test orbit and .glb export
+included) and a ``time_to_glb`` line adds them up. With it (or ``--to-glb``) every case runs so, and when
+dreamgaussian-image ran too the last line sets the two totals side by side. ``--tiny`` runs tiny random models
+(CPU smoke runs; triposr-refine and dreamgaussian-image only).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 
 from benchmarks.bench_guidance import environment  # noqa: E402
+from benchmarks.bench_triposr import sculpt_sphere, write_random_release  # noqa: E402
 from benchmarks.random_sd import write_random_sd21  # noqa: E402
 from benchmarks.random_zero123 import write_random_zero123  # noqa: E402
 
@@ -37,6 +47,29 @@ CASES = {
     "dreamgaussian-image": ("dreamgaussian-image", "dreamgaussian-image-texture", []),
     "magic123": ("magic123", "", []),
     "zero123-nerf": ("zero123-nerf", "", []),
+    "triposr-refine": ("triposr", "triposr-refine", []),
+}
+TO_GLB = ("triposr-refine",)  # cases always timed as the user waits for the .glb (validation, test orbit, export)
+FEED_FORWARD = ("triposr",)  # stages without guidance: a random TripoSR instead of Zero123, never step-capped
+# --tiny: random models small enough for the CPU (the released architectures, narrow and shallow) and small renders
+TINY_TRIPOSR = dict(cond_image_size=32, plane_size=4, num_channels=32, num_attention_heads=2, attention_head_dim=8,
+                    num_layers=1, cross_attention_dim=16, norm_num_groups=4, out_channels=4, n_neurons=8, n_hidden_layers=2)
+TINY_VIT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=32, patch_size=16)
+TINY_DATA = ["data.height=32", "data.width=32", "data.resolution_milestones=[]", "data.batch_size=1", "data.reference_size=32",
+             "data.eval_height=32", "data.eval_width=32", "data.n_val_views=1", "data.n_test_views=2",
+             "system.export.resolution=32"]
+TINY_STAGES = {
+    "triposr": ["system.renderer.occupancy.enabled=false", "system.renderer.steps_per_diagonal=32"],
+    "triposr-refine": ["system.guidance.resolution=64", "system.renderer.occupancy.enabled=false",
+                       "system.renderer.steps_per_diagonal=32"],
+    "dreamgaussian-image": ["system.guidance.resolution=64", "system.gaussians.init_points=300", "system.renderer.tile_size=8",
+                            "system.export.texture_size=64"],
+    "dreamgaussian-image-texture": [
+        "system.guidance.resolution=64", "system.geometry.grid_resolution=16", "system.geometry.radius=0.8",
+        "system.geometry.texture.radius=0.8", "system.geometry.texture.encoding.n_levels=4",
+        "system.geometry.texture.encoding.log2_hashmap_size=10", "system.geometry.texture.encoding.base_resolution=4",
+        "system.inherit_texture_steps=10", "system.inherit_texture_points=2048", "system.export.texture_size=64",
+        "system.isosurface_threshold=0.5"],
 }
 
 
@@ -55,6 +88,14 @@ class StageTimer(Callback):
     def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
         _sync()
         self.seconds, self.steps = time.perf_counter() - (self.start or time.perf_counter()), trainer.global_step
+
+
+class SculptSphere(Callback):
+    """Set the generated field to a sphere before its one step (random TripoSR weights give an almost constant
+    density: no surface to mesh or skip empty space around)."""
+
+    def on_train_start(self, trainer: L.Trainer, module: Any) -> None:
+        sculpt_sphere(module.field)
 
 
 class WindowTimer(Callback):
@@ -93,8 +134,17 @@ def write_photo(path: Path) -> Path:
     return path
 
 
-def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
-              profile_start: int = 20) -> tuple[dict[str, Any], Path]:
+def _peak_memory() -> tuple[float, str]:
+    """GiB: the GPU's peak allocation since the stage began, else the process's peak resident size so far."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30, "cuda_allocated"
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "process_max_rss"
+
+
+def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0, profile_start: int = 20,
+              callbacks: list[Callback] = ()) -> tuple[dict[str, Any], Path]:
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
@@ -112,27 +162,73 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
     def with_timer(*args: Any, **kwargs: Any) -> L.Trainer:
         trainer = build(*args, **kwargs)
         if kwargs.get("train", args[2] if len(args) > 2 else False):
-            trainer.callbacks += [timer, windows]
+            trainer.callbacks += [timer, windows, *callbacks]
             if profile:
                 trainer.callbacks.append(window)
         return trainer
 
     runner.build_trainer = with_timer
-    torch.cuda.reset_peak_memory_stats()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     try:
         trial = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
     finally:
         runner.build_trainer = build
     wall = time.perf_counter() - started
+    peak, kind = _peak_memory()
     record = {"bench": "image_to_3d", "stage": recipe, "steps": timer.steps, "train_s": round(timer.seconds, 2),
               "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2), "wall_s_with_test_and_export": round(wall, 1),
-              "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
-              "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3),
-              "ms_per_step_windows": windows.windows}
+              "wall_s": round(wall, 3), "before_first_step_s": round((timer.start or started) - started, 3),
+              "peak_mem_gib": round(peak, 3), "peak_mem_kind": kind, "ms_per_step_windows": windows.windows}
+    if torch.cuda.is_available():
+        record["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+    glbs = sorted((trial / "save").glob("*.glb"), key=lambda path: path.stat().st_mtime)
+    if glbs:
+        record["glb_mb"] = round(glbs[-1].stat().st_size / 2**20, 3)
     if profile and window.summary is not None:
         record["profile"] = window.summary
     return record, trial
+
+
+def write_models(folder: Path, tiny: bool) -> tuple[Path, Path]:
+    """The random Zero123 and TripoSR folders (released sizes, or tiny ones), written once under ``folder``."""
+    if not tiny:
+        triposr = folder / "triposr"
+        if not (triposr / "model.safetensors").exists():
+            write_random_release(triposr)
+        return write_random_zero123(folder / "zero123"), triposr
+    from lift3d.generators.triposr_model import TripoSRArchitecture
+    from tests.tiny_zero123 import build_tiny_zero123
+
+    zero123, triposr = folder / "zero123-tiny", folder / "triposr-tiny"
+    if not (zero123 / "model_index.json").exists():
+        build_tiny_zero123(zero123)
+    if not (triposr / "model.safetensors").exists():
+        write_random_release(triposr, TripoSRArchitecture(**TINY_TRIPOSR), TINY_VIT)
+    return zero123, triposr
+
+
+def stage_overrides(stage: str, common: list[str], zero123: Path, triposr: Path, args: argparse.Namespace,
+                    to_glb: bool) -> list[str]:
+    """A stage's overrides: the photo and output, its model (Zero123, or TripoSR for a feed-forward stage), the
+    step cap; ``to_glb``: validation, test orbit and export as the recipe has them, else training only."""
+    overrides = list(common)
+    if not to_glb:
+        overrides += ["trainer.run_test_after_fit=false", "trainer.val_check_interval=0"]
+    if stage in FEED_FORWARD:
+        overrides.append(f"system.generator.pretrained_model_name_or_path={triposr}")
+    else:
+        overrides.append(f"system.guidance.pretrained_model_name_or_path={zero123}")
+        if args.steps_cap:
+            overrides += [f"trainer.max_steps={args.steps_cap}", *(["trainer.val_check_interval=0"] if to_glb else [])]
+    if args.tiny:
+        overrides += [*TINY_DATA, *TINY_STAGES[stage]]
+        if stage.startswith("triposr"):  # the field of the tiny TripoSR's sizes, in both stages
+            t = TINY_TRIPOSR
+            overrides += [f"system.field.plane_channels={t['out_channels']}", f"system.field.plane_size={2 * t['plane_size']}",
+                          f"system.field.n_neurons={t['n_neurons']}", f"system.field.n_hidden_layers={t['n_hidden_layers']}"]
+    return [*overrides, *args.set]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,32 +240,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the first stage")
     parser.add_argument("--first-stage-only", action="store_true", help="skip the mesh stages")
     parser.add_argument("--profile-start", type=int, default=20, metavar="STEP", help="the first profiled step")
+    parser.add_argument("--to-glb", action="store_true",
+                        help="time every stage as `lift3d generate` runs it, to its .glb (on with triposr-refine)")
+    parser.add_argument("--tiny", action="store_true", help="tiny random models and renders: a CPU smoke run")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print(json.dumps({"bench": "image_to_3d", "error": "needs a CUDA GPU"}))
+    names = [n for n in args.cases.split(",") if n]
+    unknown = [n for n in names if n not in CASES or (args.tiny and CASES[n][0] not in TINY_STAGES)]
+    if unknown:
+        print(json.dumps({"bench": "image_to_3d", "error": f"unknown case (or none with --tiny): {', '.join(unknown)}"}))
         return 1
+    if not torch.cuda.is_available() and not args.tiny:
+        print(json.dumps({"bench": "image_to_3d", "error": "needs a CUDA GPU (or --tiny for a CPU smoke run)"}))
+        return 1
+    to_glb = args.to_glb or any(n in TO_GLB for n in names)
     models = Path(args.models)
-    zero123 = write_random_zero123(models / "zero123")
-    print(json.dumps({"bench": "image_to_3d", "environment": environment(torch.device("cuda"))}), flush=True)
+    zero123, triposr = write_models(models, args.tiny)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(json.dumps({"bench": "image_to_3d", "environment": environment(device), "tiny": args.tiny, "to_glb": to_glb}),
+          flush=True)
+    totals: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-image-") as tmp:
         folder = Path(tmp)
         photo = write_photo(folder / "ball.png")
-        for name in [n for n in args.cases.split(",") if n]:
+        for name in names:
             first, mesh, extra = CASES[name]
             common = [f"data.image={photo}", f"output_root={folder / 'out'}", "use_timestamp=false",
-                      "trainer.run_test_after_fit=false", "trainer.val_check_interval=0",  # training time only
-                      f"system.guidance.pretrained_model_name_or_path={zero123}", "trainer.enable_progress_bar=false", *extra]
+                      "trainer.enable_progress_bar=false", *extra]
             if name == "magic123":
                 sd = write_random_sd21(models / "sd21")
                 common += [f"system.text_guidance.pretrained_model_name_or_path={sd}", "system.text_guidance.prompt=a ball",
                            "system.text_guidance.prompt_cache_dir=none"]
-            cap = [f"trainer.max_steps={args.steps_cap}"] if args.steps_cap else []
-            record, trial = run_stage(first, [*common, *cap, *args.set, f"tag={name}"], folder, args.profile, args.profile_start)
+            sculpt = [SculptSphere()] if first in FEED_FORWARD else []
+            record, trial = run_stage(first, [*stage_overrides(first, common, zero123, triposr, args, to_glb), f"tag={name}"],
+                                      folder, args.profile, args.profile_start, sculpt)
             print(json.dumps({**record, "case": name}), flush=True)
+            stages = [record]
             if mesh and not args.first_stage_only:
-                record, _ = run_stage(mesh, [*common, *cap, *args.set, f"tag={name}-mesh",
-                                             f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"], folder)
+                later = [*stage_overrides(mesh, common, zero123, triposr, args, to_glb), f"tag={name}-mesh",
+                         f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"]
+                record, _ = run_stage(mesh, later, folder)
                 print(json.dumps({**record, "case": name}), flush=True)
+                stages.append(record)
+            if to_glb:
+                total = round(sum(stage["wall_s"] for stage in stages), 3)
+                ends = "glb_mb" in stages[-1]
+                print(json.dumps({"bench": "image_to_3d", "case": name, "time_to_glb_s": total, "glb_written": ends,
+                                  "stages": [stage["stage"] for stage in stages],
+                                  "steps": [stage["steps"] for stage in stages]}), flush=True)
+                if ends and len(stages) == 2:
+                    totals[name] = total
+    if {"triposr-refine", "dreamgaussian-image"} <= totals.keys():
+        refine, gaussians = totals["triposr-refine"], totals["dreamgaussian-image"]
+        print(json.dumps({"bench": "image_to_3d", "compare": "time_to_glb", "triposr-refine_s": refine,
+                          "dreamgaussian-image_s": gaussians, "ratio_triposr_refine_to_dreamgaussian": round(
+                              refine / max(gaussians, 1e-9), 3)}), flush=True)
     return 0
 
 
