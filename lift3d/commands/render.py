@@ -6,12 +6,13 @@ import argparse
 from pathlib import Path
 
 from lift3d.commands.common import add_allow_imports_argument
+from lift3d.commands.view import SOURCE_HELP
 
-HELP = "render a camera path recorded in the viewer (path.json) from a run, a Gaussian .ply/.splat or a mesh to an .mp4"
+HELP = "render a camera path recorded in the viewer (path.json) from a run, a Gaussian file or a mesh (as lift3d view) to an .mp4"
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("source", metavar="RUN_OR_FILE", help="a run folder, a .ckpt in one, a .ply/.splat or a .glb/.gltf/.obj")
+    parser.add_argument("source", metavar="RUN_OR_FILE", help=SOURCE_HELP)
     parser.add_argument("--path", required=True, metavar="PATH_JSON", help="the camera path (the viewer's Camera path > Save)")
     parser.add_argument("--out", default=None, metavar="VIDEO",
                         help="the video to write, .mp4 or .gif (default: beside path.json)")

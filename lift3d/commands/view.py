@@ -1,5 +1,5 @@
-"""``lift3d view RUN_OR_FILE [--port 8080] [--host 127.0.0.1]``: a finished run, a Gaussian file or a mesh in the
-browser (viser), rendered by lift3d's own renderers from the browser's camera."""
+"""``lift3d view RUN_OR_FILE [--port 8080] [--host 127.0.0.1]``: a finished run, any Gaussian file lift3d reads (the
+reader of ``lift3d export``) or a mesh in the browser (viser), rendered by lift3d's own renderers from the browser's camera."""
 
 from __future__ import annotations
 
@@ -11,13 +11,16 @@ from lift3d.commands.common import add_allow_imports_argument
 
 log = logging.getLogger("lift3d.view")
 
-HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gaussian .ply/.splat or a mesh .glb in a "
-        "browser viewer (render modes, training cameras, a camera-path recorder for lift3d render); needs "
-        "pip install 'lift3d[viewer]'")
+# the Gaussian suffixes are those of lift3d.gaussians.formats.files (tests/test_view_formats.py checks them)
+SOURCE_HELP = ("a run folder, a .ckpt in one, a Gaussian file (.ply, .splat, .spz, .sog, .ksplat, KHR_gaussian_splatting "
+               ".glb) or a mesh (.glb, .gltf, .obj)")
+HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gaussian file (.ply, .splat, .spz, .sog, "
+        ".ksplat, KHR_gaussian_splatting .glb) or a mesh .glb/.gltf/.obj in a browser viewer (render modes, training "
+        "cameras, a camera-path recorder for lift3d render); needs pip install 'lift3d[viewer]'")
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("source", metavar="RUN_OR_FILE", help="a run folder, a .ckpt in one, a .ply/.splat or a .glb/.gltf/.obj")
+    parser.add_argument("source", metavar="RUN_OR_FILE", help=SOURCE_HELP)
     parser.add_argument("--port", type=int, default=8080,
                         help="port of the viewer page (default 8080; the next free one if taken)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for the LAN)")

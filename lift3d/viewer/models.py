@@ -20,8 +20,7 @@ from lift3d.viewer.camera_math import normals_from_depth
 
 log = logging.getLogger("lift3d.viewer")
 RENDER_MODES = ("rgb", "depth", "alpha", "normal")
-MESH_SUFFIXES = (".glb", ".gltf", ".obj")
-GAUSSIAN_SUFFIXES = (".ply", ".splat")
+MESH_SUFFIXES = (".glb", ".gltf", ".obj")  # a .glb is a mesh unless it uses KHR_gaussian_splatting
 RenderFn = Callable[[Cameras], dict[str, Tensor]]
 
 
@@ -115,9 +114,38 @@ def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_import
                      trial, views, system)
 
 
+def gaussian_suffixes() -> tuple[str, ...]:
+    """The suffixes of every Gaussian file lift3d reads (``lift3d.gaussians.formats.files``: .ply and its READERS)."""
+    from lift3d.gaussians.formats.files import READERS
+
+    return tuple(sorted({".ply", *READERS}))
+
+
+def is_gaussian_glb(path: Path) -> bool:
+    """Whether the .glb at ``path`` holds Gaussians (a mesh primitive with KHR_gaussian_splatting, what its reader
+    takes) rather than a mesh; only the header and the JSON chunk are read."""
+    import json
+
+    from lift3d.gaussians.formats.gltf import EXTENSION
+
+    with open(path, "rb") as handle:
+        head = handle.read(20)
+        if len(head) < 20 or head[:4] != b"glTF" or head[16:20] != b"JSON":
+            return False
+        try:
+            document = json.loads(handle.read(int.from_bytes(head[12:16], "little")))
+            return any(EXTENSION in (primitive.get("extensions") or {})
+                       for mesh in document.get("meshes", []) for primitive in mesh.get("primitives", []))
+        except (ValueError, AttributeError, TypeError):  # not a readable glTF: the mesh reader says what is wrong
+            return False
+
+
 def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
+    """The Gaussians of a file read by ``load_gaussian_file`` (the reader of ``lift3d export``), rendered as a
+    reconstruct-gaussians system renders them."""
     from lift3d.config import load_config
     from lift3d.gaussians.formats.files import load_gaussian_file
+    from lift3d.gaussians.formats.spz import spz_info
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
     from lift3d.render.splats.sh import degree_of
@@ -125,6 +153,8 @@ def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)
     fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
+    if path.suffix.lower() == ".spz" and spz_info(path).antialiased:  # trained with the 2D filter: shown so, as exported
+        fixed.append("system.renderer.rasterize_mode=antialiased")
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed)
     system = find(cfg.system_type)(cfg.system)
     system.gaussians.set_parameters(params)
@@ -148,31 +178,37 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     return ViewModel(lambda cameras: renderer(mesh, cameras), path.name, path.parent, home=framing_camera(mesh.vertices.cpu()))
 
 
+def viewable() -> str:
+    """What ``lift3d view`` and ``lift3d render`` open, for their error messages."""
+    gaussian = ", ".join(f"KHR_gaussian_splatting {s}" if s in MESH_SUFFIXES else s for s in gaussian_suffixes())
+    return f"a run folder, a .ckpt in one, a Gaussian file ({gaussian}) or a mesh ({', '.join(MESH_SUFFIXES)})"
+
+
 def load_view_model(source: str | Path, device: torch.device | str = "cpu", allow_imports: bool = False) -> ViewModel:
-    """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, a Gaussian file
-    (.ply, .splat) or a mesh (.glb, .gltf, .obj). A run's config may import its plugins only with ``allow_imports``."""
+    """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, any Gaussian file
+    lift3d reads (``gaussian_suffixes``; a .glb when it uses KHR_gaussian_splatting) or a mesh (.glb, .gltf, .obj).
+    A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
     from lift3d.runs.run_dirs import trial_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)
     if path.is_dir():
         if not (path / "configs" / "parsed.yaml").is_file():
-            raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give a run folder, a .ckpt, .ply, "
-                              ".splat or .glb")
+            raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give {viewable()}")
         checkpoint = path / "ckpts" / "last.ckpt"
         if not checkpoint.is_file():
             raise ConfigError(f"{path} has no checkpoint to show ({checkpoint} is missing): give one of its ckpts/*.ckpt")
         return _run_model(path, checkpoint, device, allow_imports)
     if not path.is_file():
-        raise FileNotFoundError(f"nothing to view at {path}: give a run folder, a .ckpt, .ply, .splat or .glb")
+        raise FileNotFoundError(f"nothing to view at {path}: give {viewable()}")
     suffix = path.suffix.lower()
     if suffix == ".ckpt":
         trial = trial_dir_of_checkpoint(path)
         if trial is None:
             raise ConfigError(f"{path} is not inside a run folder (RUN/ckpts/x.ckpt with RUN/configs/): give the run folder")
         return _run_model(trial, path, device, allow_imports)
-    if suffix in GAUSSIAN_SUFFIXES:
+    if (suffix == ".glb" and is_gaussian_glb(path)) or (suffix in gaussian_suffixes() and suffix not in MESH_SUFFIXES):
         return _gaussian_file_model(path, device)
     if suffix in MESH_SUFFIXES:
         return _mesh_model(path, device)
-    raise ConfigError(f"cannot view {path}: give a run folder, a .ckpt, a Gaussian .ply/.splat or a mesh .glb/.gltf/.obj")
+    raise ConfigError(f"cannot view {path}: lift3d does not read {suffix or 'files without an extension'}; give {viewable()}")
