@@ -7,8 +7,9 @@ with Stable-Zero123-shaped (and SD-2.1-shaped, for magic123's text prior) random
     python benchmarks/bench_image_to_3d.py --cases dreamgaussian-image,triposr-refine   # time to the final .glb, both
     python benchmarks/bench_image_to_3d.py --cases dreamgaussian-image,triposr-refine --tiny --steps-cap 2   # CPU smoke
 
-Each stage prints one JSON line (training only: the test orbit and exports are not timed). Targets (one H100):
-dreamgaussian-image stage 1 (500 steps) < 40 s and its mesh stage < 40 s, peak < 8 GB; magic123 coarse stage < 12 GB.
+Each stage prints one JSON line (training only: the test orbit and exports are not timed, unless --to-glb). Targets
+(one H100): dreamgaussian-image stage 1 (500 steps) < 40 s and its mesh stage < 40 s, peak < 8 GB; magic123 coarse
+stage < 12 GB.
 
 ``triposr-refine`` is `lift3d generate --image --method triposr --refine`: a random TripoSR of the released sizes (its
 generated field set to a sphere, as bench_triposr does, so meshing and occupancy see a surface), then the Zero123
@@ -191,11 +192,12 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
     return record, trial
 
 
-def write_models(folder: Path, tiny: bool) -> tuple[Path, Path]:
-    """The random Zero123 and TripoSR folders (released sizes, or tiny ones), written once under ``folder``."""
+def write_models(folder: Path, tiny: bool, with_triposr: bool) -> tuple[Path, Path]:
+    """The random Zero123 and TripoSR folders (released sizes, or tiny ones), written once under ``folder``
+    (TripoSR's only ``with_triposr``)."""
     if not tiny:
         triposr = folder / "triposr"
-        if not (triposr / "model.safetensors").exists():
+        if with_triposr and not (triposr / "model.safetensors").exists():
             write_random_release(triposr)
         return write_random_zero123(folder / "zero123"), triposr
     from lift3d.generators.triposr_model import TripoSRArchitecture
@@ -204,7 +206,7 @@ def write_models(folder: Path, tiny: bool) -> tuple[Path, Path]:
     zero123, triposr = folder / "zero123-tiny", folder / "triposr-tiny"
     if not (zero123 / "model_index.json").exists():
         build_tiny_zero123(zero123)
-    if not (triposr / "model.safetensors").exists():
+    if with_triposr and not (triposr / "model.safetensors").exists():
         write_random_release(triposr, TripoSRArchitecture(**TINY_TRIPOSR), TINY_VIT)
     return zero123, triposr
 
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     to_glb = args.to_glb or any(n in TO_GLB for n in names)
     models = Path(args.models)
-    zero123, triposr = write_models(models, args.tiny)
+    zero123, triposr = write_models(models, args.tiny, any(CASES[n][0] in FEED_FORWARD for n in names))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(json.dumps({"bench": "image_to_3d", "environment": environment(device), "tiny": args.tiny, "to_glb": to_glb}),
           flush=True)
