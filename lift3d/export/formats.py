@@ -21,7 +21,7 @@ from lift3d.export.mesh import Mesh
 from lift3d.export.naming import export_name
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import render_frames
-from lift3d.export.views import turntable_cameras
+from lift3d.export.views import framing_points, turntable_cameras
 from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.formats.gltf import save_gltf_splat
 from lift3d.gaussians.formats.ksplat import save_ksplat
@@ -93,7 +93,7 @@ class ExportSources:
     # pre-activation parameters, every SH band (spz, sog, gltf-splat)
     gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None
     render_fn: RenderFn | None = None  # cameras -> renderer outputs, for turntables
-    content_points: Callable[[], torch.Tensor] | None = None  # points [N, 3] whose bounds frame turntables (None: fixed orbit)
+    content_points: Callable[[], torch.Tensor] | None = None  # points [N, 3] whose bounds frame turntables (None: the mesh's)
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
     antialiased: bool = False  # Gaussians trained with the 2D (Mip-Splatting) filter: the .spz header's flag
@@ -194,8 +194,8 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
                        "sog-lod": {"levels": cfg.lod_levels, "sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
             return [COMPACT_WRITERS[fmt](path, sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]
         if not frames:  # mp4 and gif share one turntable render
-            cameras = turntable_cameras(cfg, sources.content_points, cfg.video_frames, cfg.video_elevation_deg,
-                                        device=sources.device)
+            framing = framing_points(sources.content_points, mesh if sources.mesh is not None else None)
+            cameras = turntable_cameras(cfg, framing, cfg.video_frames, cfg.video_elevation_deg, device=sources.device)
             frames.extend(render_frames(sources.render_fn, cameras, cfg.render_batch))
         return [saver.video(path.name, frames, fps=cfg.video_fps)]
 

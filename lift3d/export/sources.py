@@ -1,7 +1,9 @@
-"""What systems hand to the exporters: meshes of NeRF fields, and everything a set of Gaussians exports."""
+"""What systems hand to the exporters: meshes of NeRF fields and the space they occupy (which frames their turntables),
+and everything a set of Gaussians exports."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,9 +15,13 @@ from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.config import ExportConfig, for_device
 from lift3d.export.formats import ExportSources
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_mesh_box, reaching
-from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox
+from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox, auto_threshold, grid_axes, tighten_bbox, voxel_size
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.views import backproject_cameras
+
+log = logging.getLogger(__name__)
+
+CONTENT_RESOLUTION = 64  # samples along the longest side of the coarse grid whose occupied points frame a field
 
 
 def mesh_from_field(
@@ -32,6 +38,45 @@ def mesh_from_field(
         colour_fn=colour_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
         target_faces=cfg.target_faces, fill_holes=cfg.fill_holes, device=device,
     )
+
+
+def field_content_points(
+    density_fn: DensityFn, bbox: BboxLike, cfg: ExportConfig, occupancy: torch.Tensor | None = None,
+    device: torch.device | str | None = None, resolution: int = CONTENT_RESOLUTION,
+) -> Callable[[], torch.Tensor]:
+    """The space a NeRF-style field occupies, as points [N, 3] that frame its turntables (``ExportSources.content_points``):
+    the points of a coarse grid over the box the mesh would use (cfg.bbox, else ``bbox`` shrunk to the ``occupancy``
+    grid's occupied cells) whose density exceeds the export's threshold (cfg.threshold, else chosen as for the mesh).
+    An empty field gives the box's corners (the whole box is framed). Sampled once, on first need."""
+    if device is None:
+        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
+    cache: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def points() -> torch.Tensor:
+        if cache:
+            return cache[0]
+        box = as_bbox(cfg.bbox if cfg.bbox is not None else bbox)
+        if occupancy is not None and cfg.bbox is None:
+            box = tighten_bbox(box, occupancy)
+        axes = grid_axes(box, resolution)
+        grid = torch.stack(torch.meshgrid(*(torch.as_tensor(a, dtype=torch.float32) for a in axes), indexing="ij"), dim=-1)
+        grid = grid.reshape(-1, 3)
+        density = torch.cat([density_fn(chunk.to(device)).reshape(-1).float().cpu() for chunk in grid.split(cfg.chunk)])
+        threshold = cfg.threshold
+        if threshold is None:
+            try:
+                threshold = auto_threshold(density.numpy(), float(voxel_size(axes).mean()))
+            except ValueError:  # nothing opaque on the grid: frame the whole box
+                threshold = float("inf")
+        occupied = grid[density > threshold]
+        if len(occupied) == 0:
+            log.warning("the field occupies nothing of its box at density %.4g: the turntable frames the whole box", threshold)
+            occupied = torch.as_tensor(box, dtype=torch.float32)
+        cache.append(occupied)
+        return occupied
+
+    return points
 
 
 def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: RenderFn | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from lift3d.export.config import ExportConfig, for_device
@@ -22,6 +23,15 @@ def turntable_cameras(cfg: ExportConfig, content_points: Callable[[], torch.Tens
                                     cfg.video_height, cfg.video_fill, start_azimuth_deg, device=device)
     return orbit_cameras(n_frames, elevation_deg, cfg.video_distance, cfg.video_fovy_deg, cfg.video_width,
                          cfg.video_height, start_azimuth_deg=start_azimuth_deg, device=device)
+
+
+def framing_points(content_points: Callable[[], torch.Tensor] | None,
+                   mesh: Callable[[], Any] | None = None) -> Callable[[], torch.Tensor] | None:
+    """What frames a source's turntable: its own content points, else the vertices of its mesh (a mesh run's mesh, or
+    the one the export builds anyway), so every source with either orbits its content; None when it has neither."""
+    if content_points is not None or mesh is None:
+        return content_points
+    return lambda: torch.as_tensor(np.asarray(mesh().vertices), dtype=torch.float32)
 
 
 def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu",

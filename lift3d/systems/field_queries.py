@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from lift3d.export import ExportSources, mesh_from_field
+from lift3d.export.sources import field_content_points
 
 
 class FieldQueries:
@@ -33,5 +34,6 @@ class FieldQueries:
                                          occupancy=occupancy, device=self.device),
             colour_fn=self.albedo_at,
             render_fn=lambda cameras: self.render_views({"cameras": cameras}),
+            content_points=field_content_points(self.density_at, self.field.bbox, cfg, occupancy, self.device),
             device=self.device,
         )
