@@ -4,7 +4,8 @@ pass, marching cubes at 256^3 and the textured .glb export; one JSON line with e
 
 Random weights make an almost constant density, so the meshing stages run on a field of the same network whose
 planes and decoder are set to a sphere of radius 0.5 (about the faces a real object gives at 256^3); the forward
-pass runs the random weights.
+pass runs the random weights. ``marching_cubes_parts_s`` splits the meshing time: density grid, marching cubes with its
+clean-up and decimation, vertex colours.
 
     source benchmarks/device_env.sh && python benchmarks/bench_triposr.py            # fp16 on CUDA
     python benchmarks/bench_triposr.py --device cpu --dtype fp32 --resolution 64       # a CPU smoke run
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import platform
 import statistics
@@ -74,6 +76,28 @@ def sculpt_sphere(field: torch.nn.Module, radius: float = 0.5, iso: float = 25.0
     last.bias[1:] = torch.tensor([1.0, 0.0, -1.0], device=planes.device)
 
 
+class StageClock(logging.Handler):
+    """Times when the meshing's progress stages start (density grid, marching cubes and clean-up, vertex colours), from
+    the lines lift3d.progress logs as each begins, so the meshing time splits into its parts without a second run."""
+
+    PARTS = {"meshing: density": "density_grid", "meshing: marching": "clean_up_decimation", "meshing: vertex": "vertex_colours"}
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.starts: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        for prefix, part in self.PARTS.items():
+            if message.startswith(prefix) and part not in self.starts:
+                self.starts[part] = time.perf_counter()
+
+    def split(self, end: float) -> dict[str, float]:
+        """Seconds of each part that started, each up to the next one's start (the last up to ``end``)."""
+        marks = sorted((t, part) for part, t in self.starts.items()) + [(end, "")]
+        return {part: round(marks[i + 1][0] - t, 3) for i, (t, part) in enumerate(marks[:-1])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -129,11 +153,17 @@ def main() -> None:
     albedo = lambda p: torch.sigmoid(field.features(p))  # noqa: E731  (the emission material's colour)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    clock, progress_log = StageClock(), logging.getLogger("lift3d.progress")
+    progress_log.addHandler(clock)
+    progress_log.setLevel(logging.INFO)
     with torch.no_grad():
         start = time.perf_counter()
         mesh = mesh_from_field(field.density, field.bbox, cfg, colour_fn=albedo, device=device)
         sync()
-        record["marching_cubes_s"] = round(time.perf_counter() - start, 3)
+        end = time.perf_counter()
+        record["marching_cubes_s"] = round(end - start, 3)
+        record["marching_cubes_parts_s"] = clock.split(end)
+        progress_log.removeHandler(clock)
         record["faces"] = int(len(mesh.faces))
         for size in sizes:  # the same mesh exported with vertex colours and with a baked texture of each size
             with tempfile.TemporaryDirectory() as out:

@@ -53,6 +53,20 @@ def voxel_size(axes: list[np.ndarray]) -> np.ndarray:
     return np.array([a[1] - a[0] for a in axes])
 
 
+def level_crop(volume: np.ndarray, threshold: float, pad: int = 1) -> tuple[slice, slice, slice] | None:
+    """The index box of the samples of ``volume`` at or above ``threshold``, grown by ``pad`` samples and clipped
+    to the grid (None when there are none): outside it every sample is below the level, so no surface lies there
+    and all its empty space reaches the grid's border. Meshing steps work on this box instead of the whole grid."""
+    above = volume >= threshold
+    box = []
+    for axis in range(3):
+        used = np.flatnonzero(above.any(axis=tuple(a for a in range(3) if a != axis)))
+        if len(used) == 0:
+            return None
+        box.append(slice(max(int(used[0]) - pad, 0), min(int(used[-1]) + 1 + pad, volume.shape[axis])))
+    return box[0], box[1], box[2]
+
+
 def block_side(chunk: int) -> int:
     """Side of the cube blocks that hold at most ``chunk`` points."""
     if chunk < 8:

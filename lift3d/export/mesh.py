@@ -24,6 +24,7 @@ from lift3d.export.grid import (
     as_bbox,
     auto_threshold,
     grid_axes,
+    level_crop,
     query_points,
     sample_grid,
     tighten_bbox,
@@ -80,9 +81,9 @@ def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
     """Area-weighted unit vertex normals [V, 3] from counter-clockwise faces."""
     tri = vertices[faces].astype(np.float64)
     face_n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])  # length = twice the area
-    normals = np.zeros((len(vertices), 3))
-    for corner in range(3):
-        np.add.at(normals, faces[:, corner], face_n)
+    corners = faces.T.reshape(-1)  # corner 0 of every face, then corner 1, then 2 (the order np.add.at would sum in)
+    weights = np.concatenate([face_n] * 3)
+    normals = np.stack([np.bincount(corners, weights[:, k], minlength=len(vertices)) for k in range(3)], axis=1)
     length = np.linalg.norm(normals, axis=1, keepdims=True)
     normals = np.where(length > 0, normals / np.maximum(length, 1e-20), np.array([0.0, 0.0, 1.0]))
     return normals.astype(np.float32)
@@ -92,13 +93,19 @@ def marching_cubes(volume: np.ndarray, threshold: float, axes: list[np.ndarray],
     """The ``threshold`` iso-surface of ``volume`` [X, Y, Z] sampled at ``axes``, enclosing values above it.
 
     With ``close_boundary`` the field counts as empty just outside the grid, so surfaces cut by the
-    box are closed there (on the box's faces, to which vertices are clipped)."""
+    box are closed there (on the box's faces, to which vertices are clipped). Only the index box of ``level_crop``
+    is meshed: outside it no cell crosses the level."""
+    crop = level_crop(volume, threshold)
+    if crop is None:
+        return Mesh(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int64))
+    offset = np.array([s.start for s in crop])
+    volume = volume[crop]
     pad = 1 if close_boundary else 0
     if pad:
         floor = min(float(volume.min()), threshold) - 1.0
         volume = np.pad(volume, 1, mode="constant", constant_values=floor)
     vertices, faces = mcubes.marching_cubes(volume, float(threshold))
-    vertices = vertices - pad
+    vertices = vertices + (offset - pad)
     step = voxel_size(axes)
     origin = np.array([a[0] for a in axes])
     world = origin + vertices * step
@@ -113,8 +120,8 @@ def remove_degenerate(mesh: Mesh, tolerance: float) -> Mesh:
     if len(mesh.faces) == 0:
         return mesh
     keys = np.round(mesh.vertices.astype(np.float64) / tolerance).astype(np.int64)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    faces = inverse.reshape(-1)[mesh.faces]
+    first, inverse = unique_rows(keys)
+    faces = inverse[mesh.faces]
     tri = mesh.vertices[first][faces].astype(np.float64)
     area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
     keep = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 2] != faces[:, 0]) & (area2 > tolerance**2)
@@ -123,16 +130,38 @@ def remove_degenerate(mesh: Mesh, tolerance: float) -> Mesh:
     return submesh(welded, keep)
 
 
+def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, axis=0, return_index=True, return_inverse=True)[1:]`` for int rows [N, C] by one stable lexsort
+    (rows in lexicographic order, each group's first index), without numpy's slower row-as-record path."""
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(keys), dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return order[starts], inverse
+
+
 def fill_cavities(volume: np.ndarray, threshold: float) -> np.ndarray:
     """``volume`` with enclosed empty pockets raised above ``threshold``, so a shell meshes as one
-    outer surface (no inner wall) — e.g. Gaussians that cover only an object's skin."""
-    solid = volume > threshold
-    filled = ndimage.binary_fill_holes(solid)
-    pockets = filled & ~solid
+    outer surface (no inner wall) — e.g. Gaussians that cover only an object's skin. Pockets are the empty
+    6-connected regions that do not reach the grid's border (as scipy's binary_fill_holes), found in the
+    ``level_crop`` box only: all empty space outside it reaches the border."""
+    crop = level_crop(volume, threshold)
+    if crop is None:
+        return volume
+    solid = volume[crop] > threshold
+    labels, _ = ndimage.label(~solid)
+    outer = np.zeros(labels.max() + 1, dtype=bool)
+    outer[0] = True  # solid samples
+    for axis in range(3):
+        for end in (0, -1):
+            outer[np.take(labels, end, axis=axis)] = True
+    pockets = ~outer[labels]
     if not pockets.any():
         return volume
     out = volume.copy()
-    out[pockets] = max(float(volume.max()), threshold * 2.0, threshold + 1.0)
+    out[crop][pockets] = max(float(volume.max()), threshold * 2.0, threshold + 1.0)
     return out
 
 
@@ -141,7 +170,10 @@ def keep_largest_regions(volume: np.ndarray, threshold: float, count: int = 1) -
     26-connected, sized by samples) lowered to its minimum, so only they mesh (floaters dropped on the grid)."""
     if count <= 0:
         return volume
-    labels, n_regions = ndimage.label(volume > threshold, structure=np.ones((3, 3, 3), dtype=bool))
+    crop = level_crop(volume, threshold)  # every solid sample lies in it, so its labels are the whole grid's
+    if crop is None:
+        return volume
+    labels, n_regions = ndimage.label(volume[crop] > threshold, structure=np.ones((3, 3, 3), dtype=bool))
     if n_regions <= count:
         return volume
     sizes = np.bincount(labels.ravel(), minlength=n_regions + 1)[1:]
@@ -149,7 +181,7 @@ def keep_largest_regions(volume: np.ndarray, threshold: float, count: int = 1) -
     drop = (labels > 0) & ~np.isin(labels, keep)
     log.info("kept %d of %d solid regions (%d of %d samples)", count, n_regions, int(sizes[keep - 1].sum()), int(sizes.sum()))
     out = volume.copy()
-    out[drop] = min(float(volume.min()), threshold)
+    out[crop][drop] = min(float(volume.min()), threshold)
     return out
 
 
@@ -175,7 +207,9 @@ def keep_largest_components(mesh: Mesh, count: int = 1) -> Mesh:
 def submesh(mesh: Mesh, face_mask: np.ndarray) -> Mesh:
     """The faces selected by ``face_mask`` [F] with only the vertices they use (attributes follow)."""
     faces = mesh.faces[face_mask]
-    used = np.unique(faces)
+    is_used = np.zeros(len(mesh.vertices), dtype=bool)
+    is_used[faces] = True
+    used = np.flatnonzero(is_used)  # as np.unique(faces), without sorting every corner
     remap = np.full(len(mesh.vertices), -1, dtype=np.int64)
     remap[used] = np.arange(len(used))
 
