@@ -32,18 +32,18 @@ formats() {  # run folder root, scene, views: export the run's .ply, then every 
     timeout "$(left)" python3 benchmarks/bench_lego_gaussians.py --data .data_lego/lego --steps 7000 --eval-at 7000 \
         "system.export.formats=[]" system.optimizer.visible_adam=true system.densify.max_gaussians=250000
 ) > "$OUT/gpu0.jsonl" 2> "$OUT/gpu0_stderr.txt" &
-(   export CUDA_VISIBLE_DEVICES=1
+(   export CUDA_VISIBLE_DEVICES=1 OMP_NUM_THREADS=12
     timeout "$(left)" python3 benchmarks/bench_capture.py .data_lego/lego --steps 30000 --val-every 15000 --output-root /tmp/runs_lego
     formats /tmp/runs_lego .data_lego/lego 20
 ) > "$OUT/gpu1.jsonl" 2> "$OUT/gpu1_stderr.txt" &
-(   export CUDA_VISIBLE_DEVICES=2 XDG_CACHE_HOME=$ROOT/.data_fox/cache
+(   export CUDA_VISIBLE_DEVICES=2 OMP_NUM_THREADS=12 XDG_CACHE_HOME=$ROOT/.data_fox/cache
     timeout "$(left)" python3 benchmarks/bench_capture.py .data_fox/fox --steps 7000 --output-root /tmp/runs_fox \
         --set system.appearance.enabled=false
     formats /tmp/runs_fox .data_fox/fox 7
     timeout "$(left)" python3 benchmarks/bench_capture.py .data_fox/fox --steps 30000 --val-every 7000 \
         --output-root /tmp/runs_fox30 --set system.appearance.enabled=false
 ) > "$OUT/gpu2.jsonl" 2> "$OUT/gpu2_stderr.txt" &
-(   export CUDA_VISIBLE_DEVICES=3
+(   export CUDA_VISIBLE_DEVICES=3 OMP_NUM_THREADS=12
     timeout "$(left)" python3 benchmarks/bench_triposr.py
     timeout "$(left)" python3 benchmarks/bench_image_to_3d.py --cases triposr-refine,dreamgaussian-image
 ) > "$OUT/gpu3.jsonl" 2> "$OUT/gpu3_stderr.txt" &
