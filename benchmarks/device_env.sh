@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 - <<'PY'
 import importlib, importlib.util, torch
-mods = ("diffusers", "omegaconf", "gsplat", "trimesh", "transformers", "lightning", "pycolmap", "cv2")
+mods = ("diffusers", "omegaconf", "gsplat", "trimesh", "transformers", "lightning", "pycolmap", "cv2", "zstandard")
 versions = {m: getattr(importlib.import_module(m), "__version__", "?") if importlib.util.find_spec(m) else None for m in mods}
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda"
 print("device_env:", torch.__version__, gpu, versions, flush=True)
