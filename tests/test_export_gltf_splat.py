@@ -175,3 +175,50 @@ def test_a_mesh_glb_is_not_taken_for_gaussians(tmp_path):
     write_glb(Mesh(vertices, torch.tensor([[0, 1, 2]]), torch.full((3, 3), 0.5)), tmp_path / "mesh.glb")
     with pytest.raises(GltfSplatError, match="no mesh primitive with the KHR_gaussian_splatting extension"):
         load_gltf_splat(tmp_path / "mesh.glb")
+
+
+def test_a_runs_gaussians_stand_up_in_gltf_where_its_mesh_does_and_read_back_exactly(tmp_path):
+    """Gaussians in lift3d's world (+z up, a run's) are turned as the run's mesh .glb is, (x, y, z) -> (x, z, -y): a
+    column along +z stands along glTF's +y, at the coordinates the mesh writer gives the same points. The asset's
+    extras record the turn, so the reader undoes that one and returns the run's Gaussians, SH bands included."""
+    params = random_params(40, degree=3, seed=21)
+    params["means"][:20] = torch.stack([torch.zeros(20), torch.zeros(20), torch.linspace(0, 2, 20)], dim=1)
+    data = save_gltf_splat(tmp_path / "run-gaussians.glb", params, up_axis="world").read_bytes()
+    document, blob = chunks(data)
+    assert document["asset"]["extras"] == {"lift3d": {"axes": "world"}}
+    position = attribute(document, blob, "POSITION")
+    assert np.allclose(position[:20, 1], np.linspace(0, 2, 20), atol=EPS) and np.allclose(position[:20, [0, 2]], 0, atol=EPS)
+    vertices = params["means"].double().numpy()
+    mesh = Mesh(vertices, np.array([[0, 1, 2]]), vertex_colours=np.full((40, 3), 0.5))
+    mesh_document, mesh_blob = chunks(write_glb(mesh, tmp_path / "run.glb")[0].read_bytes())
+    mesh_positions = attribute(mesh_document, mesh_blob, "POSITION")
+    assert np.allclose(np.sort(mesh_positions, axis=0), np.sort(position, axis=0), atol=1e-5)  # the same points
+    back = load_gltf_splat(tmp_path / "run-gaussians.glb")
+    for name in ("means", "log_scales", "sh0", "shN"):
+        assert torch.allclose(back[name], params[name], rtol=0, atol=1e-5), name
+    assert torch.allclose(same_sign(unit(params["quats"]), back["quats"]), unit(params["quats"]), atol=1e-5)
+    plain = chunks(save_gltf_splat(tmp_path / "file-gaussians.glb", params).read_bytes())[0]
+    assert "extras" not in plain["asset"]  # a converted file's Gaussians: the .ply frame's half turn, read as before
+
+
+def test_a_run_exports_upright_gltf_and_a_converted_file_keeps_splat_transforms_axes(tmp_path, capsys):
+    """Through the export table: a system's Gaussians (lift3d's world) are written with the world turn and read back
+    as they are; `lift3d export FILE.ply --format gltf-splat` converts with the .ply frame's turn (no extras)."""
+    from lift3d.cli import main
+    from lift3d.export import ExportConfig, GaussianTensors, export_formats, gaussian_sources, rgb_from_sh_dc
+    from lift3d.saving import OutputSaver
+
+    params = random_params(30, degree=1, seed=22)
+    tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
+                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+    sources = gaussian_sources(tensors, ExportConfig(), gaussian_params=lambda: params)
+    (written,) = export_formats(OutputSaver(tmp_path), ["gltf-splat"], ExportConfig(), sources, stem="run")
+    assert chunks(written.read_bytes())[0]["asset"]["extras"] == {"lift3d": {"axes": "world"}}
+    assert torch.allclose(load_gltf_splat(written)["means"], params["means"], atol=1e-5)
+    save_ply(tmp_path / "model.ply", params)
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "gltf-splat"]) == 0, capsys.readouterr().err
+    converted = tmp_path / "model-ply-gaussians.glb"
+    document, blob = chunks(converted.read_bytes())
+    assert "extras" not in document["asset"]
+    turned = params["means"].double().numpy() * np.array([-1.0, -1.0, 1.0])  # the half turn about z
+    assert np.allclose(attribute(document, blob, "POSITION"), turned, atol=1e-5)

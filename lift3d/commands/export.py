@@ -121,4 +121,5 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
+    sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
     return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)

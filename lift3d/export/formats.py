@@ -97,6 +97,9 @@ class ExportSources:
     device: torch.device | str = "cpu"  # where queries run
     file_frame: Any = None  # a user's mesh (lift3d.meshes.io.FileFrame): mesh files go back into its coordinates
     antialiased: bool = False  # Gaussians trained with the 2D (Mip-Splatting) filter: the .spz header's flag
+    # the Gaussians' axes: "world" (lift3d's, +z up: a run's) or "ply" (a converted file's own, the 3DGS .ply frame);
+    # the glTF writer turns each into glTF's +y up
+    gaussian_axes: str = "world"
 
     def provides(self) -> list[str]:
         return [name for name, (need, _) in FORMATS.items() if getattr(self, need) is not None]
@@ -189,7 +192,8 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
             return write_splat(path, sources.gaussians if keep is None else sources.gaussians.select(keep))
         if fmt in COMPACT_WRITERS:
             degree = cfg.gaussian_sh_degree if cfg.gaussian_sh_degree >= 0 else None
-            options = {"gltf-splat": {"up_axis": up_axis}, "sog": {"sh_palette": cfg.sog_sh_palette},
+            gltf_axes = up_axis if up_axis == "z" else ("world" if sources.gaussian_axes == "world" else "y")
+            options = {"gltf-splat": {"up_axis": gltf_axes}, "sog": {"sh_palette": cfg.sog_sh_palette},
                        "spz": {"version": cfg.spz_version, "antialiased": sources.antialiased},
                        "sog-lod": {"levels": cfg.lod_levels, "sh_palette": cfg.sog_sh_palette}}.get(fmt, {})
             return [COMPACT_WRITERS[fmt](path, sources.gaussian_params(), keep=kept_gaussians(), sh_degree=degree, **options)]

@@ -23,7 +23,10 @@ glTF 2.0, "Coordinate System and Units"), and the extension asks for data alread
 (the default) the Gaussians are turned a half turn about z, (x, y, z) -> (-x, -y, z), positions, rotations and SH
 alike, and the reader turns them back: the conversion PlayCanvas's splat-transform makes (and Niantic's
 CoordinateSystem names: RDF "PLY", LUF "GLB"), so either tool's .glb of one .ply holds the same numbers.
-``up_axis="z"`` stores lift3d's axes as they are.
+``up_axis="world"`` is for Gaussians in lift3d's own world (+z up, as a run's are): they are turned as lift3d's
+mesh .glb files are, (x, y, z) -> (x, z, -y), so they stand up in glTF viewers where the run's mesh does, and the
+asset's ``extras`` record the turn (``{"lift3d": {"axes": "world"}}``) so the reader undoes exactly that one.
+``up_axis="z"`` stores (and reads) the coordinates as they are.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ FLOAT, UNSIGNED_BYTE = 5126, 5121
 WIDTHS = {"SCALAR": 1, "VEC3": 3, "VEC4": 4}
 # right-down-front (the .ply frame) to glTF's left-up-front: a half turn about z, (x, y, z) -> (-x, -y, z)
 PLY_TO_GLTF = ((-1.0, 0.0, 0.0), (0.0, -1.0, 0.0), (0.0, 0.0, 1.0))
+# lift3d's world (+z up) to glTF's +y up, as lift3d.export.writers turns meshes: (x, y, z) -> (x, z, -y)
+WORLD_TO_GLTF = ((1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0))
+AXES = {"y": PLY_TO_GLTF, "world": WORLD_TO_GLTF, "z": None}  # up_axis -> the turn into glTF's axes
 
 
 class GltfSplatError(PlyFormatError):
@@ -58,11 +64,11 @@ def _srgb_to_linear(c: np.ndarray) -> np.ndarray:
 
 
 def _axes(up_axis: str) -> Tensor | None:
-    if up_axis == "z":
-        return None
-    if up_axis != "y":
-        raise ValueError(f"up_axis must be 'y' (glTF's axes) or 'z' (lift3d's axes as they are), got {up_axis!r}")
-    return torch.tensor(PLY_TO_GLTF, dtype=torch.float64)
+    if up_axis not in AXES:
+        raise ValueError(f"up_axis must be 'y' (from the .ply frame to glTF's axes), 'world' (from lift3d's +z-up world) "
+                         f"or 'z' (the coordinates as they are), got {up_axis!r}")
+    turn = AXES[up_axis]
+    return None if turn is None else torch.tensor(turn, dtype=torch.float64)
 
 
 def encode_gltf_splat(params: dict[str, Tensor], up_axis: str = "y") -> bytes:
@@ -104,7 +110,8 @@ def encode_gltf_splat(params: dict[str, Tensor], up_axis: str = "y") -> bytes:
         accessors.append(accessor)
         semantics[semantic] = index
     document = {
-        "asset": {"version": "2.0", "generator": "lift3d"},
+        "asset": {"version": "2.0", "generator": "lift3d",
+                  **({"extras": {"lift3d": {"axes": "world"}}} if up_axis == "world" else {})},
         "extensionsUsed": [EXTENSION],
         "scene": 0, "scenes": [{"nodes": [0]}], "nodes": [{"mesh": 0, "name": "gaussians"}],
         "meshes": [{"name": "gaussians", "primitives": [{
@@ -200,8 +207,16 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
         "sh0": torch.from_numpy(sh0.reshape(n, 1, 3)),
         "shN": torch.from_numpy(np.stack(rest, axis=1)) if rest else torch.zeros(n, 0, 3),
     }
-    rotation = _axes(up_axis)
+    rotation = _axes(up_axis if up_axis == "z" else _written_axes(document))
     return params if rotation is None else rotate_gaussians(params, rotation.T)
+
+
+def _written_axes(document: dict) -> str:
+    """The turn a file's writer made into glTF's axes: lift3d records its own ("world"); any other file is read as
+    converted from the 3DGS .ply frame ("y"), as splat-transform writes them."""
+    extras = document.get("asset", {}).get("extras")
+    marked = extras.get("lift3d", {}).get("axes") if isinstance(extras, dict) and isinstance(extras.get("lift3d"), dict) else None
+    return "world" if marked == "world" else "y"
 
 
 def load_gltf_splat(path: str | Path, up_axis: str = "y") -> dict[str, Tensor]:
