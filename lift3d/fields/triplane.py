@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from lift3d.base import BaseModule
 from lift3d.fields.common import central_difference_normal, check_field_config
@@ -41,6 +42,9 @@ class TriplaneFieldConfig:
     normal_type: str = "finite_difference"  # normals from central differences of the density
     finite_difference_eps: float = 0.01  # half step of the central differences, scene units
     query_chunk: int = 262144  # points per chunk in density()/features() queries (bounds memory)
+    # while training (refinement), recompute the decoder's activations in the backward pass instead of keeping them:
+    # a sample then keeps its plane features, not every layer's input (most of a refinement step's memory)
+    checkpoint_decoder: bool = True
 
 
 class TriplaneDecoder(nn.Module):
@@ -97,7 +101,11 @@ class TriplaneField(BaseModule):
     def raw(self, points: Tensor) -> tuple[Tensor, Tensor]:
         """Pre-activation density [N] (bias included) and features [N, 3] at world ``points`` [N, 3]."""
         unit = points / self.cfg.radius
-        h = self.decoder(sample_triplane(self.triplane, unit).to(self.triplane.dtype))
+        features = sample_triplane(self.triplane, unit).to(self.triplane.dtype)
+        if self.cfg.checkpoint_decoder and torch.is_grad_enabled() and features.requires_grad:
+            h = checkpoint(self.decoder, features, use_reentrant=False)
+        else:
+            h = self.decoder(features)
         return h[:, 0].float() + self.cfg.density_bias, h[:, 1:].float()
 
     def _density(self, raw_density: Tensor) -> Tensor:
