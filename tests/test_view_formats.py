@@ -14,7 +14,7 @@ from lift3d.cameras import look_at
 from lift3d.cli import main
 from lift3d.commands.view import HELP, SOURCE_HELP
 from lift3d.gaussians.formats.files import load_gaussian_file
-from lift3d.gaussians.formats.gltf import save_gltf_splat
+from lift3d.gaussians.formats.gltf import is_gaussian_glb, save_gltf_splat
 from lift3d.gaussians.formats.ksplat import save_ksplat
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.sog import save_sog
@@ -22,7 +22,7 @@ from lift3d.gaussians.formats.splat import rgb_from_sh_dc, write_splat
 from lift3d.gaussians.formats.spz import save_spz
 from lift3d.gaussians.tensors import GaussianTensors
 from lift3d.viewer.camera_math import viewer_cameras
-from lift3d.viewer.models import gaussian_suffixes, is_gaussian_glb, load_view_model, render_picture
+from lift3d.viewer.models import gaussian_suffixes, load_view_model, render_picture
 from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
 from tests.gaussian_params import random_params, unit
 from tests.test_ksplat import gaussian_splats_3d

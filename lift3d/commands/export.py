@@ -93,15 +93,11 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
     table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
     ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
-    from lift3d.config import load_config
     from lift3d.export.formats import ExportFormatError, export_formats
     from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
-    from lift3d.gaussians.formats.files import load_gaussian_file
-    from lift3d.gaussians.formats.spz import spz_info
-    from lift3d.recipes import recipe_config
-    from lift3d.registry import find
     from lift3d.render.splats.sh import degree_of
     from lift3d.saving import OutputSaver
+    from lift3d.systems.gaussian_files import gaussian_file_system
 
     stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
     stem = stems[-1] if stems and stems[-1] else converted_stem(path)
@@ -110,15 +106,8 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
         if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
             raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
                                     "system.export.stem=NAME")
-    params = load_gaussian_file(path)
-    degree = degree_of(params["shN"].shape[1] + 1)
-    fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
-    if path.suffix.lower() == ".spz" and spz_info(path).antialiased:  # trained with the 2D filter: render and write so
-        fixed.append("system.renderer.rasterize_mode=antialiased")
-    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed + list(overrides))
-    system = find(cfg.system_type)(cfg.system)
-    system.gaussians.set_parameters(params)
-    log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
+    system, params = gaussian_file_system(path, overrides)
+    log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree_of(params["shN"].shape[1] + 1), path)
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
     sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them

@@ -121,43 +121,13 @@ def gaussian_suffixes() -> tuple[str, ...]:
     return tuple(sorted({".ply", *READERS}))
 
 
-def is_gaussian_glb(path: Path) -> bool:
-    """Whether the .glb at ``path`` holds Gaussians (a mesh primitive with KHR_gaussian_splatting, what its reader
-    takes) rather than a mesh; only the header and the JSON chunk are read."""
-    import json
-
-    from lift3d.gaussians.formats.gltf import EXTENSION
-
-    with open(path, "rb") as handle:
-        head = handle.read(20)
-        if len(head) < 20 or head[:4] != b"glTF" or head[16:20] != b"JSON":
-            return False
-        try:
-            document = json.loads(handle.read(int.from_bytes(head[12:16], "little")))
-            return any(EXTENSION in (primitive.get("extensions") or {})
-                       for mesh in document.get("meshes", []) for primitive in mesh.get("primitives", []))
-        except (ValueError, AttributeError, TypeError):  # not a readable glTF: the mesh reader says what is wrong
-            return False
-
-
 def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
-    """The Gaussians of a file read by ``load_gaussian_file`` (the reader of ``lift3d export``), rendered as a
-    reconstruct-gaussians system renders them."""
-    from lift3d.config import load_config
-    from lift3d.gaussians.formats.files import load_gaussian_file
-    from lift3d.gaussians.formats.spz import spz_info
-    from lift3d.recipes import recipe_config
-    from lift3d.registry import find
+    """The Gaussians of a file as ``lift3d export`` reads them (``gaussian_file_system``), rendered by that system."""
     from lift3d.render.splats.sh import degree_of
+    from lift3d.systems.gaussian_files import gaussian_file_system
 
-    params = load_gaussian_file(path)
+    system, params = gaussian_file_system(path)
     degree = degree_of(params["shN"].shape[1] + 1)
-    fixed = [f"system.gaussians.sh_degree={degree}", "system.gaussians.sh_degree_interval=0", "system.gaussians.init=random"]
-    if path.suffix.lower() == ".spz" and spz_info(path).antialiased:  # trained with the 2D filter: shown so, as exported
-        fixed.append("system.renderer.rasterize_mode=antialiased")
-    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=fixed)
-    system = find(cfg.system_type)(cfg.system)
-    system.gaussians.set_parameters(params)
     system.to(device).eval()
     log.info("viewing %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
     return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), path.name, path.parent, None, system,
@@ -189,6 +159,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
     lift3d reads (``gaussian_suffixes``; a .glb when it uses KHR_gaussian_splatting) or a mesh (.glb, .gltf, .obj).
     A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
+    from lift3d.gaussians.formats.gltf import is_gaussian_glb
     from lift3d.runs.run_dirs import trial_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)

@@ -165,8 +165,7 @@ def _chunks(data: bytes, name: str) -> tuple[dict, bytes]:
 def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -> dict[str, Tensor]:
     """Pre-activation parameters (lift3d's world) of the first KHR_gaussian_splatting primitive of .glb bytes."""
     document, blob = _chunks(data, name)
-    primitive = next((prim for mesh in document.get("meshes", []) for prim in mesh.get("primitives", [])
-                      if EXTENSION in prim.get("extensions", {})), None)
+    primitive = _gaussian_primitive(document)
     if primitive is None:
         raise GltfSplatError(f"{name} has no mesh primitive with the {EXTENSION} extension (a .glb of Gaussians needs one)")
     attributes = primitive["attributes"]
@@ -209,6 +208,25 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
     }
     rotation = _axes(up_axis if up_axis == "z" else _written_axes(document))
     return params if rotation is None else rotate_gaussians(params, rotation.T)
+
+
+def _gaussian_primitive(document: dict) -> dict | None:
+    """The first mesh primitive of a glTF document that uses KHR_gaussian_splatting (None: a mesh, not Gaussians)."""
+    return next((prim for mesh in document.get("meshes", []) for prim in mesh.get("primitives", [])
+                 if EXTENSION in (prim.get("extensions") or {})), None)
+
+
+def is_gaussian_glb(path: str | Path) -> bool:
+    """Whether the .glb at ``path`` holds Gaussians (a primitive with KHR_gaussian_splatting, what the reader takes)
+    rather than a mesh; only its header and JSON chunk are read. An unreadable file is not Gaussians (False)."""
+    with open(path, "rb") as handle:
+        head = handle.read(20)
+        if len(head) < 20 or head[:4] != b"glTF" or head[16:20] != b"JSON":
+            return False
+        try:
+            return _gaussian_primitive(json.loads(handle.read(int.from_bytes(head[12:16], "little")))) is not None
+        except (ValueError, AttributeError, TypeError):
+            return False
 
 
 def _written_axes(document: dict) -> str:
