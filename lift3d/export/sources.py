@@ -3,6 +3,7 @@ and everything a set of Gaussians exports."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,17 @@ from lift3d.export.backproject import RenderedColours, RenderFn
 from lift3d.export.config import ExportConfig, for_device
 from lift3d.export.formats import ExportSources
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_mesh_box, reaching
-from lift3d.export.grid import BboxLike, ColourFn, DensityFn, as_bbox, auto_threshold, grid_axes, tighten_bbox, voxel_size
+from lift3d.export.grid import (
+    BboxLike,
+    ColourFn,
+    DensityFn,
+    as_bbox,
+    auto_threshold,
+    grid_axes,
+    sample_grid,
+    tighten_bbox,
+    voxel_size,
+)
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.views import backproject_cameras
 
@@ -50,31 +61,25 @@ def field_content_points(
     An empty field gives the box's corners (the whole box is framed). Sampled once, on first need."""
     if device is None:
         device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
-    cache: list[torch.Tensor] = []
 
-    @torch.no_grad()
+    @functools.cache
     def points() -> torch.Tensor:
-        if cache:
-            return cache[0]
         box = as_bbox(cfg.bbox if cfg.bbox is not None else bbox)
         if occupancy is not None and cfg.bbox is None:
             box = tighten_bbox(box, occupancy)
         axes = grid_axes(box, resolution)
-        grid = torch.stack(torch.meshgrid(*(torch.as_tensor(a, dtype=torch.float32) for a in axes), indexing="ij"), dim=-1)
-        grid = grid.reshape(-1, 3)
-        density = torch.cat([density_fn(chunk.to(device)).reshape(-1).float().cpu() for chunk in grid.split(cfg.chunk)])
+        density = sample_grid(density_fn, axes, cfg.chunk, device)
         threshold = cfg.threshold
         if threshold is None:
             try:
-                threshold = auto_threshold(density.numpy(), float(voxel_size(axes).mean()))
+                threshold = auto_threshold(density, float(voxel_size(axes).mean()))
             except ValueError:  # nothing opaque on the grid: frame the whole box
                 threshold = float("inf")
-        occupied = grid[density > threshold]
-        if len(occupied) == 0:
+        index = np.argwhere(density > threshold)
+        if len(index) == 0:
             log.warning("the field occupies nothing of its box at density %.4g: the turntable frames the whole box", threshold)
-            occupied = torch.as_tensor(box, dtype=torch.float32)
-        cache.append(occupied)
-        return occupied
+            return torch.as_tensor(box, dtype=torch.float32)
+        return torch.as_tensor(np.stack([axes[k][index[:, k]] for k in range(3)], axis=1), dtype=torch.float32)
 
     return points
 
