@@ -177,3 +177,17 @@ def tighten_bbox(bbox: BboxLike, occupancy: Tensor | np.ndarray, pad_cells: int 
         lo[axis] = box[0, axis] + max(used[0] - pad_cells, 0) * cell[axis]
         hi[axis] = box[0, axis] + min(used[-1] + 1 + pad_cells, occ.shape[axis]) * cell[axis]
     return np.stack([lo, hi])
+
+
+def sample_box(fn: DensityFn, bbox: BboxLike, resolution: int, chunk: int = 2**18, occupancy: Tensor | np.ndarray | None = None,
+               device: torch.device | str | None = None) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """(``fn`` on a grid of ``resolution`` samples along the longest side of ``bbox``, its axes, the box): the box
+    shrunk to the cells ``occupancy`` marks first, when given; queries on ``device`` (None: ``bbox``'s device when it
+    is a tensor, else the CPU). What meshing and turntable framing sample a field on."""
+    box = as_bbox(bbox)
+    if device is None:
+        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
+    if occupancy is not None:
+        box = tighten_bbox(box, occupancy)
+    axes = grid_axes(box, resolution)
+    return sample_grid(fn, axes, chunk=chunk, device=device), axes, box

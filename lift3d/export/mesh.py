@@ -21,13 +21,10 @@ from lift3d.export.grid import (
     BboxLike,
     ColourFn,
     DensityFn,
-    as_bbox,
     auto_threshold,
-    grid_axes,
     level_crop,
     query_points,
-    sample_grid,
-    tighten_bbox,
+    sample_box,
     voxel_size,
 )
 from lift3d.progress import Stage
@@ -259,13 +256,7 @@ def extract_mesh(
     Gaussian set's). fill_holes: fill enclosed empty pockets first (one outer surface for shells).
     keep_components: keep the k largest connected parts (0: all). target_faces: decimate (0: off).
     """
-    box = as_bbox(bbox)
-    if device is None:
-        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
-    if occupancy is not None:
-        box = tighten_bbox(box, occupancy)
-    axes = grid_axes(box, resolution)
-    volume = sample_grid(density_fn, axes, chunk=chunk, device=device)
+    volume, axes, _ = sample_box(density_fn, bbox, resolution, chunk, occupancy, device)
     if threshold is None:
         scale = float(voxel_size(axes).mean()) if opacity_scale is None else float(opacity_scale)
         threshold = auto_threshold(volume, scale)

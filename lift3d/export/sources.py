@@ -22,9 +22,7 @@ from lift3d.export.grid import (
     DensityFn,
     as_bbox,
     auto_threshold,
-    grid_axes,
-    sample_grid,
-    tighten_bbox,
+    sample_box,
     voxel_size,
 )
 from lift3d.export.mesh import Mesh, extract_mesh
@@ -59,16 +57,10 @@ def field_content_points(
     the points of a coarse grid over the box the mesh would use (cfg.bbox, else ``bbox`` shrunk to the ``occupancy``
     grid's occupied cells) whose density exceeds the export's threshold (cfg.threshold, else chosen as for the mesh).
     An empty field gives the box's corners (the whole box is framed). Sampled once, on first need."""
-    if device is None:
-        device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
-
     @functools.cache
     def points() -> torch.Tensor:
-        box = as_bbox(cfg.bbox if cfg.bbox is not None else bbox)
-        if occupancy is not None and cfg.bbox is None:
-            box = tighten_bbox(box, occupancy)
-        axes = grid_axes(box, resolution)
-        density = sample_grid(density_fn, axes, cfg.chunk, device)
+        density, axes, box = sample_box(density_fn, cfg.bbox if cfg.bbox is not None else bbox, resolution, cfg.chunk,
+                                        occupancy if cfg.bbox is None else None, device)
         threshold = cfg.threshold
         if threshold is None:
             try:
