@@ -233,8 +233,8 @@ def _written_axes(document: dict) -> str:
     """The turn a file's writer made into glTF's axes: lift3d records its own ("world"); any other file is read as
     converted from the 3DGS .ply frame ("y"), as splat-transform writes them."""
     extras = document.get("asset", {}).get("extras")
-    marked = extras.get("lift3d", {}).get("axes") if isinstance(extras, dict) and isinstance(extras.get("lift3d"), dict) else None
-    return "world" if marked == "world" else "y"
+    ours = extras.get("lift3d") if isinstance(extras, dict) else None
+    return "world" if isinstance(ours, dict) and ours.get("axes") == "world" else "y"
 
 
 def load_gltf_splat(path: str | Path, up_axis: str = "y") -> dict[str, Tensor]:
