@@ -65,6 +65,21 @@ def test_exclusive_segment_cumsum_gradient_matches_a_dense_reference():
     torch.testing.assert_close(grad, before.double().T @ weights)
 
 
+@pytest.mark.parametrize("opaque", [float("inf"), 1e30])
+def test_an_opaque_sample_changes_only_its_own_ray(opaque):
+    # the transmittance is one float64 running sum over every ray's samples: an infinite (exp overflow of a density)
+    # or huge optical thickness in one ray made every later ray's differences NaN or lost their precision
+    sigma_delta = torch.tensor([0.1, opaque, 0.2, 0.3, 0.1, 0.2, 0.4], requires_grad=True)
+    ray = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    weights, transmittance, alpha = render_weights(sigma_delta, ray)
+    assert torch.isfinite(weights).all() and torch.isfinite(transmittance).all()
+    expected = torch.exp(-torch.tensor([0.0, 0.1, 30.1, 0.0, 0.3, 0.0, 0.2]))  # ray 0 ends at its opaque sample
+    assert torch.allclose(transmittance, expected, rtol=1e-6, atol=1e-12)
+    assert alpha[1] == 1.0 and weights[2] < 1e-12
+    weights.sum().backward()
+    assert torch.isfinite(sigma_delta.grad).all()
+
+
 def test_accumulate_equals_index_add_with_empty_rays_and_its_gradient_is_a_gather():
     g = torch.Generator().manual_seed(0)
     counts = torch.tensor([3, 0, 1, 250, 0, 7, 0])  # rays without samples in the middle and at the end

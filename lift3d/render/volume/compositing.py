@@ -60,10 +60,18 @@ def exclusive_segment_cumsum(values: Tensor, ray_indices: Tensor) -> Tensor:
     return _ExclusiveSegmentCumsum.apply(values, ray_indices)
 
 
+# A sample this thick is opaque in float32 (alpha = 1 - 9e-14 rounds to 1, and so does its gradient's factor to 0).
+# Larger values change no render, but an infinite one (a density's exp overflowing) made every later ray's
+# transmittance NaN, and a huge one (1e30) took the precision of the running sum that all rays share.
+MAX_OPTICAL_THICKNESS = 30.0
+
+
 def render_weights(sigma_delta: Tensor, ray_indices: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Weights w_i = T_i * alpha_i [S], transmittance T_i (before sample i) [S] and alpha_i [S].
 
-    ``sigma_delta`` [S] is each sample's optical thickness density * interval length (>= 0)."""
+    ``sigma_delta`` [S] is each sample's optical thickness density * interval length (>= 0), used up to
+    ``MAX_OPTICAL_THICKNESS``."""
+    sigma_delta = sigma_delta.clamp(max=MAX_OPTICAL_THICKNESS)
     alpha = 1.0 - torch.exp(-sigma_delta)
     transmittance = torch.exp(-exclusive_segment_cumsum(sigma_delta, ray_indices))
     return transmittance * alpha, transmittance, alpha

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lift3d.render.volume.compositing import accumulate, render_weights
+from lift3d.render.volume.compositing import MAX_OPTICAL_THICKNESS, accumulate, render_weights
 from lift3d.render.volume.early_stop import EarlyStop
 
 
@@ -39,7 +39,7 @@ def keep_in_segments(rays_o: Tensor, rays_d: Tensor, lo: Tensor, hi: Tensor, mas
         points = rays_o[ray] + rays_d[ray] * (0.5 * (lo_s + hi_s))[:, None]
         out = evaluate(points)
         density = out["density"].detach()
-        sigma_delta = density * (hi_s - lo_s)
+        sigma_delta = (density * (hi_s - lo_s)).clamp(max=MAX_OPTICAL_THICKNESS)  # one running sum serves all rays
         _, transmittance, alpha = render_weights(sigma_delta, ray)
         keep = stop.kept(transmittance * torch.exp(-depth[ray]), alpha, lo_s, hi_s)
         kept.append((ray * n_steps + step)[keep])

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from lift3d.base import Updateable
 from lift3d.fields.volume import ImplicitVolume
+from lift3d.render.volume.compositing import MAX_OPTICAL_THICKNESS
 from lift3d.render.volume.distortion import distortion_loss
 from lift3d.render.volume.sampling import sample_pdf, step_distance, step_index
 
@@ -129,7 +130,9 @@ def _uniform(n_rays: int, n: int, training: bool, device: torch.device) -> Tenso
 
 
 def dense_weights(sigma_delta: Tensor) -> Tensor:
-    """Volume-rendering weights [R, K] of optical thicknesses ``sigma_delta`` [R, K] along each ray, front to back."""
+    """Volume-rendering weights [R, K] of optical thicknesses ``sigma_delta`` [R, K] along each ray, front to back
+    (each thickness used up to ``MAX_OPTICAL_THICKNESS``, as ``render_weights`` does)."""
+    sigma_delta = sigma_delta.clamp(max=MAX_OPTICAL_THICKNESS)
     alpha = 1.0 - torch.exp(-sigma_delta)
     before = torch.cumsum(sigma_delta, dim=-1) - sigma_delta
     return torch.exp(-before) * alpha
