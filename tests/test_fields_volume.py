@@ -75,6 +75,13 @@ def test_trunc_exp_gradient_is_bounded():
     torch.testing.assert_close(x.grad, torch.tensor([1.0, torch.exp(torch.tensor(15.0)).item()]))
 
 
+def test_trunc_exp_is_finite_where_exp_overflows():
+    # a refinement that drove a triplane's raw density past 88.7 left inf densities that meshing rejected
+    x = torch.tensor([10.0, 100.0, 1e4])
+    y = trunc_exp(x)
+    assert torch.isfinite(y).all() and y[0] == torch.exp(torch.tensor(10.0)) and y[1] == y[2] > 1e38
+
+
 def test_bad_configs_are_clear():
     with pytest.raises(ValueError, match="density_activation"):
         find("implicit-volume")({"density_activation": "cube"})

@@ -7,14 +7,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+# exp of float32 is finite up to 88.72: a density from exp(x) past that would be inf, which no render needs (30 units
+# of optical thickness already make a sample opaque) and which meshing and the exporters reject as non-finite
+EXP_INPUT_MAX = 88.0
+
 
 class _TruncExp(torch.autograd.Function):
-    """exp(x) whose gradient uses exp(clamp(x, max=15)): keeps density gradients finite (Instant-NGP)."""
+    """exp(min(x, 88)) whose gradient uses exp(clamp(x, max=15)): keeps density gradients finite (Instant-NGP) and
+    the density itself finite in float32."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(x)
-        return torch.exp(x)
+        return torch.exp(x.clamp(max=EXP_INPUT_MAX))
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
