@@ -169,3 +169,41 @@ def test_sog_written_by_splat_transform_reads_back_within_the_quantisation(tmp_p
     assert torch.allclose(back["sh0"], nearest(meta["sh0"]["codebook"], params["sh0"]), atol=EPS)
     assert (torch.sigmoid(back["opacity_logits"]) - torch.sigmoid(params["opacity_logits"])).abs().max() <= 2 * OPACITY_TOL + EPS
     assert np.isfinite(back["opacity_logits"].numpy()).all()
+
+
+def _clustered_points(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """[2000, 45] points around 20 well-separated centres (SH-palette-sized vectors), and those centres."""
+    generator = torch.Generator().manual_seed(seed)
+    centres = torch.randn(20, 45, generator=generator) * 4
+    points = centres.repeat_interleave(100, 0) + 0.05 * torch.randn(2000, 45, generator=generator)
+    return points, centres
+
+
+def test_kmeans_on_the_cpu_finds_separated_clusters():
+    from lift3d.gaussians.formats.sog import kmeans
+
+    points, _ = _clustered_points()
+    centroids, labels = kmeans(points, 64, iterations=10, device="cpu")
+    assert labels.device.type == "cpu" and centroids.shape == (64, 45)
+    # every point lies within its cluster's spread of its centroid; each true cluster maps to its own entries
+    assert (points - centroids[labels]).norm(dim=1).max() < 1.0
+    groups = labels.reshape(20, 100)
+    assert len({int(g) for row in groups for g in row.unique()}) == len(labels.unique())
+    assert all(not set(groups[i].tolist()) & set(groups[j].tolist()) for i in range(20) for j in range(i + 1, 20))
+
+
+@pytest.mark.gpu
+def test_kmeans_on_cuda_matches_the_cpu():
+    from lift3d.gaussians.formats.sog import kmeans
+
+    points, _ = _clustered_points(1)
+    cpu_centroids, cpu_labels = kmeans(points, 64, iterations=10, device="cpu")
+    gpu_centroids, gpu_labels = kmeans(points, 64, iterations=10)  # CUDA by default when there is one
+    assert gpu_labels.device.type == "cpu"
+    # near-ties between two entries of one cluster may fall the other way (TF32 / summation order); the clustering
+    # and its distortion are the same
+    assert (gpu_labels == cpu_labels).float().mean() > 0.98
+    assert torch.allclose(gpu_centroids, cpu_centroids, atol=0.05)
+    cpu_error = (points - cpu_centroids[cpu_labels]).square().sum(1).mean()
+    gpu_error = (points - gpu_centroids[gpu_labels]).square().sum(1).mean()
+    assert abs(gpu_error - cpu_error) < 0.01 * cpu_error
