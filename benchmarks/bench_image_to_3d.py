@@ -26,6 +26,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ from benchmarks.bench_guidance import environment  # noqa: E402
 from benchmarks.bench_triposr import sculpt_sphere, write_random_release  # noqa: E402
 from benchmarks.random_sd import write_random_sd21  # noqa: E402
 from benchmarks.random_zero123 import write_random_zero123  # noqa: E402
+from lift3d.commands.generate import without_mesh_exports  # noqa: E402
+from lift3d.recipes import recipe_config  # noqa: E402
 
 # case -> (first stage, mesh stage or "", extra overrides)
 CASES = {
@@ -239,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="/tmp/lift3d-random-models", help="where the random model folders are written")
     parser.add_argument("--steps-cap", type=int, default=0, help="cap every stage at this many steps (0: the recipes' own)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every stage")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the first stage")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile N steps of the first stage (of the refinement after a feed-forward start)")
     parser.add_argument("--first-stage-only", action="store_true", help="skip the mesh stages")
     parser.add_argument("--profile-start", type=int, default=20, metavar="STEP", help="the first profiled step")
     parser.add_argument("--to-glb", action="store_true",
@@ -261,42 +265,55 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"bench": "image_to_3d", "environment": environment(device), "tiny": args.tiny, "to_glb": to_glb}),
           flush=True)
     totals: dict[str, float] = {}
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lift3d-bench-image-") as tmp:
         folder = Path(tmp)
         photo = write_photo(folder / "ball.png")
         for name in names:
-            first, mesh, extra = CASES[name]
-            common = [f"data.image={photo}", f"output_root={folder / 'out'}", "use_timestamp=false",
-                      "trainer.enable_progress_bar=false", *extra]
-            if name == "magic123":
-                sd = write_random_sd21(models / "sd21")
-                common += [f"system.text_guidance.pretrained_model_name_or_path={sd}", "system.text_guidance.prompt=a ball",
-                           "system.text_guidance.prompt_cache_dir=none"]
-            sculpt = [SculptSphere()] if first in FEED_FORWARD else []
-            record, trial = run_stage(first, [*stage_overrides(first, common, zero123, triposr, args, to_glb), f"tag={name}"],
-                                      folder, args.profile, args.profile_start, sculpt)
-            print(json.dumps({**record, "case": name}), flush=True)
-            stages = [record]
-            if mesh and not args.first_stage_only:
-                later = [*stage_overrides(mesh, common, zero123, triposr, args, to_glb), f"tag={name}-mesh",
-                         f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"]
-                record, _ = run_stage(mesh, later, folder)
+            try:
+                first, mesh, extra = CASES[name]
+                common = [f"data.image={photo}", f"output_root={folder / 'out'}", "use_timestamp=false",
+                          "trainer.enable_progress_bar=false", *extra]
+                if name == "magic123":
+                    sd = write_random_sd21(models / "sd21")
+                    common += [f"system.text_guidance.pretrained_model_name_or_path={sd}", "system.text_guidance.prompt=a ball",
+                               "system.text_guidance.prompt_cache_dir=none"]
+                sculpt = [SculptSphere()] if first in FEED_FORWARD else []
+                # the profile goes to the first stage that trains: a feed-forward start takes one step
+                profiled = (0, 0) if first in FEED_FORWARD else (args.profile, args.profile_start)
+                # as lift3d generate runs it: a first stage followed by a mesh stage writes no mesh of its own
+                trimmed = (without_mesh_exports(recipe_config(first))
+                           if mesh and not args.first_stage_only and first not in FEED_FORWARD else [])
+                record, trial = run_stage(first, [*stage_overrides(first, [*trimmed, *common], zero123, triposr, args, to_glb),
+                                                  f"tag={name}"], folder, *profiled, sculpt)
                 print(json.dumps({**record, "case": name}), flush=True)
-                stages.append(record)
-            if to_glb:
-                total = round(sum(stage["wall_s"] for stage in stages), 3)
-                ends = "glb_mb" in stages[-1]
-                print(json.dumps({"bench": "image_to_3d", "case": name, "time_to_glb_s": total, "glb_written": ends,
-                                  "stages": [stage["stage"] for stage in stages],
-                                  "steps": [stage["steps"] for stage in stages]}), flush=True)
-                if ends and len(stages) == 2:
-                    totals[name] = total
+                stages = [record]
+                if mesh and not args.first_stage_only:
+                    later = [*stage_overrides(mesh, common, zero123, triposr, args, to_glb), f"tag={name}-mesh",
+                             f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"]
+                    record, _ = run_stage(mesh, later, folder, *((args.profile, args.profile_start)
+                                                                  if first in FEED_FORWARD else (0, 0)))
+                    print(json.dumps({**record, "case": name}), flush=True)
+                    stages.append(record)
+                if to_glb:
+                    total = round(sum(stage["wall_s"] for stage in stages), 3)
+                    ends = "glb_mb" in stages[-1]
+                    print(json.dumps({"bench": "image_to_3d", "case": name, "time_to_glb_s": total, "glb_written": ends,
+                                      "stages": [stage["stage"] for stage in stages],
+                                      "steps": [stage["steps"] for stage in stages]}), flush=True)
+                    if ends and len(stages) == 2:
+                        totals[name] = total
+            except Exception as error:  # one case failing (a NaN, out of memory) still lets the others run
+                failed.append(name)
+                traceback.print_exc()
+                print(json.dumps({"bench": "image_to_3d", "case": name, "error": f"{type(error).__name__}: {error}"}),
+                      flush=True)
     if {"triposr-refine", "dreamgaussian-image"} <= totals.keys():
         refine, gaussians = totals["triposr-refine"], totals["dreamgaussian-image"]
         print(json.dumps({"bench": "image_to_3d", "compare": "time_to_glb", "triposr-refine_s": refine,
                           "dreamgaussian-image_s": gaussians, "ratio_triposr_refine_to_dreamgaussian": round(
                               refine / max(gaussians, 1e-9), 3)}), flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

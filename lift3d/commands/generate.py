@@ -121,6 +121,20 @@ def refine_steps(steps: int | None) -> list[str]:
     return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}"] if steps else []
 
 
+def without_mesh_exports(config: Path) -> list[str]:
+    """An override leaving the mesh formats out of a first stage's exports when a mesh stage follows it: that stage
+    builds its own mesh from the first stage's checkpoint, so the first stage's marching cubes, UV atlas and baking
+    would only delay the final .glb (minutes at the GPU defaults). The user's own ``system.export.formats`` wins."""
+    from lift3d.config import load_config
+    from lift3d.export.config import ExportConfig
+    from lift3d.export.formats import MESH_FORMATS
+
+    export = load_config(config).system.get("export") or {}
+    formats = list(export.get("formats", ExportConfig().formats))
+    kept = [name for name in formats if name not in MESH_FORMATS]
+    return [] if kept == formats else [f"system.export.formats=[{','.join(kept)}]"]
+
+
 def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
     """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
     from lift3d.commands.common import training_callbacks
@@ -203,7 +217,9 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     config = recipe_config(first)
     announce = f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)"
-    trial = train_stage(config, [*base, *devices, *user], announce)
+    # a feed-forward start keeps its .glb: a second's preview while the refinement runs
+    trimmed = without_mesh_exports(config) if refine and args.refine_steps != 0 and method not in FEED_FORWARD else []
+    trial = train_stage(config, [*base, *devices, *trimmed, *user], announce)
     if refine and args.refine_steps != 0:
         config = recipe_config(refine)
         plain = load_config(config)
@@ -251,8 +267,10 @@ def run(args: argparse.Namespace) -> int:
     devices = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     announce = f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"
-    trial = train_stage(config, [*overrides, *devices], announce)
-    if method in TEXT_REFINE and args.refine_steps != 0:
+    refined = method in TEXT_REFINE and args.refine_steps != 0
+    trimmed = without_mesh_exports(config) if refined else []
+    trial = train_stage(config, [*trimmed, *overrides, *devices], announce)
+    if refined:
         trial = refine_text_stage(TEXT_REFINE[method], trial, overrides, devices, args)
     print_assets(trial)
     return 0
