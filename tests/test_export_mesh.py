@@ -145,6 +145,42 @@ def test_decimation_reaches_the_target_and_keeps_the_shape():
     assert decimate(mesh, 0) is mesh
 
 
+def test_a_whole_mesh_is_cut_to_the_export_budget_and_recoloured():
+    # a mesh stage hands its DMTet surface whole (129k faces at grid 128: 52 s of UV atlas on the CPU); the export's
+    # target_faces applies to it as to a meshed field
+    from lift3d.export.config import ExportConfig
+    from lift3d.export.formats import ExportSources, export_formats
+    from lift3d.export.mesh import decimated_to
+
+    whole = trimesh.creation.icosphere(subdivisions=5, radius=0.6)  # 20,480 faces
+    mesh = Mesh(whole.vertices.astype(np.float32), whole.faces.astype(np.int64),
+                np.full((len(whole.vertices), 3), 0.5, np.float32))
+    small = decimated_to(mesh, 2000, position_colour)
+    assert 1800 <= len(small.faces) <= 2100 and small.normals is not None
+    np.testing.assert_allclose(small.vertex_colours, position_colour(torch.from_numpy(small.vertices)).numpy(), atol=1e-6)
+    assert np.abs(np.linalg.norm(small.vertices, axis=1) - 0.6).max() < 0.01
+    with_uvs = Mesh(mesh.vertices, mesh.faces, uvs=np.zeros((len(mesh.vertices), 2), np.float32))
+    assert decimated_to(with_uvs, 2000, position_colour) is with_uvs  # a layout is kept whole
+    assert decimated_to(mesh, 2000, None) is mesh and decimated_to(mesh, 0, position_colour) is mesh
+
+    class Saver:
+        def __init__(self, root):
+            self.root = root
+
+        def path(self, name):
+            return self.root / name
+
+    import tempfile
+    from pathlib import Path
+
+    for to_budget, faces in ((True, (1800, 2100)), (False, (20480, 20480))):
+        with tempfile.TemporaryDirectory() as folder:
+            sources = ExportSources(mesh=lambda: mesh, colour_fn=position_colour, mesh_to_budget=to_budget)
+            [path] = export_formats(Saver(Path(folder)), ["mesh-ply"], ExportConfig(target_faces=2000), sources)
+            written = trimesh.load(path, force="mesh", process=False)
+            assert faces[0] <= len(written.faces) <= faces[1]
+
+
 def test_fill_holes_meshes_a_shell_as_one_outer_surface():
     def shell(p):
         return sphere_density(p, 0.6) - sphere_density(p, 0.4)

@@ -17,7 +17,7 @@ from lift3d.export.config import DEVICE_DEFAULTS, ExportConfig, for_device
 from lift3d.export.gaussian_density import GaussianTensors
 from lift3d.export.grid import ColourFn
 from lift3d.export.html import write_html
-from lift3d.export.mesh import Mesh
+from lift3d.export.mesh import Mesh, decimated_to
 from lift3d.export.naming import export_name
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import render_frames
@@ -100,6 +100,8 @@ class ExportSources:
     # the Gaussians' axes: "world" (lift3d's, +z up: a run's) or "ply" (a converted file's own, the 3DGS .ply frame);
     # the glTF writer turns each into glTF's +y up
     gaussian_axes: str = "world"
+    # the mesh comes whole (a mesh stage's DMTet surface), not meshed to export.target_faces: decimated to it here
+    mesh_to_budget: bool = False
 
     def provides(self) -> list[str]:
         return [name for name, (need, _) in FORMATS.items() if getattr(self, need) is not None]
@@ -142,6 +144,8 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
     def mesh() -> Mesh:
         if "mesh" not in cache:
             cache["mesh"] = sources.mesh()
+            if sources.mesh_to_budget:
+                cache["mesh"] = decimated_to(cache["mesh"], cfg.target_faces, sources.colour_fn, cfg.chunk, sources.device)
         return cache["mesh"]
 
     def mesh_for_files() -> Mesh:

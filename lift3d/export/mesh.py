@@ -229,6 +229,20 @@ def decimate(mesh: Mesh, target_faces: int) -> Mesh:
     return Mesh(vertices, faces)
 
 
+def decimated_to(mesh: Mesh, target_faces: int, colour_fn: ColourFn | None, chunk: int = 2**18,
+                 device: torch.device | str = "cpu") -> Mesh:
+    """A mesh that came whole (a mesh stage's surface) cut to about ``target_faces`` as a meshed field is: decimated,
+    its normals and colours (``colour_fn`` at the new vertices) taken again. Kept whole when it has UVs (a layout to
+    keep), no colour function to recolour it, or no more faces than the target."""
+    if mesh.uvs is not None or colour_fn is None or target_faces <= 0 or len(mesh.faces) <= target_faces:
+        return mesh
+    edges = mesh.vertices[mesh.faces] - mesh.vertices[np.roll(mesh.faces, 1, axis=1)]
+    tolerance = 1e-4 * float(np.median(np.linalg.norm(edges, axis=-1)))
+    small = remove_degenerate(decimate(mesh, target_faces), tolerance).with_normals()
+    colours = query_points(colour_fn, small.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
+    return replace(small, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
+
+
 def extract_mesh(
     density_fn: DensityFn,
     bbox: BboxLike,

@@ -331,4 +331,6 @@ class MeshStageSystem(TextTo3DSystem):
             render_fn=lambda cameras: self.render({"cameras": cameras}),
             device=self.device,
             file_frame=getattr(self.geometry, "file_frame", None),  # a user's mesh is exported where it was
+            # a surface this run made (not a user's mesh, whose topology is theirs) goes to export.target_faces
+            mesh_to_budget=getattr(self.geometry, "file_frame", None) is None,
         )
