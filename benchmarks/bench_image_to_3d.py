@@ -280,19 +280,19 @@ def main(argv: list[str] | None = None) -> int:
                                "system.text_guidance.prompt_cache_dir=none"]
                 sculpt = [SculptSphere()] if first in FEED_FORWARD else []
                 # the profile goes to the first stage that trains: a feed-forward start takes one step
-                profiled = (0, 0) if first in FEED_FORWARD else (args.profile, args.profile_start)
+                profile, none = (args.profile, args.profile_start), (0, 0)
+                first_profile, mesh_profile = (none, profile) if first in FEED_FORWARD else (profile, none)
                 # as lift3d generate runs it: a first stage followed by a mesh stage writes no mesh of its own
                 trimmed = (without_mesh_exports(recipe_config(first))
                            if mesh and not args.first_stage_only and first not in FEED_FORWARD else [])
                 record, trial = run_stage(first, [*stage_overrides(first, [*trimmed, *common], zero123, triposr, args, to_glb),
-                                                  f"tag={name}"], folder, *profiled, sculpt)
+                                                  f"tag={name}"], folder, *first_profile, sculpt)
                 print(json.dumps({**record, "case": name}), flush=True)
                 stages = [record]
                 if mesh and not args.first_stage_only:
                     later = [*stage_overrides(mesh, common, zero123, triposr, args, to_glb), f"tag={name}-mesh",
                              f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"]
-                    record, _ = run_stage(mesh, later, folder, *((args.profile, args.profile_start)
-                                                                  if first in FEED_FORWARD else (0, 0)))
+                    record, _ = run_stage(mesh, later, folder, *mesh_profile)
                     print(json.dumps({**record, "case": name}), flush=True)
                     stages.append(record)
                 if to_glb:

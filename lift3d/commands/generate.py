@@ -217,10 +217,11 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     devices += viewer_overrides(args)  # both stages: the viewer follows the mesh stage too
     config = recipe_config(first)
     announce = f"making 3D from {args.image} with {method} ({config.name}, {{steps}} steps)"
+    refining = bool(refine) and args.refine_steps != 0
     # a feed-forward start keeps its .glb: a second's preview while the refinement runs
-    trimmed = without_mesh_exports(config) if refine and args.refine_steps != 0 and method not in FEED_FORWARD else []
+    trimmed = without_mesh_exports(config) if refining and method not in FEED_FORWARD else []
     trial = train_stage(config, [*base, *devices, *trimmed, *user], announce)
-    if refine and args.refine_steps != 0:
+    if refining:
         config = recipe_config(refine)
         plain = load_config(config)
         steps = refine_steps(args.refine_steps)

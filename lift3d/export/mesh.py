@@ -238,9 +238,13 @@ def decimated_to(mesh: Mesh, target_faces: int, colour_fn: ColourFn | None, chun
         return mesh
     edges = mesh.vertices[mesh.faces] - mesh.vertices[np.roll(mesh.faces, 1, axis=1)]
     tolerance = 1e-4 * float(np.median(np.linalg.norm(edges, axis=-1)))
-    small = remove_degenerate(decimate(mesh, target_faces), tolerance).with_normals()
-    colours = query_points(colour_fn, small.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
-    return replace(small, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
+    return with_colours(remove_degenerate(decimate(mesh, target_faces), tolerance).with_normals(), colour_fn, chunk, device)
+
+
+def with_colours(mesh: Mesh, colour_fn: ColourFn, chunk: int, device: torch.device | str) -> Mesh:
+    """``mesh`` with vertex colours from ``colour_fn`` at its vertices (clipped to [0, 1])."""
+    colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
+    return replace(mesh, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
 
 
 def extract_mesh(
@@ -290,8 +294,7 @@ def extract_mesh(
         mesh = remove_degenerate(decimate(mesh, target_faces), tolerance)
         mesh = mesh.with_normals()
     if colour_fn is not None:
-        colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
-        mesh = replace(mesh, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
+        mesh = with_colours(mesh, colour_fn, chunk, device)
     log.info("extracted a mesh: %d vertices, %d faces, threshold %.4g, grid %s", len(mesh.vertices), len(mesh.faces),
              threshold, [len(a) for a in axes])
     return mesh

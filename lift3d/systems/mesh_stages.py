@@ -325,12 +325,13 @@ class MeshStageSystem(TextTo3DSystem):
         )
 
     def export_sources(self) -> ExportSources:
+        frame = getattr(self.geometry, "file_frame", None)  # a user's mesh: exported where it was
         return ExportSources(
             mesh=self.export_mesh,
             colour_fn=self.albedo_at,
             render_fn=lambda cameras: self.render({"cameras": cameras}),
             device=self.device,
-            file_frame=getattr(self.geometry, "file_frame", None),  # a user's mesh is exported where it was
+            file_frame=frame,
             # a surface this run made (not a user's mesh, whose topology is theirs) goes to export.target_faces
-            mesh_to_budget=getattr(self.geometry, "file_frame", None) is None,
+            mesh_to_budget=frame is None,
         )
