@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown cases {unknown}; run with --list to see them")
     if not args.tiny and not torch.cuda.is_available():
-        # the cases are sized for a data-centre GPU: on a CPU they run for hours and measure nothing of use
+        # the cases are sized for a data-center GPU: on a CPU they run for hours and measure nothing of use
         print("python -m benchmarks: no CUDA GPU here, and these cases are sized for one; run python -m benchmarks "
               "--tiny for a CPU smoke test (seconds), or run on a CUDA machine", file=sys.stderr)
         return 2

@@ -96,11 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    trial = runner.run_experiment("train", cfg, [config], overrides)
+    run_dir = runner.run_experiment("train", cfg, [config], overrides)
     wall = time.perf_counter() - started
-    metrics = trial / "save" / "metrics.json"
+    metrics = run_dir / "save" / "metrics.json"
     if not metrics.is_file() or json.loads(metrics.read_text()).get("val", {}).get("step") != timer.steps:
-        cfg.resume = str(trial / "ckpts" / "last.ckpt")  # stopped by the time cap before its validation: validate now
+        cfg.resume = str(run_dir / "ckpts" / "last.ckpt")  # stopped by the time cap before its validation: validate now
         runner.run_experiment("validate", cfg, [config], overrides)
     record_json = json.loads(metrics.read_text())
     val = record_json["val"]
@@ -109,17 +109,17 @@ def main(argv: list[str] | None = None) -> int:
               "train_s": round(timer.seconds, 1), "steps_per_s": round(timer.steps / max(timer.seconds, 1e-9), 2),
               "wall_s": round(wall, 1), "val_psnr": round(val["psnr"], 3), "val_ssim": round(val["ssim"], 4),
               "val_views": val["views"], "val_history": history,
-              "image_size": json.loads((trial / "configs" / "scene.json").read_text())["image_size"],
+              "image_size": json.loads((run_dir / "configs" / "scene.json").read_text())["image_size"],
               "gsplat_build_s": gsplat_build_s,
               "environment": environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))}
     if args.method == "gaussians":
-        record["gaussians"] = gaussian_count(trial / "save")
+        record["gaussians"] = gaussian_count(run_dir / "save")
     if torch.cuda.is_available():
         record["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     if args.renders:
         out = Path(args.renders)
         out.mkdir(parents=True, exist_ok=True)
-        for path in sorted((trial / "save").glob(f"it{val['step']}-val/*.png"))[:4]:
+        for path in sorted((run_dir / "save").glob(f"it{val['step']}-val/*.png"))[:4]:
             shutil.copy(path, out / f"{scene.name}-{path.name}")
     print(json.dumps(record), flush=True)
     return 0

@@ -121,12 +121,12 @@ def worker(args: argparse.Namespace) -> int:
                 record["profile_rank0"] = self.profile
             Path(args.result).write_text(json.dumps(record))
 
-    trial = Path(args.output) / "trial"
-    trainer = build_trainer(cfg, trial, train=True, devices=devices)
+    run_dir = Path(args.output) / "run_dir"
+    trainer = build_trainer(cfg, run_dir, train=True, devices=devices)
     trainer.callbacks.append(Timer())
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
-    system.set_save_dir(trial / "save")
+    system.set_save_dir(run_dir / "save")
     trainer.fit(system, datamodule=datamodule)
     return 0
 

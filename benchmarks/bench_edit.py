@@ -72,7 +72,7 @@ def write_random_instruct_pix2pix(path: Path, tiny: bool = False) -> Path:
 
 
 class StepTimer(Callback):
-    """Wall time of every training step (the edit runs inside the step's start hook), synchronised on CUDA."""
+    """Wall time of every training step (the edit runs inside the step's start hook), synchronized on CUDA."""
 
     def __init__(self, edit_every: int) -> None:
         self.edit_every, self.plain, self.editing, self.started = edit_every, [], [], 0.0
@@ -123,24 +123,24 @@ def main() -> None:
     from lift3d.commands.edit import edit_overrides, source_layer, source_run
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
-    from lift3d.runs.run_dirs import make_trial_dir
+    from lift3d.runs.run_dirs import make_run_dir
     from lift3d.runs.runner import build_parts, build_trainer
 
     work = Path(tempfile.mkdtemp(prefix="lift3d-bench-edit-"))
     source = args.source or reconstruct(args.data, args.method, args.source_steps, work / "runs", args.device, args.tiny)
     model = args.model or write_random_instruct_pix2pix(work / ("tiny-ip2p" if args.tiny else "random-ip2p"), args.tiny)
-    trial, parsed, checkpoint = source_run(str(source))
+    run_dir, parsed, checkpoint = source_run(str(source))
     layer, _, method = source_layer(parsed, work)
     recipe = recipe_config(f"edit-{method}")
     full_steps = load_config(layer, recipe).trainer.max_steps
     on_gpu = args.device.startswith("cuda")
-    overrides = edit_overrides(trial, checkpoint, "make it look like bronze") + [
+    overrides = edit_overrides(run_dir, checkpoint, "make it look like bronze") + [
         f"system.editor.pretrained_model_name_or_path={model}", f"trainer.max_steps={args.steps}",
         "trainer.run_test_after_fit=false", "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0",
         "checkpoint.save_last=false", "system.save_edits_every=0", "system.export.formats=[]",
         f"trainer.accelerator={'gpu' if on_gpu else 'cpu'}", f"output_root={work / 'edits'}", *args.overrides]
     cfg = load_config(layer, recipe, overrides=overrides)
-    run_dir = make_trial_dir(cfg)
+    run_dir = make_run_dir(cfg)
     trainer = build_trainer(cfg, run_dir, train=True)
     every = int(cfg.system["edit_every"])
     timer = StepTimer(every)

@@ -127,7 +127,7 @@ def _sync() -> None:
 
 
 def write_photo(path: Path) -> Path:
-    """An RGBA cut-out of a two-coloured ball, 512x512."""
+    """An RGBA cut-out of a two-colored ball, 512x512."""
     yy, xx = np.mgrid[0:512, 0:512]
     inside = (xx - 256) ** 2 + (yy - 256) ** 2 < 180**2
     rgba = np.zeros((512, 512, 4), np.uint8)
@@ -176,7 +176,7 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     try:
-        trial = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
+        run_dir = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
     finally:
         runner.build_trainer = build
     wall = time.perf_counter() - started
@@ -187,12 +187,12 @@ def run_stage(recipe: str, overrides: list[str], folder: Path, profile: int = 0,
               "peak_mem_gib": round(peak, 3), "peak_mem_kind": kind, "ms_per_step_windows": windows.windows}
     if torch.cuda.is_available():
         record["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
-    glbs = sorted((trial / "save").glob("*.glb"), key=lambda path: path.stat().st_mtime)
+    glbs = sorted((run_dir / "save").glob("*.glb"), key=lambda path: path.stat().st_mtime)
     if glbs:
         record["glb_mb"] = round(glbs[-1].stat().st_size / 2**20, 3)
     if profile and window.summary is not None:
         record["profile"] = window.summary
-    return record, trial
+    return record, run_dir
 
 
 def write_models(folder: Path, tiny: bool, with_triposr: bool) -> tuple[Path, Path]:
@@ -285,13 +285,13 @@ def main(argv: list[str] | None = None) -> int:
                 # as lift3d generate runs it: a first stage followed by a mesh stage writes no mesh of its own
                 trimmed = (without_mesh_exports(recipe_config(first))
                            if mesh and not args.first_stage_only and first not in FEED_FORWARD else [])
-                record, trial = run_stage(first, [*stage_overrides(first, [*trimmed, *common], zero123, triposr, args, to_glb),
+                record, run_dir = run_stage(first, [*stage_overrides(first, [*trimmed, *common], zero123, triposr, args, to_glb),
                                                   f"tag={name}"], folder, *first_profile, sculpt)
                 print(json.dumps({**record, "case": name}), flush=True)
                 stages = [record]
                 if mesh and not args.first_stage_only:
                     later = [*stage_overrides(mesh, common, zero123, triposr, args, to_glb), f"tag={name}-mesh",
-                             f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}"]
+                             f"system.geometry_convert_from={run_dir / 'ckpts' / 'last.ckpt'}"]
                     record, _ = run_stage(mesh, later, folder, *mesh_profile)
                     print(json.dumps({**record, "case": name}), flush=True)
                     stages.append(record)

@@ -47,7 +47,7 @@ from profiling import HostProfileWindow, ProfileWindow, StepTimes, build_gsplat_
 
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runs.run_dirs import make_trial_dir  # noqa: E402
+from lift3d.runs.run_dirs import make_run_dir  # noqa: E402
 from lift3d.runs.runner import build_parts, build_trainer  # noqa: E402
 
 
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--eval-at", default="7000,30000", help="comma-separated steps at which to score the val views")
     parser.add_argument("--val-views", type=int, default=-1, help="score this many val views, evenly spaced (-1: all 100)")
     parser.add_argument("--max-minutes", type=float, default=0, help="stop (and score) after this much training time")
-    parser.add_argument("--output", type=Path, default=None, help="where the trial folder goes (default: a temporary one)")
+    parser.add_argument("--output", type=Path, default=None, help="where the run folder goes (default: a temporary one)")
     parser.add_argument("--reference", choices=["none", "plain"], default="none",
                         help="plain: then train the plain gsplat loop (plain_gsplat.py) from the same start, same steps, "
                              "same process")
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
                         help="cProfile N recipe steps from step 3000 (and N steps of the plain loop): host time per function")
     parser.add_argument("--step-times", action="store_true",
-                        help="time every step, synchronising the device at each (a diagnostic: see profiling.StepTimes)")
+                        help="time every step, synchronizing the device at each (a diagnostic: see profiling.StepTimes)")
     parser.add_argument("--gpus", default="", metavar="IDS",
                         help="train on these GPUs with DDP, e.g. 0,1 (rank 0 scores; --device cpu: as many gloo processes)")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, e.g. system.renderer.backend=torch")
@@ -154,8 +154,8 @@ def main() -> None:
             "backend": cfg.system.get("renderer", {}).get("backend", "auto"), "resolution": "400x400",
             "torch": torch.__version__, "gsplat": version("gsplat"), "threads": torch.get_num_threads(),
             "gsplat_build_s": build_gsplat_kernels() if on_gpu else 0.0}  # outside the training clock
-    trial = make_trial_dir(cfg)
-    trainer = build_trainer(cfg, trial, train=True, devices=(gpus if on_gpu else len(gpus)) if gpus else None)
+    run_dir = make_run_dir(cfg)
+    trainer = build_trainer(cfg, run_dir, train=True, devices=(gpus if on_gpu else len(gpus)) if gpus else None)
     info["world_size"] = trainer.world_size
     evaluate = Evaluate([int(s) for s in args.eval_at.split(",")], info, args.max_minutes)
     trainer.callbacks.append(evaluate)
@@ -169,7 +169,7 @@ def main() -> None:
         trainer.callbacks.append(step_times)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)  # as the runner seeds DDP ranks
     datamodule, system = build_parts(cfg)
-    system.set_save_dir(trial / "save")
+    system.set_save_dir(run_dir / "save")
     start = time.perf_counter()
     trainer.fit(system, datamodule=datamodule)
     if not trainer.is_global_zero:

@@ -269,17 +269,17 @@ def speed_ratio(reference: dict, results: list[dict]) -> float | None:
     return None if recipe is None else round(reference["ms_per_step"] / recipe["ms_per_step"], 3)
 
 
-def train_recipe(cfg, trial: Path, checkpoints: list[int], args, name: str) -> tuple:
+def train_recipe(cfg, run_dir: Path, checkpoints: list[int], args, name: str) -> tuple:
     """Train the recipe ``cfg`` through the CLI's trainer, scoring at the checkpoint steps -> (system, data, records)."""
     import lightning as L
 
     from lift3d.runs.runner import build_parts, build_trainer
 
     start = time.perf_counter()
-    trainer = build_trainer(cfg, trial, train=True)
+    trainer = build_trainer(cfg, run_dir, train=True)
     L.seed_everything(cfg.seed, verbose=False)
     datamodule, system = build_parts(cfg)
-    system.set_save_dir(trial / "save")
+    system.set_save_dir(run_dir / "save")
     datamodule.val_scene()
     note(f"bench_lego_nerf: data loaded in {time.perf_counter() - start:.1f}s: {len(datamodule.train)} train views "
          f"{datamodule.train.cameras.width}x{datamodule.train.cameras.height}")
@@ -306,7 +306,7 @@ def run(args, env: dict) -> int:
     unknown = sorted(set(references) - {"plain", "eager"})
     if unknown:
         raise SystemExit(f"--reference: unknown {unknown}; choose from none, plain, eager (comma separated)")
-    system, datamodule, results = train_recipe(cfg, workdir / "trial", checkpoints, args, "lego_nerf")
+    system, datamodule, results = train_recipe(cfg, workdir / "run_dir", checkpoints, args, "lego_nerf")
     for record in results:
         record.update(env)
         emit(record)

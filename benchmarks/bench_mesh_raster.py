@@ -1,5 +1,5 @@
 """Mesh rasterizer throughput: a bumpy sphere of ~10k / ~100k faces rendered at 512x512 with
-interpolated vertex colours and silhouette antialiasing, forward and forward+backward.
+interpolated vertex colors and silhouette antialiasing, forward and forward+backward.
 
     python benchmarks/bench_mesh_raster.py [--device cuda] [--resolution 512] [--faces 10000 100000]
 
@@ -25,7 +25,7 @@ from lift3d.render.meshes.renderer import MeshRenderer
 
 
 def bumpy_sphere(target_faces: int, device: torch.device) -> Mesh:
-    """About ``target_faces`` faces with bumps, coloured by position."""
+    """About ``target_faces`` faces with bumps, colored by position."""
     mesh = sphere_with_faces(target_faces, bumps=0.08, device=device)
     mesh.vertex_colors = (mesh.vertices + 0.5).clamp(0, 1)
     return mesh

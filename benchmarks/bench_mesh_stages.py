@@ -4,12 +4,12 @@ Each case builds the recipe's system from its shipped config (``configs/<recipe>
 guidance's UNet and VAE replaced by random-weight SD-2.1-base-shaped models (``bench_guidance``), so
 nothing is downloaded and the compute is the real one. A step is what Lightning runs: DMTet marching
 tets (or the fixed mesh), rasterization + texture field + material at 512x512, the guidance (VAE
-encode + UNet; VSD adds its LoRA step), the mesh regularisers, backward and the Adam step. DMTet starts
+encode + UNet; VSD adds its LoRA step), the mesh regularizers, backward and the Adam step. DMTet starts
 from a sphere (as from a converted NeRF stage, the cost depends on the surface's size, not its shape).
 Prints one JSON line per case: steps/s, median/p90 step time, the render-only share (forward +
 backward of the mesh part alone), faces and peak GPU memory. The ``gaussian-sds-texture`` case starts
 from a real conversion instead: a gaussian-sds system with ``--gaussians`` Gaussians in its init ball
-(random colours) meshed into the frozen DMTet and its colours fitted, timed as ``convert_s``.
+(random colors) meshed into the frozen DMTet and its colors fitted, timed as ``convert_s``.
 
     python benchmarks/bench_mesh_stages.py                       # CUDA GPU, ~2 minutes (--budget-s 120)
     python benchmarks/bench_mesh_stages.py --cases magic3d-refine
@@ -109,7 +109,7 @@ def batch_at(views: RandomViewsConfig, step: int, device: torch.device) -> dict[
 
 def convert_from_gaussians(system: Any, n: int, device: torch.device) -> dict[str, Any]:
     """Convert ``system`` (the gaussian-sds-texture stage) from a gaussian-sds system holding ``n`` Gaussians
-    drawn in its init ball with random colours and opacity 0.5; the conversion's seconds and peak memory."""
+    drawn in its init ball with random colors and opacity 0.5; the conversion's seconds and peak memory."""
     from types import SimpleNamespace
 
     torch.manual_seed(0)
@@ -141,7 +141,7 @@ def time_case(name: str, system: Any, views: RandomViewsConfig, args, device: to
 
     def render_step(i: int) -> None:
         mesh = system.geometry()
-        out = system.render_mesh(mesh, batch_at(views, i, device), colour=system.cfg.guidance_input == "rgb")
+        out = system.render_mesh(mesh, batch_at(views, i, device), color=system.cfg.guidance_input == "rgb")
         (out["rgb"].mean() + out["normal"].mean()).backward()
         optimizer.zero_grad(set_to_none=True)
 

@@ -8,8 +8,8 @@ memory; then one summary line. The defaults of ``reconstruct-gaussians`` are cho
     python benchmarks/bench_quality_modes.py --capture ../shared/data/fox --steps 7000   # a real capture
     python benchmarks/bench_quality_modes.py --device cpu --steps 100 --eval-at 100 --val-views 4   # a CPU smoke run
 
-MCMC gets a budget (``cap_max``) equal to the default run's final Gaussian count unless ``--mcmc-cap`` says otherwise,
-so the two are compared at the same size, and gsplat's MCMC start (opacity 0.5, scales 0.1 x the neighbour distance).
+MCMC gets a budget (``max_gaussians``) equal to the default run's final Gaussian count unless ``--mcmc-cap`` says otherwise,
+so the two are compared at the same size, and gsplat's MCMC start (opacity 0.5, scales 0.1 x the neighbor distance).
 Lego runs go through ``bench_lego_gaussians.py`` (with ``--reference plain``: the plain gsplat loop after the default
 variant); captures through ``bench_capture.py``.
 """
@@ -109,7 +109,7 @@ def main() -> None:
     for name in names:
         overrides = list(VARIANTS[name])
         if name == "mcmc":
-            overrides.append(f"system.densify.cap_max={cap or 1_000_000}")
+            overrides.append(f"system.densify.max_gaussians={cap or 1_000_000}")
         rows, count = one(args, name, overrides)
         if name == "default" and not cap:
             cap = count

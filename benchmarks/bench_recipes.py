@@ -7,7 +7,7 @@ downloaded); the ``dreamfusion-if`` cases get DeepFloyd IF-I-XL's UNet with rand
 their T5 prompt embeddings cached before the timed run, as on any run after a prompt's first (made by a random
 1-layer T5 of T5-XXL's width 4096, not the 4.7B-parameter encoder: it runs once per prompt, before training).
 It trains ``--warmup`` untimed steps, then times ``--steps`` steps as one window between two
-GPU synchronisations (render + guidance + backward + optimizer + densification, the CPU free to run
+GPU synchronizations (render + guidance + backward + optimizer + densification, the CPU free to run
 ahead as in training); ms_per_step is the window over its steps, and the full run is projected as
 full_run_steps / steps_per_s (validation, test video and export not included). One JSON line per case.
 
@@ -114,7 +114,7 @@ TINY_SIZE = ["data.height=32", "data.width=32"]
 
 
 class StepTimer(Callback):
-    """Wall time of the timed steps between two GPU synchronisations (one after the warm-up and any profiled
+    """Wall time of the timed steps between two GPU synchronizations (one after the warm-up and any profiled
     steps, one at the end): the steps in between run as in training, the CPU free to queue work ahead of
     the GPU, so a per-step sync in the benchmark cannot hide or add overlap. Stops the fit past a time cap."""
 

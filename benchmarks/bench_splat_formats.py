@@ -58,22 +58,22 @@ def train_lego(data: Path, steps: int, max_side: int, output: Path) -> dict[str,
     """Pre-activation parameters of Gaussians fitted to lego on the CPU (reconstruct-gaussians-cpu, SH degree 3)."""
     import lightning as L
 
-    from lift3d.runs.run_dirs import make_trial_dir
+    from lift3d.runs.run_dirs import make_run_dir
     from lift3d.runs.runner import build_parts, build_trainer
 
     overrides = [
-        f"output_root={output}", f"data.root={data}", f"data.max_image_side={max_side}", f"trainer.max_steps={steps}",
+        f"output_root={output}", f"data.root={data}", f"data.max_side={max_side}", f"trainer.max_steps={steps}",
         "trainer.accelerator=cpu", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
         "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
         "system.gaussians.sh_degree=3", f"system.gaussians.sh_degree_interval={max(1, steps // 4)}",
         f"system.densify.refine_stop={int(steps * 0.8)}", "system.export.formats=[]", "tag=formats-bench",
     ]
     cfg = load_config(recipe_config("reconstruct-gaussians-cpu"), overrides=overrides)
-    trial = make_trial_dir(cfg)
-    trainer = build_trainer(cfg, trial, train=True)
+    run_dir = make_run_dir(cfg)
+    trainer = build_trainer(cfg, run_dir, train=True)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
-    system.set_save_dir(trial / "save")
+    system.set_save_dir(run_dir / "save")
     trainer.fit(system, datamodule=datamodule)
     return {k: v.detach().cpu().float() for k, v in system.gaussians.parameters_dict().items()}
 
@@ -82,7 +82,7 @@ def write_all(params: dict[str, torch.Tensor], folder: Path) -> dict[str, tuple[
     """Each format's file and the seconds its writer took."""
     n = len(params["means"])
     splat = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"], torch.sigmoid(params["opacity_logits"]),
-                            colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+                            colors=rgb_from_sh_dc(params["sh0"][:, 0]))
     writers = {
         "ply": lambda: save_ply(folder / "lego.ply", params),
         "splat": lambda: write_splat(folder / "lego.splat", splat)[0],
@@ -101,10 +101,10 @@ def write_all(params: dict[str, torch.Tensor], folder: Path) -> dict[str, tuple[
 
 
 def scene_cameras(root: Path, views: int, max_side: int):
-    """``views`` of the scene's held-out cameras, evenly spaced, in the frame a run on it trains in (its normalisation)."""
+    """``views`` of the scene's held-out cameras, evenly spaced, in the frame a run on it trains in (its normalization)."""
     from lift3d.data.posed_images import PosedImagesDataModule
 
-    module = PosedImagesDataModule({"root": str(root), "max_image_side": max_side, "triangulate": False})
+    module = PosedImagesDataModule({"root": str(root), "max_side": max_side, "triangulate": False})
     cameras = module.val_scene().cameras
     pick = torch.linspace(0, len(cameras) - 1, min(views, len(cameras))).round().long()
     return cameras[pick]
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="folder for the files (default: a temporary one)")
     parser.add_argument("--cameras-from", type=Path, default=None, metavar="SCENE",
                         help="render from this scene's held-out cameras (a run's data.root) instead of an orbit")
-    parser.add_argument("--camera-max-side", type=int, default=1600, help="with --cameras-from: data.max_image_side")
+    parser.add_argument("--camera-max-side", type=int, default=1600, help="with --cameras-from: data.max_side")
     args = parser.parse_args()
     logging.getLogger("lift3d").setLevel(logging.INFO)
     logging.getLogger("lift3d").addHandler(logging.StreamHandler(sys.stderr))

@@ -5,7 +5,7 @@ pass, marching cubes at 256^3 and the textured .glb export; one JSON line with e
 Random weights make an almost constant density, so the meshing stages run on a field of the same network whose
 planes and decoder are set to a sphere of radius 0.5 (about the faces a real object gives at 256^3); the forward
 pass runs the random weights. ``marching_cubes_parts_s`` splits the meshing time: density grid, marching cubes with its
-clean-up and decimation, vertex colours.
+clean-up and decimation, vertex colors.
 
     source benchmarks/device_env.sh && python benchmarks/bench_triposr.py            # fp16 on CUDA
     python benchmarks/bench_triposr.py --device cpu --dtype fp32 --resolution 64       # a CPU smoke run
@@ -77,10 +77,10 @@ def sculpt_sphere(field: torch.nn.Module, radius: float = 0.5, iso: float = 25.0
 
 
 class StageClock(logging.Handler):
-    """Times when the meshing's progress stages start (density grid, marching cubes and clean-up, vertex colours), from
+    """Times when the meshing's progress stages start (density grid, marching cubes and clean-up, vertex colors), from
     the lines lift3d.progress logs as each begins, so the meshing time splits into its parts without a second run."""
 
-    PARTS = {"meshing: density": "density_grid", "meshing: marching": "clean_up_decimation", "meshing: vertex": "vertex_colours"}
+    PARTS = {"meshing: density": "density_grid", "meshing: marching": "clean_up_decimation", "meshing: vertex": "vertex_colors"}
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on CUDA), fp32, fp16, bf16")
     parser.add_argument("--resolution", type=int, default=256, help="marching-cubes samples per side")
-    parser.add_argument("--texture-sizes", default="0,1024", help="comma-separated: each a timed .glb export (0: vertex colours)")
+    parser.add_argument("--texture-sizes", default="0,1024", help="comma-separated: each a timed .glb export (0: vertex colors)")
     parser.add_argument("--repeats", type=int, default=5, help="timed forward passes (median reported)")
     args = parser.parse_args()
     from lift3d.export import ExportConfig, ExportSources, export_formats, mesh_from_field
@@ -150,7 +150,7 @@ def main() -> None:
     sculpt_sphere(field)
     sizes = [int(size) for size in args.texture_sizes.split(",")]
     cfg = ExportConfig(resolution=args.resolution, threshold=25.0, texture_size=sizes[0], formats=["glb"])
-    albedo = lambda p: torch.sigmoid(field.features(p))  # noqa: E731  (the emission material's colour)
+    albedo = lambda p: torch.sigmoid(field.features(p))  # noqa: E731  (the emission material's color)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     clock, progress_log = StageClock(), logging.getLogger("lift3d.progress")
@@ -158,18 +158,18 @@ def main() -> None:
     progress_log.setLevel(logging.INFO)
     with torch.no_grad():
         start = time.perf_counter()
-        mesh = mesh_from_field(field.density, field.bbox, cfg, colour_fn=albedo, device=device)
+        mesh = mesh_from_field(field.density, field.bbox, cfg, color_fn=albedo, device=device)
         sync()
         end = time.perf_counter()
         record["marching_cubes_s"] = round(end - start, 3)
         record["marching_cubes_parts_s"] = clock.split(end)
         progress_log.removeHandler(clock)
         record["faces"] = int(len(mesh.faces))
-        for size in sizes:  # the same mesh exported with vertex colours and with a baked texture of each size
+        for size in sizes:  # the same mesh exported with vertex colors and with a baked texture of each size
             with tempfile.TemporaryDirectory() as out:
                 start = time.perf_counter()
                 written = export_formats(OutputSaver(Path(out)), ["glb"], replace(cfg, texture_size=size),
-                                         ExportSources(mesh=lambda: mesh, colour_fn=albedo, device=device))
+                                         ExportSources(mesh=lambda: mesh, color_fn=albedo, device=device))
                 sync()
                 record[f"export_glb_texture{size}_s"] = round(time.perf_counter() - start, 3)
                 record[f"glb_texture{size}_mb"] = round(written[0].stat().st_size / 2**20, 2)

@@ -4,7 +4,7 @@ viewer off and with it on and one client connected but idle, in the same process
 The idle client is a real websocket client of the viser server (what a browser tab opens) whose camera was set once,
 as a browser's is on connecting; the viewer then renders that view (small, then full size) and re-renders it every
 viewer.refresh_seconds as the model trains, within viewer.max_share of the training time. Both runs train the same
-seeded schedule; steps/s is timed from --warmup to --steps (the GPU synchronised at both ends only).
+seeded schedule; steps/s is timed from --warmup to --steps (the GPU synchronized at both ends only).
 
     python benchmarks/bench_viewer.py --data PATH/TO/lego            # GPU: gsplat backend
     python benchmarks/bench_viewer.py --device cpu --steps 60 --warmup 20 system.gaussians.init_points=2000
@@ -37,12 +37,12 @@ from lift3d.cameras import look_at  # noqa: E402
 from lift3d.commands.common import training_callbacks  # noqa: E402
 from lift3d.config import load_config  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
-from lift3d.runs.run_dirs import make_trial_dir  # noqa: E402
+from lift3d.runs.run_dirs import make_run_dir  # noqa: E402
 from lift3d.runs.runner import build_parts, build_trainer  # noqa: E402
 
 
 class StepTimer(Callback):
-    """Wall time from the end of step ``warmup`` to the end of the last step, the device synchronised at both ends."""
+    """Wall time from the end of step ``warmup`` to the end of the last step, the device synchronized at both ends."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup, self.start, self.seconds, self.steps = warmup, None, 0.0, 0
@@ -113,8 +113,8 @@ def train(args: argparse.Namespace, viewer: bool, output: Path) -> dict:
         f"viewer.max_share={args.max_share}", *args.overrides,
     ]
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=overrides)
-    trial = make_trial_dir(cfg)
-    trainer = build_trainer(cfg, trial, train=True, callbacks=training_callbacks(cfg, trial))
+    run_dir = make_run_dir(cfg)
+    trainer = build_trainer(cfg, run_dir, train=True, callbacks=training_callbacks(cfg, run_dir))
     timer = StepTimer(args.warmup)
     trainer.callbacks.append(timer)
     callback = client = None

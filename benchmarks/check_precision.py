@@ -34,9 +34,9 @@ def run(precision: str, steps: int, recipe: str) -> dict:
         load_config(recipe_config(recipe), overrides=overrides)  # fail early on a bad override
         started = time.perf_counter()
         cfg = load_config(recipe_config(recipe), overrides=overrides)
-        trial = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
+        run_dir = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
         seconds = time.perf_counter() - started
-        final = json.loads((trial / "save" / "metrics.json").read_text())["val"]
+        final = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     return {"bench": "precision", "recipe": recipe, "precision": precision, "steps": steps, "val_psnr": round(final["psnr"], 2),
             "val_ssim": round(final["ssim"], 4), "run_s": round(seconds, 1), "device": device}

@@ -43,7 +43,7 @@ def sphere_density(points: torch.Tensor) -> torch.Tensor:
     return 50.0 * torch.sigmoid((0.6 - points.norm(dim=-1)) / 0.01)
 
 
-def colour(points: torch.Tensor) -> torch.Tensor:
+def color(points: torch.Tensor) -> torch.Tensor:
     return (0.5 + 0.5 * points).clamp(0, 1)
 
 
@@ -58,18 +58,18 @@ def skin_gaussians(n: int, device: str) -> GaussianTensors:
     half = torch.nn.functional.normalize(z + normal, dim=-1)
     quats = torch.cat([(z * half).sum(-1, keepdim=True), torch.cross(z, half, dim=-1)], -1)
     scales = torch.tensor([0.7 * spacing, 0.7 * spacing, max(0.3 * spacing, 0.004)]).expand(n, 3).clone()
-    g = GaussianTensors(0.5 * normal, scales, quats, torch.full((n,), 0.9), colour(0.5 * normal))
-    return GaussianTensors(*(t.to(device) for t in (g.means, g.scales, g.quats, g.opacities, g.colours)))
+    g = GaussianTensors(0.5 * normal, scales, quats, torch.full((n,), 0.9), color(0.5 * normal))
+    return GaussianTensors(*(t.to(device) for t in (g.means, g.scales, g.quats, g.opacities, g.colors)))
 
 
 def field_case(device: str, resolution: int, target_faces: int, texture_size: int) -> dict:
     bbox = torch.tensor([[-1.0, -1, -1], [1, 1, 1]], device=device)
     _sync(device)
     t0 = time.perf_counter()
-    mesh = extract_mesh(sphere_density, bbox, resolution, colour_fn=colour, target_faces=target_faces)
+    mesh = extract_mesh(sphere_density, bbox, resolution, color_fn=color, target_faces=target_faces)
     _sync(device)
     t1 = time.perf_counter()
-    textured = bake_texture(mesh, colour, texture_size, device=device)
+    textured = bake_texture(mesh, color, texture_size, device=device)
     _sync(device)
     t2 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +88,7 @@ def gaussian_case(device: str, n: int, resolution: int) -> dict:
     field = GaussianField(g)
     _sync(device)
     t1 = time.perf_counter()
-    mesh = extract_mesh(field.density, gaussian_bbox(g), resolution, colour_fn=field.colour, fill_holes=True,
+    mesh = extract_mesh(field.density, gaussian_bbox(g), resolution, color_fn=field.color, fill_holes=True,
                         opacity_scale=1.0, device=device)
     _sync(device)
     t2 = time.perf_counter()

@@ -1,7 +1,7 @@
 """A converged NeRF for bench_recipes.py to time a late stage from (``--field-start analytic:N``).
 
 Random guidance weights cannot train a field, so a case that times the steps of a late stage (mvdream's 256x256
-stage, steps 5000-9999) would otherwise start from the blob-initialised field, whose occupancy grid is still
+stage, steps 5000-9999) would otherwise start from the blob-initialized field, whose occupancy grid is still
 in warm-up: every ray marches the whole box, a worst case a real run never sees there. Here the same field,
 material, background, renderer and optimizer config as the timed case is first trained for N steps by the
 recipe's offline twin (``mvdream-analytic``: the analytic multi-view prior, no weights) against the bundled
@@ -49,8 +49,8 @@ def parse_field_start(spec: str) -> int:
 
 def pretrain_config(timed: ExperimentConfig, steps: int, tiny: bool) -> ExperimentConfig:
     """The offline twin's config over the sample scene, with the timed case's field, material, background,
-    renderer, optimizer and precision, so their state dicts match; the background never draws random colours
-    (the references are composited on white: a random colour behind the object would teach the field a fog)."""
+    renderer, optimizer and precision, so their state dicts match; the background never draws random colors
+    (the references are composited on white: a random color behind the object would teach the field a fog)."""
     size = ["data.height=32", "data.width=32"] if tiny else []
     anneal = f"system.guidance.max_step_percent=[0,0.98,0.3,{max(steps // 2, 1)}]"  # the twin's: over the first half
     cfg = load_config(recipe_config(TWIN), overrides=[f"data.reference_scene={sample_scene_path()}",

@@ -3,7 +3,7 @@
 gsplat's ``rasterization`` + ``DefaultStrategy`` + one Adam per parameter (gsplat's simple_trainer layout, the
 3DGS learning rates, the position rate decaying to 1% over 30k steps as the recipe's, SH degree raised every 1000 steps), the loss
 0.8 L1 + 0.2 D-SSIM (lift3d's SSIM, so both sides pay for the same metric), no Lightning. It starts from the
-same Gaussians and photos as the recipe (the data module and the model's initialisation are reused for that,
+same Gaussians and photos as the recipe (the data module and the model's initialization are reused for that,
 nothing of the training), so the two runs differ only in the training loop.
 """
 
@@ -23,7 +23,7 @@ LEARNING_RATES = {"means": 1.6e-4, "scales": 5e-3, "quats": 1e-3, "opacities": 5
 
 
 def start_parameters(model: Any, device: torch.device) -> torch.nn.ParameterDict:
-    """gsplat's parameter layout from an initialised lift3d GaussianModel (log scales, opacity logits, SH split)."""
+    """gsplat's parameter layout from an initialized lift3d GaussianModel (log scales, opacity logits, SH split)."""
     values = {"means": model.means, "scales": model.log_scales, "quats": model.quats, "opacities": model.opacity_logits,
               "sh0": model.sh0, "shN": model.shN}
     return torch.nn.ParameterDict({k: torch.nn.Parameter(v.detach().clone().to(device)) for k, v in values.items()})

@@ -1,4 +1,4 @@
-"""Where a GPU step's time goes: torch.profiler over a few steps, summarised for one JSON record.
+"""Where a GPU step's time goes: torch.profiler over a few steps, summarized for one JSON record.
 
 ``ProfiledSteps`` profiles the steps run inside it and records every synchronizing CUDA call with the
 Python lines that made it, innermost first, four frames deep (``torch.cuda.set_sync_debug_mode``).
@@ -192,7 +192,7 @@ class HostProfileWindow(ProfileWindow):
 
 
 class StepTimes(Callback):
-    """Every training step's time, the device synchronised at each step's end (a diagnostic run: the host cannot
+    """Every training step's time, the device synchronized at each step's end (a diagnostic run: the host cannot
     queue ahead). ``summary()`` splits the steps into ordinary ones (median by thousand steps, with the Gaussian
     count, where the model has one) and the slow ones (more than 3x the median: captures, densification), so the
     cost of each is known."""

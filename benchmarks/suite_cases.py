@@ -134,8 +134,8 @@ def nerf_case(resolution: int, backward: bool) -> Callable[[Context], Prepared]:
         grid = renderer.occupancy
         r = grid.resolution
         cells = torch.arange(r**3, device=ctx.device)
-        centres = grid.cell_points(cells, jitter=False)
-        grid.occupied.copy_(centres.norm(dim=-1) < 0.6)
+        centers = grid.cell_points(cells, jitter=False)
+        grid.occupied.copy_(centers.norm(dim=-1) < 0.6)
         size = resolution if not ctx.tiny else resolution // 8
         c2w = spherical_to_c2w(torch.deg2rad(torch.tensor([15.0])), torch.tensor([0.3]), torch.tensor([2.5]))
         cams = Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.7]), size, size), size, size).to(ctx.device)

@@ -4,7 +4,7 @@ Conventions (the only place they are converted):
 * world: right-handed, +z up (as Blender and the NeRF-synthetic scenes);
 * ``c2w``: camera-to-world 4x4, OpenGL camera axes (x right, y up, the camera looks down -z);
 * OpenCV camera axes (x right, y down, looks down +z) only for backends that want them (gsplat);
-* ``intrinsics``: 3x3 pinhole matrix in pixels, pixel centres at (i + 0.5, j + 0.5);
+* ``intrinsics``: 3x3 pinhole matrix in pixels, pixel centers at (i + 0.5, j + 0.5);
 * spherical: elevation above the xy-plane, azimuth from +x towards +y; radians in code, degrees in
   configs and in batch keys ending in ``_deg``.
 """
@@ -65,7 +65,7 @@ def spherical_to_c2w(
 
 
 def c2w_to_spherical(c2w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(elevation, azimuth, distance) in radians of the camera centres of ``c2w`` [..., 4, 4]."""
+    """(elevation, azimuth, distance) in radians of the camera centers of ``c2w`` [..., 4, 4]."""
     position = c2w[..., :3, 3]
     distance = position.norm(dim=-1)
     elevation = torch.asin((position[..., 2] / distance.clamp_min(1e-12)).clamp(-1.0, 1.0))
@@ -95,14 +95,14 @@ def intrinsics_matrix(fx: Tensor, fy: Tensor, cx: Tensor, cy: Tensor) -> Tensor:
 
 
 def intrinsics_from_fovy(fovy: Tensor, width: int, height: int) -> Tensor:
-    """Intrinsics [..., 3, 3] with vertical field of view ``fovy`` (radians), square pixels, centred."""
+    """Intrinsics [..., 3, 3] with vertical field of view ``fovy`` (radians), square pixels, centered."""
     fovy = torch.as_tensor(fovy, dtype=torch.float32)
     focal = focal_from_fov(fovy, height)
     return intrinsics_matrix(focal, focal, torch.full_like(fovy, width / 2), torch.full_like(fovy, height / 2))
 
 
 def camera_rays(c2w: Tensor, intrinsics: Tensor, width: int, height: int, normalized: bool = True) -> tuple[Tensor, Tensor]:
-    """Ray origins and directions [B, H, W, 3] in world space through each pixel centre.
+    """Ray origins and directions [B, H, W, 3] in world space through each pixel center.
 
     With ``normalized=False`` directions have camera-space z = -1, so ray parameter t is depth.
     """
@@ -221,11 +221,11 @@ class Cameras:
 
     @property
     def positions(self) -> Tensor:
-        """Camera centres [B, 3] in world space."""
+        """Camera centers [B, 3] in world space."""
         return self.c2w[:, :3, 3]
 
     def rays(self, normalized: bool = True) -> tuple[Tensor, Tensor]:
-        """Ray origins and directions [B, H, W, 3] through every pixel centre."""
+        """Ray origins and directions [B, H, W, 3] through every pixel center."""
         return camera_rays(self.c2w, self.intrinsics, self.width, self.height, normalized)
 
     def w2c_opencv(self) -> Tensor:

@@ -1,7 +1,7 @@
 """Framing content: where a camera stands to see a set of points whole (the viewer's home view, turntable videos).
 
 One rule for every consumer: the content is the 2-98 percentile box of its points (so stray floaters do not count),
-its bounding sphere is the box's centre and half-diagonal, and a camera with vertical field of view ``fovy`` stands
+its bounding sphere is the box's center and half-diagonal, and a camera with vertical field of view ``fovy`` stands
 where that sphere's silhouette spans ``fill`` of the frame's half-height. The viewer uses ``VIEWER_FILL`` (2.4
 half-diagonals away at its 75-degree field of view); turntables frame tighter (``system.export.video_fill``).
 """
@@ -22,9 +22,9 @@ MAX_SAMPLE = 100_000  # points the percentiles are taken over (a fixed random su
 
 @dataclass(frozen=True)
 class Bounds:
-    """The content's bounding sphere: the centre and half-diagonal of the 2-98 percentile box of its points."""
+    """The content's bounding sphere: the center and half-diagonal of the 2-98 percentile box of its points."""
 
-    centre: tuple[float, float, float]
+    center: tuple[float, float, float]
     radius: float
 
 
@@ -39,15 +39,15 @@ def content_box(points: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def content_bounds(points: Tensor) -> Bounds:
-    """The bounds of ``points`` [N, 3] (N >= 1): the centre and half-diagonal of their ``content_box``; a radius under
+    """The bounds of ``points`` [N, 3] (N >= 1): the center and half-diagonal of their ``content_box``; a radius under
     1e-3 is raised to it, so one point still frames."""
     low, high = content_box(points)
-    centre = (low + high) / 2
-    return Bounds(tuple(centre.tolist()), max(float((high - low).norm()) / 2, 1e-3))
+    center = (low + high) / 2
+    return Bounds(tuple(center.tolist()), max(float((high - low).norm()) / 2, 1e-3))
 
 
 def framing_distance(radius: float, fovy_deg: float, fill: float = VIEWER_FILL) -> float:
-    """Distance from the centre at which a sphere of ``radius`` spans ``fill`` (0..1] of the frame's half-height
+    """Distance from the center at which a sphere of ``radius`` spans ``fill`` (0..1] of the frame's half-height
     seen with vertical field of view ``fovy_deg``."""
     if not 0.0 < fill <= 1.0 or not 0.0 < fovy_deg < 180.0:
         raise ValueError(f"framing needs 0 < fill <= 1 and 0 < fovy < 180 degrees, got fill {fill} and fovy {fovy_deg}")
@@ -56,12 +56,12 @@ def framing_distance(radius: float, fovy_deg: float, fill: float = VIEWER_FILL) 
 
 
 def framing_camera(points: Tensor, elevation_deg: float = 25.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(position, look-at) of the viewer's camera that sees ``points`` [N, 3] whole: it looks at the centre of their
+    """(position, look-at) of the viewer's camera that sees ``points`` [N, 3] whole: it looks at the center of their
     bounds from ``framing_distance`` at the viewer's field of view (2.4 half-diagonals), ``elevation_deg`` above it
     (+z up), along +x."""
     bounds = content_bounds(points)
     distance = framing_distance(bounds.radius, VIEWER_FOVY_DEG, VIEWER_FILL)
     e = math.radians(elevation_deg)
-    centre = bounds.centre
-    position = (centre[0] + distance * math.cos(e), centre[1], centre[2] + distance * math.sin(e))
-    return position, tuple(centre)
+    center = bounds.center
+    position = (center[0] + distance * math.cos(e), center[1], center[2] + distance * math.sin(e))
+    return position, tuple(center)

@@ -1,4 +1,4 @@
-"""Image conversions shared by saving and exports: tensors -> uint8 frames, colour maps, grids."""
+"""Image conversions shared by saving and exports: tensors -> uint8 frames, color maps, grids."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# control points of a perceptually ordered colour map (dark blue -> teal -> yellow), for depth
+# control points of a perceptually ordered color map (dark blue -> teal -> yellow), for depth
 _COLORMAP = np.array(
     [[0.267, 0.005, 0.329], [0.231, 0.322, 0.546], [0.129, 0.565, 0.551], [0.369, 0.789, 0.383], [0.993, 0.906, 0.144]],
     dtype=np.float32,
@@ -35,7 +35,7 @@ def colormap(values: np.ndarray) -> np.ndarray:
 
 
 def depth_to_rgb(depth: Tensor | np.ndarray, mask: Tensor | np.ndarray | None = None) -> np.ndarray:
-    """Depth [H, W(, 1)] -> colour-mapped uint8 [H, W, 3], normalised over the masked pixels."""
+    """Depth [H, W(, 1)] -> color-mapped uint8 [H, W, 3], normalized over the masked pixels."""
     d = depth.detach().float().cpu().numpy() if isinstance(depth, Tensor) else np.asarray(depth, np.float32)
     d = d.reshape(d.shape[0], d.shape[1])
     m = np.isfinite(d)
@@ -59,7 +59,7 @@ def normal_to_rgb(normal: Tensor | np.ndarray) -> np.ndarray:
 
 
 def grayscale_to_rgb(values: Tensor | np.ndarray) -> np.ndarray:
-    """Values in [0, 1] [H, W(, 1)] -> uint8 [H, W, 3] grey."""
+    """Values in [0, 1] [H, W(, 1)] -> uint8 [H, W, 3] gray."""
     v = to_numpy_image(values)
     return np.repeat(v[..., :1], 3, axis=-1)
 

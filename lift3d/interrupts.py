@@ -36,9 +36,9 @@ class Interrupted(KeyboardInterrupt):
     """The run stopped on SIGINT / SIGTERM: the command exits ``128 + signum`` (130, 143) with ``str(self)`` as its one
     line (empty on DDP ranks other than 0, which say nothing)."""
 
-    def __init__(self, signum: int, step: int | None, checkpoint: Path | None, trial_dir: Path | None,
+    def __init__(self, signum: int, step: int | None, checkpoint: Path | None, run_dir: Path | None,
                  quiet: bool = False) -> None:
-        self.signum, self.step, self.checkpoint, self.trial_dir, self.quiet = signum, step, checkpoint, trial_dir, quiet
+        self.signum, self.step, self.checkpoint, self.run_dir, self.quiet = signum, step, checkpoint, run_dir, quiet
         super().__init__(self.line())
 
     @property
@@ -53,8 +53,8 @@ class Interrupted(KeyboardInterrupt):
             return f"interrupted by {name}; no checkpoint was written"
         where = f" at step {self.step}" if self.step is not None else ""
         resume = ""
-        if self.trial_dir is not None and (self.trial_dir / "configs" / "parsed.yaml").is_file():
-            resume = f" (continue: lift3d train {self.trial_dir / 'configs' / 'parsed.yaml'} --resume {self.checkpoint})"
+        if self.run_dir is not None and (self.run_dir / "configs" / "parsed.yaml").is_file():
+            resume = f" (continue: lift3d train {self.run_dir / 'configs' / 'parsed.yaml'} --resume {self.checkpoint})"
         return f"interrupted by {name}; checkpoint{where} kept in {self.checkpoint}{resume}"
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""``progress.json`` in the trial folder: step, loss, rate, ETA, latest image and status of a run; ``Stage``: log
+"""``progress.json`` in the run folder: step, loss, rate, ETA, latest image and status of a run; ``Stage``: log
 lines for the long steps outside training (meshing, texture baking, video frames, texture fitting).
 
 Front-ends (the web app, scripts) follow a run by reading this file; it is rewritten atomically at most
@@ -24,20 +24,20 @@ from lift3d.saving import atomic_write_bytes
 PROGRESS_FILE = "progress.json"
 
 
-def read_progress(trial_dir: str | Path) -> dict[str, Any] | None:
+def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's last progress record, or None before the run wrote one."""
-    path = Path(trial_dir) / PROGRESS_FILE
+    path = Path(run_dir) / PROGRESS_FILE
     try:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def update_progress(trial_dir: str | Path, **fields: Any) -> dict[str, Any]:
+def update_progress(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
     """Merge ``fields`` into the run's progress record and rewrite it atomically."""
-    record = read_progress(trial_dir) or {"trial_dir": str(trial_dir)}
+    record = read_progress(run_dir) or {"run_dir": str(run_dir)}
     record.update(fields, updated=time.time())
-    atomic_write_bytes(Path(trial_dir) / PROGRESS_FILE, (json.dumps(record, indent=1) + "\n").encode())
+    atomic_write_bytes(Path(run_dir) / PROGRESS_FILE, (json.dumps(record, indent=1) + "\n").encode())
     return record
 
 
@@ -50,15 +50,15 @@ def latest_image(save_dir: Path, pattern: str = "it*-val/*.png") -> Path | None:
 class ProgressFileCallback(Callback):
     """Writes ``progress.json`` during training (throttled) and at every change of status."""
 
-    def __init__(self, trial_dir: Path, min_interval_s: float = 1.0) -> None:
-        self.trial_dir = trial_dir
+    def __init__(self, run_dir: Path, min_interval_s: float = 1.0) -> None:
+        self.run_dir = run_dir
         self.min_interval_s = min_interval_s
         self._last_write = 0.0
         self._start_time = 0.0
         self._start_step = 0
 
     def write(self, **fields: Any) -> None:
-        update_progress(self.trial_dir, **fields)
+        update_progress(self.run_dir, **fields)
         self._last_write = time.monotonic()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -86,7 +86,7 @@ class ProgressFileCallback(Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero and not trainer.sanity_checking:
-            image = latest_image(self.trial_dir / "save")
+            image = latest_image(self.run_dir / "save")
             self.write(latest_image=str(image) if image else None)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -54,19 +54,19 @@ def _session_outputs(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _no_outputs_in_the_checkout(_session_outputs, monkeypatch):
     """A run with the default (relative) ``output_root`` started while the working directory is in the checkout writes
-    its trial under a temp folder, not ``outputs/`` in the user's clone (a test that chdirs to its tmp_path first keeps
-    ``tmp_path/outputs``). Every trial folder comes from ``run_dirs.make_trial_dir``, so that is the one place to redirect."""
+    its run_dir under a temp folder, not ``outputs/`` in the user's clone (a test that chdirs to its tmp_path first keeps
+    ``tmp_path/outputs``). Every run folder comes from ``run_dirs.make_run_dir``, so that is the one place to redirect."""
     import lift3d.runs.run_dirs as run_dirs
 
-    make_trial_dir = run_dirs.make_trial_dir
+    make_run_dir = run_dirs.make_run_dir
 
     def outside_the_checkout(cfg, *args, **kwargs):
         root = Path(cfg.output_root)
         if not root.is_absolute() and Path.cwd().resolve().is_relative_to(REPO):
             cfg = dataclasses.replace(cfg, output_root=str(_session_outputs / root))
-        return make_trial_dir(cfg, *args, **kwargs)
+        return make_run_dir(cfg, *args, **kwargs)
 
-    monkeypatch.setattr(run_dirs, "make_trial_dir", outside_the_checkout)
+    monkeypatch.setattr(run_dirs, "make_run_dir", outside_the_checkout)
 
 
 @pytest.fixture(autouse=True)

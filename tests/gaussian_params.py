@@ -9,7 +9,7 @@ from lift3d.render.splats.sh import num_bases
 
 
 def random_params(n: int = 64, degree: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
-    """``means`` within +-3, log scales in [-6, 0], unnormalised wxyz quats, logits within +-4, DC within +-3
+    """``means`` within +-3, log scales in [-6, 0], unnormalized wxyz quats, logits within +-4, DC within +-3
     and higher SH bands within +-0.9 (SPZ's byte ranges hold all of them unclipped)."""
     g = torch.Generator().manual_seed(seed)
     return {

@@ -56,7 +56,7 @@ def render_reference(vertices: torch.Tensor, faces: torch.Tensor, cameras: Camer
 
 
 def bilinear(texture: np.ndarray, uv: np.ndarray) -> np.ndarray:
-    """Texels [N, C] at uv [N, 2] ((0,0) bottom-left; texel centres at (i + 0.5) / size; clamped)."""
+    """Texels [N, C] at uv [N, 2] ((0,0) bottom-left; texel centers at (i + 0.5) / size; clamped)."""
     height, width = texture.shape[:2]
     x = np.clip(uv[:, 0] * width - 0.5, 0, width - 1)
     y = np.clip((1.0 - uv[:, 1]) * height - 0.5, 0, height - 1)

@@ -10,7 +10,7 @@ from torch import Tensor
 
 
 class AnalyticField(nn.Module):
-    """Density from a function of world points; features are a constant colour; normals are -grad density."""
+    """Density from a function of world points; features are a constant color; normals are -grad density."""
 
     def __init__(self, density_fn, radius: float = 1.0, color=(0.2, 0.6, 0.9)) -> None:
         super().__init__()

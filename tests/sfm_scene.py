@@ -24,22 +24,22 @@ def _cell_hash(cell: torch.Tensor, seed: float) -> torch.Tensor:
     return value - torch.floor(value)
 
 
-def floor_colour(xy: torch.Tensor) -> torch.Tensor:
-    """A random mosaic of coloured tiles at two scales on the floor points [M, 2]: corners SIFT can match."""
+def floor_color(xy: torch.Tensor) -> torch.Tensor:
+    """A random mosaic of colored tiles at two scales on the floor points [M, 2]: corners SIFT can match."""
     fine, coarse = torch.floor(xy / 0.11), torch.floor(xy / 0.37)
     channels = [0.6 * _cell_hash(fine, 1.0 + c) + 0.4 * _cell_hash(coarse, 7.0 + c) for c in range(3)]
     return torch.stack(channels, -1)
 
 
 def render_photos(cameras: Cameras) -> np.ndarray:
-    """RGB photos [C, H, W, 3] uint8 of the toy over the textured floor disc (sky grey)."""
+    """RGB photos [C, H, W, 3] uint8 of the toy over the textured floor disc (sky gray)."""
     toy = render_toy(cameras, supersample=2)
     origins, directions = cameras.rays()
     dz = directions[..., 2]
     t = (FLOOR_Z - origins[..., 2]) / torch.where(dz.abs() < 1e-6, torch.full_like(dz, 1e-6), dz)
     hit = origins + t[..., None] * directions
     on_floor = (t > 0) & (hit[..., :2].norm(dim=-1) < FLOOR_RADIUS)
-    background = torch.where(on_floor[..., None], floor_colour(hit[..., :2].reshape(-1, 2)).reshape(hit.shape), torch.tensor(0.6))
+    background = torch.where(on_floor[..., None], floor_color(hit[..., :2].reshape(-1, 2)).reshape(hit.shape), torch.tensor(0.6))
     rgb = toy[..., :3] * toy[..., 3:] + background * (1 - toy[..., 3:])
     return (rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy()
 
@@ -55,7 +55,7 @@ def write_photos(folder, n_views: int = 20, resolution: int = 200) -> Cameras:
 
 
 def similarity_align(source: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """(s, R, t) minimising |s R source + t - target|^2 over points [N, 3] (Umeyama's closed form)."""
+    """(s, R, t) minimizing |s R source + t - target|^2 over points [N, 3] (Umeyama's closed form)."""
     mu_s, mu_t = source.mean(0), target.mean(0)
     a, b = source - mu_s, target - mu_t
     U, S, Vt = np.linalg.svd(b.T @ a / len(source))

@@ -17,7 +17,7 @@ def project_one(mean, quat_wxyz, scale, w2c, K, width, height, eps2d=0.3):
     W, t = w2c[:3, :3], w2c[:3, 3]
     x, y, z = W @ mean + t
     fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
-    # Jacobian of the pinhole map at the centre, clamped to 1.3x the field of view
+    # Jacobian of the pinhole map at the center, clamped to 1.3x the field of view
     lim_xp, lim_xn = (width - cx) / fx + 0.15 * width / fx, cx / fx + 0.15 * width / fx
     lim_yp, lim_yn = (height - cy) / fy + 0.15 * height / fy, cy / fy + 0.15 * height / fy
     tx = z * min(max(x / z, -lim_xn), lim_xp)
@@ -30,7 +30,7 @@ def project_one(mean, quat_wxyz, scale, w2c, K, width, height, eps2d=0.3):
 def render_reference(means, quats, scales, opacities, colors, w2c, K, width, height, background,
                      eps2d=0.3, near=0.01, far=1e10):
     """rgb [H, W, D], alpha [H, W] of one camera and how many pixels stopped early (transmittance);
-    ``colors`` [N, D] are the per-Gaussian colours."""
+    ``colors`` [N, D] are the per-Gaussian colors."""
     items = []
     for i in range(len(means)):
         if opacities[i] < 1 / 255:

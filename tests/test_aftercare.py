@@ -21,11 +21,11 @@ def test_a_missing_ffmpeg_plugin_costs_only_the_videos(tmp_path, monkeypatch, ca
     assert code == aftercare.EXIT_TRAINED_WITH_PROBLEMS, err
     assert "trained, but 2 step(s) after training failed" in err and "pip install imageio-ffmpeg" in err
     assert "Traceback" not in err
-    trial = next((tmp_path / "reconstruct-gaussians-sample").iterdir())
-    save = trial / "save"
+    run_dir = next((tmp_path / "reconstruct-gaussians-sample").iterdir())
+    save = run_dir / "save"
     assert (save / "it20-gaussians.ply").is_file() and (save / "it20.splat").is_file()  # the other exports ran
-    assert not list(save.glob("*.mp4")) and (trial / "ckpts" / "last.ckpt").is_file()
-    progress = json.loads((trial / "progress.json").read_text())
+    assert not list(save.glob("*.mp4")) and (run_dir / "ckpts" / "last.ckpt").is_file()
+    progress = json.loads((run_dir / "progress.json").read_text())
     assert progress["status"] == "finished" and len(progress["problems"]) == 2
     assert json.loads((save / "metrics.json").read_text())["val"]["step"] == 20
 
@@ -45,20 +45,20 @@ def test_the_readme_export_line_works_on_a_reconstruction(tmp_path, capsys):
     """`lift3d export CONFIG --resume CKPT --format glb obj 3dgs-ply splat mp4` on a finished lift3d reconstruct run."""
     assert main(["reconstruct", f"output_root={tmp_path}", *SHORT, "system.export.formats=[]",
                  "trainer.run_test_after_fit=false"]) == 0
-    trial = next((tmp_path / "reconstruct-gaussians-sample").iterdir())
+    run_dir = next((tmp_path / "reconstruct-gaussians-sample").iterdir())
     capsys.readouterr()
-    code = main(["export", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt"),
+    code = main(["export", str(run_dir / "configs" / "parsed.yaml"), "--resume", str(run_dir / "ckpts" / "last.ckpt"),
                  "--format", "glb", "obj", "3dgs-ply", "splat", "mp4", "system.export.resolution=48",
                  "system.export.texture_size=64", "system.export.video_frames=4", "system.export.video_width=32",
                  "system.export.video_height=32"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    names = {p.name for p in (trial / "save").iterdir()}
+    names = {p.name for p in (run_dir / "save").iterdir()}
     assert {"it20.glb", "it20.obj", "it20.mtl", "it20-gaussians.ply", "it20.splat", "it20-orbit.mp4"} <= names
-    texture = [line.split()[-1] for line in (trial / "save" / "it20.mtl").read_text().splitlines() if line.startswith("map_Kd")]
-    assert texture and (trial / "save" / texture[0]).is_file()  # the .obj's texture (trimesh names it by version)
-    report = validate_gltf(trial / "save" / "it20.glb")[0]
+    texture = [line.split()[-1] for line in (run_dir / "save" / "it20.mtl").read_text().splitlines() if line.startswith("map_Kd")]
+    assert texture and (run_dir / "save" / texture[0]).is_file()  # the .obj's texture (trimesh names it by version)
+    report = validate_gltf(run_dir / "save" / "it20.glb")[0]
     assert not [p for p in gltf_problems(report) if p[0] == "error"]
-    assert main(["export", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt"),
+    assert main(["export", str(run_dir / "configs" / "parsed.yaml"), "--resume", str(run_dir / "ckpts" / "last.ckpt"),
                  "--format", "ply"]) == 2
     assert "ambiguous" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def test_app_runs_a_job_in_a_real_browser(server, chromium):
     # a reload finds the same job on the server again
     page.reload()
     page.wait_for_selector(f"#lift3d-status[data-job='{job}']", timeout=60_000)
-    done = _wait(page, lambda s: s["state"] in ("finished", "failed", "cancelled"), 300, "the run to end")
+    done = _wait(page, lambda s: s["state"] in ("finished", "failed", "canceled"), 300, "the run to end")
     assert done["state"] == "finished", page.inner_text("#job-status")
     assert int(done["step"]) == STEPS
 
@@ -152,12 +152,12 @@ def test_app_runs_a_job_in_a_real_browser(server, chromium):
     import trimesh
     from omegaconf import OmegaConf
 
-    trial = next((tmp_path / "outputs" / "gaussian-sds").glob("*/configs")).parent  # named by the real recipe
-    parsed = OmegaConf.load(trial / "configs" / "parsed.yaml")
+    run_dir = next((tmp_path / "outputs" / "gaussian-sds").glob("*/configs")).parent  # named by the real recipe
+    parsed = OmegaConf.load(run_dir / "configs" / "parsed.yaml")
     assert (parsed.system_type, parsed.system.guidance_type) == ("gaussian-sds", "stable-diffusion")
     assert parsed.system.guidance.pretrained_model_name_or_path == str(tiny_sd_path())  # the page's Model option
     assert (parsed.trainer.max_steps, parsed.data.height, parsed.system.guidance.prompt) == (STEPS, RESOLUTION, PROMPT)
-    assert glb.read_bytes() == (trial / "save" / f"it{STEPS}.glb").read_bytes()  # the download is the run's own export
+    assert glb.read_bytes() == (run_dir / "save" / f"it{STEPS}.glb").read_bytes()  # the download is the run's own export
     mesh = trimesh.load(glb, force="mesh")
     assert len(mesh.faces) > 0 and len(mesh.vertices) > 0
     report = validate_gltf(glb)[0]  # the Khronos glTF validator

@@ -32,9 +32,9 @@ def recipes():
     return [probe_recipe(photos), probe_recipe(text)]
 
 
-def _finished(queue, label, trial, state=FINISHED, owner="") -> str:
-    job = Job(f"done{len(queue.known)}", JobSpec(recipe_config("reconstruct-gaussians"), [], trial.parent, recipe=label,
-                                                 owner=owner), tag="t", state=state, trial_dir=trial)
+def _finished(queue, label, run_dir, state=FINISHED, owner="") -> str:
+    job = Job(f"done{len(queue.known)}", JobSpec(recipe_config("reconstruct-gaussians"), [], run_dir.parent, recipe=label,
+                                                 owner=owner), tag="t", state=state, run_dir=run_dir)
     queue.known[job.id] = job
     return job.id
 
@@ -72,6 +72,6 @@ def test_the_queue_runs_lift3d_edit_on_the_run(reconstruction, tmp_path):
     finally:
         queue.close(timeout=60)
     assert job.state == FINISHED, job.error
-    assert job.trial_dir.parent == tmp_path / "reconstruct-gaussians-sample" and job.progress["step"] == 4
-    assert (job.trial_dir / "save" / "it4-gaussians.ply").is_file() and (job.trial_dir / "save" / "edits").is_dir()
+    assert job.run_dir.parent == tmp_path / "reconstruct-gaussians-sample" and job.progress["step"] == 4
+    assert (job.run_dir / "save" / "it4-gaussians.ply").is_file() and (job.run_dir / "save" / "edits").is_dir()
     assert job.results().model is not None

@@ -44,7 +44,7 @@ def test_a_job_trains_then_exports_its_asset(queue, tmp_path):
         assert queue.latest() is job  # a fresh page with no job id finds the running job
     queue.wait(job.id, timeout=300)
     assert job.state == FINISHED, job.error
-    assert job.trial_dir.parent == tmp_path / "app-mesh" and job.trial_dir.name.startswith("a-red-apple-")
+    assert job.run_dir.parent == tmp_path / "app-mesh" and job.run_dir.name.startswith("a-red-apple-")
     assert job.progress["status"] == "finished" and job.progress["step"] == 20
     assert job.progress["latest_image"].endswith(".png") and "it20-val" in job.progress["latest_image"]
     results = job.results()
@@ -68,14 +68,14 @@ def test_cancel_keeps_the_last_checkpoint_and_queued_jobs_never_start(queue, tmp
     assert queue.cancel(long.id)
     queue.wait(long.id, timeout=60)
     assert long.state == CANCELLED and long.progress["status"] == "interrupted"
-    checkpoint = load_checkpoint(long.trial_dir / "ckpts" / "last.ckpt")
+    checkpoint = load_checkpoint(long.run_dir / "ckpts" / "last.ckpt")
     assert checkpoint["global_step"] >= 20  # a periodic checkpoint (every 10), or one written as the run stopped
     assert checkpoint["global_step"] <= long.progress["step"] < 100000
     step, kept = long.progress["step"], checkpoint["global_step"]  # the note names the checkpoint and its step
-    assert long.note.startswith(f"cancelled at step {step}; kept ckpts/last.ckpt (step {kept})"), long.note
+    assert long.note.startswith(f"canceled at step {step}; kept ckpts/last.ckpt (step {kept})"), long.note
     assert not queue.cancel(long.id)  # nothing left to cancel
     time.sleep(0.3)
-    assert waiting.started is None and waiting.trial_dir is None
+    assert waiting.started is None and waiting.run_dir is None
 
 
 def test_failures_surface_their_error_and_the_queue_goes_on(queue, tmp_path):
@@ -150,4 +150,4 @@ def test_photos_without_poses_get_them_before_training(queue, tmp_path):
     queue.wait(job.id, timeout=600)
     assert job.state == FINISHED, job.error
     assert (scene / "sparse" / "0" / "images.bin").is_file() and job.progress["step"] == 4
-    assert (job.trial_dir / "configs" / "scene.json").is_file()
+    assert (job.run_dir / "configs" / "scene.json").is_file()

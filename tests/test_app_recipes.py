@@ -99,8 +99,8 @@ def test_recipe_files_and_the_environment_extend_the_table(tmp_path, monkeypatch
     monkeypatch.setenv(RECIPES_ENV, str(file))
     labels = [r.label for r in recipe_table()]
     assert labels[: len(DEFAULT_RECIPES)] == [r.label for r in DEFAULT_RECIPES] and labels[-1] == "Mine"
-    with pytest.raises(RecipeError, match="unknown field.*colour"):
-        recipe_from_dict({"label": "x", "config": "y", "colour": "red"})
+    with pytest.raises(RecipeError, match="unknown field.*color"):
+        recipe_from_dict({"label": "x", "config": "y", "color": "red"})
     with pytest.raises(RecipeError, match="unknown option"):
         recipe_from_dict({"label": "x", "config": "y", "options": {"stpes": "trainer.max_steps"}})
     with pytest.raises(RecipeError, match="not found"):

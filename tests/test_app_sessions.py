@@ -41,16 +41,16 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _assert_tells_what_was_kept(message: str, trial_dir) -> None:
+def _assert_tells_what_was_kept(message: str, run_dir) -> None:
     """The message names the newest checkpoint in ckpts/ and its real step, or says none was kept when there is none."""
-    kept = kept_checkpoint(trial_dir)
+    kept = kept_checkpoint(run_dir)
     if kept is None:
         assert "no checkpoint was kept" in message, message
-        assert not list((trial_dir / "ckpts").glob("*.ckpt")) if (trial_dir / "ckpts").is_dir() else True
+        assert not list((run_dir / "ckpts").glob("*.ckpt")) if (run_dir / "ckpts").is_dir() else True
         return
     match = re.search(r"kept ckpts/(\S+) \(step (\d+)\)", message)
     assert match, message
-    named = trial_dir / "ckpts" / match.group(1)
+    named = run_dir / "ckpts" / match.group(1)
     assert named.is_file() and checkpoint_step(named) == int(match.group(2)) == kept[1]
 
 
@@ -82,8 +82,8 @@ def test_a_second_session_neither_sees_nor_cancels_the_first_ones_job(recipes, t
         *updates, shown = state.refresh(alice, job_id, {})
         assert shown["job"] == job_id and f'data-job="{job_id}"' in updates[0]["value"]
         message = _text(state.cancel(alice, job_id))  # Alice can: it says what the run kept
-        assert job.state == CANCELLED and f"Run {job_id} cancelled at step" in message, message
-        _assert_tells_what_was_kept(message, job.trial_dir)
+        assert job.state == CANCELLED and f"Run {job_id} canceled at step" in message, message
+        _assert_tells_what_was_kept(message, job.run_dir)
         assert "its last checkpoint stays" not in message
     finally:
         queue.close(timeout=60)
@@ -100,8 +100,8 @@ def test_cancel_names_the_checkpoint_kept_and_its_step(recipes, tmp_path):
         _wait_for(lambda: job.progress.get("step", 0) >= 12, 120, "two periodic checkpoints")
         message = _text(state.cancel(owner, job_id))
         assert job.state == CANCELLED and "kept ckpts/" in message, message
-        _assert_tells_what_was_kept(message, job.trial_dir)
-        assert kept_checkpoint(job.trial_dir)[1] >= 10 and job.note in message
+        _assert_tells_what_was_kept(message, job.run_dir)
+        assert kept_checkpoint(job.run_dir)[1] >= 10 and job.note in message
         assert "there is no queued or running job" in _text(state.cancel(owner, job_id))
     finally:
         queue.close(timeout=60)
@@ -123,15 +123,15 @@ def test_kept_checkpoint_reads_steps_and_prefers_last_on_a_tie(tmp_path):
 
 
 def test_downloads_are_handed_only_to_the_owner_under_unguessable_names(recipes, tmp_path):
-    trial = tmp_path / "outputs" / "app-mesh" / "run"
-    (trial / "save").mkdir(parents=True)
-    (trial / "save" / "sphere.glb").write_bytes(b"glTF mesh")
-    (trial / "save" / "it20-test.mp4").write_bytes(b"video")
+    run_dir = tmp_path / "outputs" / "app-mesh" / "run"
+    (run_dir / "save").mkdir(parents=True)
+    (run_dir / "save" / "sphere.glb").write_bytes(b"glTF mesh")
+    (run_dir / "save" / "it20-test.mp4").write_bytes(b"video")
     queue = FakeQueue()
     state = AppState(queue, recipes, tmp_path / "outputs", publish_root=tmp_path / "published")
     alice, bob = state.new_owner(), state.new_owner()
     job = Job("done0", JobSpec(TEST_CONFIGS / "app-mesh.yaml", [], tmp_path / "outputs", recipe=LABEL, owner=alice),
-              tag="t", state=FINISHED, trial_dir=trial)
+              tag="t", state=FINISHED, run_dir=run_dir)
     queue.known[job.id] = job
     *updates, shown = state.refresh(alice, job.id, {})
     model, files = shown["model"], shown["files"]
@@ -139,7 +139,7 @@ def test_downloads_are_handed_only_to_the_owner_under_unguessable_names(recipes,
     assert sorted(p.rsplit("/", 1)[1] for p in files) == ["it20-test.mp4", "sphere.glb"]
     assert Path(model).read_bytes() == b"glTF mesh" and updates[2]["value"] == model
     assert re.fullmatch(r"[0-9a-f]{32}", model.split("/")[-2])  # keyed by a server secret, not by the path
-    assert AppState(queue, recipes, tmp_path / "outputs", publish_root=tmp_path / "p2").publish(trial / "save" / "sphere.glb") \
+    assert AppState(queue, recipes, tmp_path / "outputs", publish_root=tmp_path / "p2").publish(run_dir / "save" / "sphere.glb") \
         .split("/")[-2] != model.split("/")[-2]
     *_, shown = state.refresh(bob, job.id, {})
     assert shown["model"] is None and shown["files"] == [] and shown["job"] is None
@@ -198,14 +198,14 @@ def test_a_run_slow_to_stop_gets_what_it_kept_so_far(recipes, tmp_path):
     queue = FakeQueue()
     state = AppState(queue, recipes, tmp_path, cancel_wait_s=0.0)
     owner = state.new_owner()
-    trial = tmp_path / "run"
-    job = Job("slow", JobSpec(TEST_CONFIGS / "app-mesh.yaml", [], tmp_path, owner=owner), tag="t", state=RUNNING, trial_dir=trial)
+    run_dir = tmp_path / "run"
+    job = Job("slow", JobSpec(TEST_CONFIGS / "app-mesh.yaml", [], tmp_path, owner=owner), tag="t", state=RUNNING, run_dir=run_dir)
     job.progress = {"step": 42}
     queue.known[job.id] = job
     message = _text(state.cancel(owner, job.id))  # the fake run never stops
     assert "Stopping run slow at step 42" in message and "so far: no checkpoint was kept" in message, message
-    (trial / "ckpts").mkdir(parents=True)
-    torch.save({"global_step": 40}, trial / "ckpts" / "step0000040.ckpt")
+    (run_dir / "ckpts").mkdir(parents=True)
+    torch.save({"global_step": 40}, run_dir / "ckpts" / "step0000040.ckpt")
     assert "so far: kept ckpts/step0000040.ckpt (step 40)" in _text(state.cancel(owner, job.id))
     job.state = QUEUED
     assert "before it started; nothing was kept" in _text(state.cancel(owner, job.id))

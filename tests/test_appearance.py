@@ -1,4 +1,4 @@
-"""Per-photo appearance (lift3d.render.appearance, lift3d.systems.appearance): the affine colour math, the
+"""Per-photo appearance (lift3d.render.appearance, lift3d.systems.appearance): the affine color math, the
 held-out scoring protocol, when it is on, its state, and a tiny stand-in reconstruction that it rescues."""
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ def test_straight_through_clip_keeps_a_gradient_above_one():
 
 def test_fit_affine_recovers_a_transform():
     g = torch.Generator().manual_seed(1)
-    colours = torch.rand(500, 3, generator=g)
+    colors = torch.rand(500, 3, generator=g)
     affine = _random_affine(g)[0]
-    fitted = fit_affine(colours, colours @ affine[:, :3].T + affine[:, 3], ridge=1e-6)
+    fitted = fit_affine(colors, colors @ affine[:, :3].T + affine[:, 3], ridge=1e-6)
     assert torch.allclose(fitted, affine, atol=1e-4)
-    flat = torch.full((50, 3), 0.5)  # one colour: ill-posed, the ridge keeps it near the identity
+    flat = torch.full((50, 3), 0.5)  # one color: ill-posed, the ridge keeps it near the identity
     assert torch.isfinite(fit_affine(flat, flat * 0.8)).all()
 
 
 def test_left_half_protocol_fits_on_the_left_and_scores_the_right():
     g = torch.Generator().manual_seed(2)
     render = torch.rand(2, 16, 20, 3, generator=g) * 0.6 + 0.2
-    left = torch.tensor([[0.9, 0.05, 0.0, 0.05], [0.0, 0.8, 0.1, 0.0], [0.0, 0.0, 1.1, -0.1]])  # keeps colours in 0..1
+    left = torch.tensor([[0.9, 0.05, 0.0, 0.05], [0.0, 0.8, 0.1, 0.0], [0.0, 0.0, 1.1, -0.1]])  # keeps colors in 0..1
     right = _random_affine(g)[0]
     photo = apply_affine(render, left.expand(2, 3, 4))
     scores = held_out_scores(render, photo, "left-half", ridge=1e-6)
@@ -118,7 +118,7 @@ def test_photo_appearance_state():
     with torch.no_grad():
         appearance.delta[3] += 0.3
     index = torch.arange(10)
-    assert torch.allclose(appearance.affines(index).mean(0), identity_affine(1)[0], atol=1e-6)  # centred
+    assert torch.allclose(appearance.affines(index).mean(0), identity_affine(1)[0], atol=1e-6)  # centered
     out = appearance(rgb, torch.tensor([3, 7]))
     out.sum().backward()
     assert appearance.delta.grad is not None and appearance.delta.grad.abs().sum() > 0
@@ -265,7 +265,7 @@ def test_nerf_system_trains_the_transforms_of_its_photos():
 
 
 def test_ray_batches_name_the_photo_of_every_ray(tmp_path):
-    """Each ray of a batch starts at the centre of the camera its ``index`` names (photos of two sizes, padded)."""
+    """Each ray of a batch starts at the center of the camera its ``index`` names (photos of two sizes, padded)."""
     from lift3d.data.posed_images import PosedImagesDataModule
     from lift3d.rng import step_generator
     from tests.mixed_photo_sets import HOLDOUT, write_colmap_scene
@@ -277,5 +277,5 @@ def test_ray_batches_name_the_photo_of_every_ray(tmp_path):
     index = batch["index"]
     assert index.shape == (512,) and int(index.min()) >= 0 and int(index.max()) < len(module.train)
     assert len(set(index.tolist())) > len(module.train) // 2  # rays from many photos
-    centres = module.train.cameras.c2w[index, :3, 3]
-    assert torch.allclose(batch["rays_o"], centres, atol=1e-5)
+    centers = module.train.cameras.c2w[index, :3, 3]
+    assert torch.allclose(batch["rays_o"], centers, atol=1e-5)

@@ -1,5 +1,5 @@
 """Per-photo appearance end to end: the sample scene's photos as a camera with auto-exposure would take them (a
-random exposure gain and colour tint per training photo, held-out photos untouched), reconstructed by the
+random exposure gain and color tint per training photo, held-out photos untouched), reconstructed by the
 reconstruct-gaussians-sample recipe with appearance on and off, against the same photos unaltered."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from lift3d.recipes import recipe_config
 from lift3d.runs.runner import run_experiment
 
 GAIN = (0.5, 1.5)  # exposure gain per training photo
-TINT = (0.7, 1.3)  # white-balance gain per colour channel per training photo
+TINT = (0.7, 1.3)  # white-balance gain per color channel per training photo
 
 
 def write_photos(out: Path, seed: int | None) -> Path:
@@ -43,8 +43,8 @@ def _val_psnr(tmp_path: Path, scene: Path, tag: str, appearance: str) -> float:
     overrides = [f"output_root={tmp_path / 'out'}", f"data.root={scene}", "use_timestamp=false", f"tag={tag}",
                  "trainer.enable_progress_bar=false", "trainer.run_test_after_fit=false", "system.export.formats=[]",
                  f"system.appearance.enabled={appearance}"]
-    trial = run_experiment("train", load_config(config, overrides=overrides), [config], [])
-    return float(json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"])
+    run_dir = run_experiment("train", load_config(config, overrides=overrides), [config], [])
+    return float(json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"])
 
 
 @pytest.mark.slow

@@ -13,11 +13,11 @@ def test_every_variant_builds(tmp_path):
 
     assert set(bench.VARIANTS) == {"default", "mcmc", "antialiased", "absgrad"}
     for name, overrides in bench.VARIANTS.items():
-        extra = ["system.densify.cap_max=5000"] if name == "mcmc" else []
+        extra = ["system.densify.max_gaussians=5000"] if name == "mcmc" else []
         cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=[f"output_root={tmp_path}", *overrides, *extra])
         system = find(cfg.system_type)(cfg.system)
         if name == "mcmc":
-            assert type(system.densify).__name__ == "MCMCStrategy" and system.densify.cfg.cap_max == 5000
+            assert type(system.densify).__name__ == "MCMCStrategy" and system.densify.cfg.max_gaussians == 5000
             assert system.densify.cfg.refine_stop == 25000  # the 3DGS schedule's options were dropped with its type
         if name == "antialiased":
             assert system.renderer.cfg.rasterize_mode == "antialiased"

@@ -55,7 +55,7 @@ def test_center_ray_points_along_view_and_corners_by_fov():
     K = intrinsics_from_fovy(torch.tensor([math.radians(90)]), 2, 2)
     origins, directions = camera_rays(c2w, K, 2, 2, normalized=False)
     assert origins.shape == (1, 2, 2, 3) and torch.allclose(origins[0, 0, 0], torch.tensor([2.0, 0, 0]))
-    # pixel (0, 0) is top-left: camera-space direction (-0.5, +0.5, -1) with focal 1 and centre 1
+    # pixel (0, 0) is top-left: camera-space direction (-0.5, +0.5, -1) with focal 1 and center 1
     expected_cam = torch.tensor([-0.5, 0.5, -1.0])
     assert torch.allclose(directions[0, 0, 0], c2w[0, :3, :3] @ expected_cam, atol=1e-6)
     _, unit = camera_rays(c2w, K, 2, 2)
@@ -66,7 +66,7 @@ def test_opengl_opencv_conversion():
     c2w = spherical_to_c2w(torch.tensor([0.3]), torch.tensor([1.1]), torch.tensor([2.5]))
     cv = opengl_to_opencv(c2w)
     assert torch.allclose(opencv_to_opengl(cv), c2w)
-    # OpenCV camera looks down +z: the target (origin) has positive camera-space z and projects to the centre
+    # OpenCV camera looks down +z: the target (origin) has positive camera-space z and projects to the center
     w2c = w2c_opencv(c2w)
     p = w2c[0] @ torch.tensor([0.0, 0.0, 0.0, 1.0])
     assert p[2] > 0 and torch.allclose(p[:2], torch.zeros(2), atol=1e-5)

@@ -103,7 +103,7 @@ def test_an_unbounded_renderer_sees_the_far_background_a_bounded_one_cannot(samp
         unbounded.occupancy.mark_all()
     with torch.no_grad():
         far, near = unbounded.render_rays(rays_o, rays_d), bounded.render_rays(rays_o, rays_d)
-    assert near["alpha"].max() < 1e-6  # the box alone holds nothing: the background colour shows
+    assert near["alpha"].max() < 1e-6  # the box alone holds nothing: the background color shows
     assert far["alpha"].min() > 0.99  # every ray reaches the shell and is stopped by it
     torch.testing.assert_close(far["rgb"], torch.tensor([[0.9, 0.1, 0.1]]).expand(32, 3), atol=0.02, rtol=0)
     # the depth is where the ray enters the shell (40 units from the origin, the camera 4 from it)
@@ -121,8 +121,8 @@ def test_the_occupancy_grid_over_contracted_space_finds_the_far_shell():
     points = torch.tensor([[50.0, 0.0, 0.0], [0.0, -450.0, 0.0], [0.0, 0.0, 0.0], [1.5, 1.0, 0.0], [5.0, 0.0, 0.0]])
     assert grid.query(points).tolist() == [True, True, False, False, False]
     # the box's cells are the middle half of the grid: a quarter of the cells along each axis is outside it on each side
-    centres = grid.cell_points(torch.arange(grid.occupied.numel()), jitter=False)
-    inside_box = (centres.abs() <= 2).all(-1)
+    centers = grid.cell_points(torch.arange(grid.occupied.numel()), jitter=False)
+    inside_box = (centers.abs() <= 2).all(-1)
     assert inside_box.float().mean().item() == pytest.approx(0.125)
 
 
@@ -156,7 +156,7 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     scene = tmp_path / "scene"
     cameras = sample_cameras("train", 40)[::2]
     toy = render_toy(cameras, supersample=2)
-    sky = 0.5 + 0.45 * cameras.rays()[1]  # a colour per direction: a world at infinity
+    sky = 0.5 + 0.45 * cameras.rays()[1]  # a color per direction: a world at infinity
     photos = toy[..., :3] * toy[..., 3:] + sky * (1 - toy[..., 3:])
     (scene / "images").mkdir(parents=True)
     for i, photo in enumerate(photos):
@@ -182,10 +182,10 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     view = datamodule._views(datamodule.val_scene())[0]
     with torch.no_grad():
         start = float(psnr(system.eval().render_views(view)["rgb"].clamp(0, 1), view["rgb"]))
-    trial = run_experiment("train", cfg, [config], overrides)
-    final = json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"]
+    run_dir = run_experiment("train", cfg, [config], overrides)
+    final = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"]
     assert final > start + 2.5, (start, final)
-    loaded = load_system(cfg, trial / "ckpts" / "last.ckpt").eval()
+    loaded = load_system(cfg, run_dir / "ckpts" / "last.ckpt").eval()
     assert loaded.field.contraction == "cube"
     with torch.no_grad():
         again = float(psnr(loaded.render_views(view)["rgb"].clamp(0, 1), view["rgb"]))

@@ -42,7 +42,7 @@ def test_posed_images_batches(data_dir):
     dm = PosedImagesDataModule({"root": str(data_dir / "lego_tiny"), "background": [0.0, 0.0, 0.0]})
     batch = dm._sample_images(0, step_generator(0, 0))
     assert batch["rgb"].shape == (1, 50, 50, 3) and batch["cameras"].width == 50
-    # transparent pixels take the background colour (black here)
+    # transparent pixels take the background color (black here)
     transparent = batch["alpha"][..., 0] == 0
     assert transparent.any() and batch["rgb"][transparent].abs().max() == 0
     rays = PosedImagesDataModule({"root": str(data_dir / "lego_tiny"), "batch_mode": "rays", "rays_per_batch": 64})
@@ -84,7 +84,7 @@ def test_random_views_are_a_function_of_step():
 
 def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
     """images_on_device: batches gathered from photos kept on the device, drawn ahead in blocks, are the ones the
-    host loader copies each step (same views, backgrounds, cameras and colours), across a block boundary."""
+    host loader copies each step (same views, backgrounds, cameras and colors), across a block boundary."""
     from lift3d.data.resident import ResidentImages
 
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_size": 2, "random_background": True}
@@ -116,8 +116,8 @@ def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
 
 @pytest.mark.parametrize("random_background", [True, False])
 def test_resident_rays_give_the_loaders_batches(data_dir, random_background, monkeypatch):
-    """images_on_device with ray batches: rays and colours kept on the device, pixels drawn ahead in blocks, give
-    the batches the host loader samples and copies each step (same rays, colours, alpha, background)."""
+    """images_on_device with ray batches: rays and colors kept on the device, pixels drawn ahead in blocks, give
+    the batches the host loader samples and copies each step (same rays, colors, alpha, background)."""
     from lift3d.data.resident import DrawnAhead, ResidentRays, fits_on_device
 
     cfg = {"root": str(data_dir / "lego"), "max_train_frames": 6, "downscale": 8, "batch_mode": "rays",
@@ -139,7 +139,7 @@ def test_resident_rays_give_the_loaders_batches(data_dir, random_background, mon
     always.train_dataloader()
     assert isinstance(always._resident, ResidentRays) and always._rays is None  # no host copy beside the device's
     assert fits_on_device(10**15, torch.device("cpu"))
-    # on CUDA, auto needs room for every pixel's ray, not only its colour: 28 bytes a pixel in a quarter of memory
+    # on CUDA, auto needs room for every pixel's ray, not only its color: 28 bytes a pixel in a quarter of memory
     pixels = dm.train.rgba[..., 0].numel()
     for memory, expected in ((4 * 28 * pixels, True), (4 * 28 * pixels - 4, False)):
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, m=memory: type("P", (), {"total_memory": m}))

@@ -24,20 +24,20 @@ def test_exif_orientation_is_applied(tmp_path):
 
 def test_grayscale_16bit_palette_and_rgba(tmp_path):
     ramp16 = (np.linspace(0, 65535, 12).reshape(3, 4)).astype(np.uint16)
-    Image.fromarray(ramp16).save(tmp_path / "grey16.png")
-    grey16 = load_rgba(tmp_path / "grey16.png")
-    assert grey16.shape == (3, 4, 4) and grey16[0, 0, 0] == 0 and grey16[-1, -1, 0] == 255 and (grey16[..., 3] == 255).all()
-    assert np.allclose(grey16[..., 0].astype(float), ramp16 / 65535 * 255, atol=1)
+    Image.fromarray(ramp16).save(tmp_path / "gray16.png")
+    gray16 = load_rgba(tmp_path / "gray16.png")
+    assert gray16.shape == (3, 4, 4) and gray16[0, 0, 0] == 0 and gray16[-1, -1, 0] == 255 and (gray16[..., 3] == 255).all()
+    assert np.allclose(gray16[..., 0].astype(float), ramp16 / 65535 * 255, atol=1)
 
-    colour16 = np.zeros((2, 3, 3), np.uint16)
-    colour16[..., 2] = 65535  # OpenCV writes BGR: blue channel full
-    colour16[0, 0, 1] = 32768
-    cv2.imwrite(str(tmp_path / "colour16.png"), colour16)
-    rgb = load_rgba(tmp_path / "colour16.png")
+    color16 = np.zeros((2, 3, 3), np.uint16)
+    color16[..., 2] = 65535  # OpenCV writes BGR: blue channel full
+    color16[0, 0, 1] = 32768
+    cv2.imwrite(str(tmp_path / "color16.png"), color16)
+    rgb = load_rgba(tmp_path / "color16.png")
     assert tuple(rgb[1, 1, :3]) == (255, 0, 0) and rgb[0, 0, 1] == 128
 
-    Image.fromarray(np.full((2, 2), 77, np.uint8), "L").save(tmp_path / "grey.png")
-    assert (load_rgba(tmp_path / "grey.png")[..., :3] == 77).all()
+    Image.fromarray(np.full((2, 2), 77, np.uint8), "L").save(tmp_path / "gray.png")
+    assert (load_rgba(tmp_path / "gray.png")[..., :3] == 77).all()
 
     rgba = np.zeros((2, 2, 4), np.uint8)
     rgba[..., 3] = [[0, 255], [128, 255]]

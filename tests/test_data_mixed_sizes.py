@@ -32,8 +32,8 @@ def _gaussians(tmp_path, root, tag, steps, *extra):
                  f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "system.densify.refine_start=50",
                  "system.densify.refine_every=50", f"system.densify.refine_stop={steps - 20}", "system.densify.reset_every=0",
                  *extra]
-    trial = run_experiment("train", load_config(config, overrides=overrides), [config], [])
-    return json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"], trial
+    run_dir = run_experiment("train", load_config(config, overrides=overrides), [config], [])
+    return json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"], run_dir
 
 
 def test_an_undistorted_dense_colmap_folder_loads_every_photo_at_its_own_size(tmp_path):
@@ -91,8 +91,8 @@ def test_two_cameras_train(tmp_path):
         root = write_colmap_scene(tmp_path / kind, kind)
         module = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT})
         assert len({module.train.size(i) for i in range(len(module.train))}) == 2
-        _, trial = _gaussians(tmp_path, root, kind, 120, "trainer.num_sanity_val_steps=-1")
-        history = json.loads((trial / "save" / "metrics.json").read_text())["history"]
+        _, run_dir = _gaussians(tmp_path, root, kind, 120, "trainer.num_sanity_val_steps=-1")
+        history = json.loads((run_dir / "save" / "metrics.json").read_text())["history"]
         results[kind] = (history[0]["step"], history[0]["psnr"], history[-1]["psnr"])
     assert all(start == 0 and end > first + 5.0 for start, first, end in results.values()), results
 
@@ -109,10 +109,10 @@ def test_nerf_trains_on_two_cameras_in_rays_and_image_mode(tmp_path):
     for mode in ("rays", "image"):
         overrides = [f"output_root={tmp_path}", f"data.root={root}", f"tag={mode}", f"data.batch_mode={mode}", *QUIET, *tiny,
                      "trainer.max_steps=30", "trainer.val_check_interval=30", "data.holdout_every=4"]
-        trial = run_experiment("train", load_config(config, overrides=overrides), [config], [])
-        metrics = json.loads((trial / "save" / "metrics.json").read_text())["val"]
+        run_dir = run_experiment("train", load_config(config, overrides=overrides), [config], [])
+        metrics = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]
         assert metrics["views"] == 2 and np.isfinite(metrics["psnr"]) and metrics["psnr"] > 8.0, (mode, metrics)
-        shapes = {p.name: p.stat().st_size for p in (trial / "save" / "it30-val").glob("*.png")}
+        shapes = {p.name: p.stat().st_size for p in (run_dir / "save" / "it30-val").glob("*.png")}
         assert len(shapes) == 2
 
 
@@ -175,11 +175,11 @@ def test_ignore_masks_keep_a_moving_occluder_out_of_the_reconstruction(tmp_path)
     assert module.mask_mode == "ignore" and module.train.keep is not None and not module._has_masks()
     assert PosedImagesDataModule({"root": str(occluded), "mask_mode": "alpha"})._has_masks()  # cut-outs when asked
     clean, _ = _gaussians(tmp_path, write_nerfstudio_scene(tmp_path / "clean", occluded=False), "clean", 300)
-    masked, trial = _gaussians(tmp_path, occluded, "masked", 300)
+    masked, run_dir = _gaussians(tmp_path, occluded, "masked", 300)
     unmasked_scene = write_nerfstudio_scene(tmp_path / "unmasked", occluded=True, masked=False)
     unmasked, _ = _gaussians(tmp_path, unmasked_scene, "unmasked", 300)
     assert clean > 21.0 and masked > clean - 1.0 and masked > unmasked + 0.3, (clean, masked, unmasked)
-    assert json.loads((trial / "configs" / "scene.json").read_text())["mask_mode"] == "ignore"
+    assert json.loads((run_dir / "configs" / "scene.json").read_text())["mask_mode"] == "ignore"
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
@@ -191,7 +191,7 @@ def test_ignore_masks_keep_a_moving_occluder_out_of_the_reconstruction(tmp_path)
     ("n_orbit_views", -1, "data.n_orbit_views must be"),
     ("max_train_frames", 0, "data.max_train_frames must be -1 (all) or a whole number of at least 1, got 0"),
     ("max_val_views", -3, "data.max_val_views must be -1"),
-    ("max_image_side", -1, "data.max_image_side must be"),
+    ("max_side", -1, "data.max_side must be"),
     ("camera_distance", 0.0, "data.camera_distance must be above 0"),
     ("mask_mode", "cutout", "data.mask_mode must be one of auto, alpha, ignore, got 'cutout'"),
 ])

@@ -14,7 +14,7 @@ from lift3d.rng import step_generator
 
 
 def four_view_config(**overrides) -> RandomViewsConfig:
-    return RandomViewsConfig(height=8, width=8, batch_size=12, n_view=4, camera_perturb=0.0, center_perturb=0.0,
+    return RandomViewsConfig(height=8, width=8, batch_size=12, n_views=4, camera_perturb=0.0, center_perturb=0.0,
                              up_perturb=0.0, **overrides)
 
 
@@ -64,15 +64,15 @@ def test_perturbations_are_shared_by_an_object_and_relative_distance_fills_the_v
 
 def test_single_views_keep_the_plain_sampler_and_bad_batches_say_what_to_fix():
     plain = sample_random_views(RandomViewsConfig(batch_size=4), 5, step_generator(2, 5))
-    explicit = sample_random_views(RandomViewsConfig(batch_size=4, n_view=1), 5, step_generator(2, 5))
+    explicit = sample_random_views(RandomViewsConfig(batch_size=4, n_views=1), 5, step_generator(2, 5))
     assert torch.equal(plain["cameras"].c2w, explicit["cameras"].c2w)
     quarters = ((plain["azimuth_deg"] + 180) // 90).long().sort().values
     assert torch.equal(quarters, torch.arange(4)) and not math.isclose(float(plain["azimuth_deg"].diff()[0]), 90.0)
-    with pytest.raises(ValueError, match=r"data.batch_size \(\[8, 6\]\) must be a multiple of data.n_view \(4\)"):
-        RandomViewsDataModule({"batch_size": [8, 6], "n_view": 4, "height": [8, 8], "width": [8, 8],
+    with pytest.raises(ValueError, match=r"data.batch_size \(\[8, 6\]\) must be a multiple of data.n_views \(4\)"):
+        RandomViewsDataModule({"batch_size": [8, 6], "n_views": 4, "height": [8, 8], "width": [8, 8],
                                "resolution_milestones": [5]})
-    with pytest.raises(ValueError, match="multiple of data.n_view"):
-        sample_random_views(RandomViewsConfig(batch_size=6, n_view=4), 0, step_generator(0, 0))
+    with pytest.raises(ValueError, match="multiple of data.n_views"):
+        sample_random_views(RandomViewsConfig(batch_size=6, n_views=4), 0, step_generator(0, 0))
 
 
 def test_random_backgrounds_are_shared_by_the_views_of_an_object():

@@ -143,9 +143,9 @@ def test_every_layout_gives_the_same_cameras(tmp_path):
         assert torch.allclose(module.train.cameras.intrinsics, reference.train.cameras.intrinsics, atol=1e-4), kind
         assert torch.equal(module.train.rgba, reference.train.rgba), kind
         assert module.capture.frames[0].lens.kind == "opencv"
-    # the colmap poses are the written ones, moved by the recorded normalisation
-    normalised = transform_poses(reference.normalization, c2w)[1:8]
-    assert np.allclose(normalised, reference.train.cameras.c2w.double().numpy(), atol=1e-5)
+    # the colmap poses are the written ones, moved by the recorded normalization
+    normalized = transform_poses(reference.normalization, c2w)[1:8]
+    assert np.allclose(normalized, reference.train.cameras.c2w.double().numpy(), atol=1e-5)
     assert reference.points is not None and modules["nerfstudio"].points is None
 
 
@@ -159,12 +159,12 @@ def test_colmap_pose_conversion_matches_a_projection():
     assert np.allclose(local[:3], camera_point * [1, -1, -1])
 
 
-def test_normalisation_puts_the_focus_at_the_origin_with_z_up():
+def test_normalization_puts_the_focus_at_the_origin_with_z_up():
     rng = np.random.default_rng(6)
     c2w = inward_c2w(12, rng)
     T, record = normalizing_transform(c2w, camera_distance=4.0)
     moved = transform_poses(T, c2w)
-    assert record["centre_is"].startswith("focus point")
+    assert record["center_is"].startswith("focus point")
     assert np.allclose(np.linalg.norm(moved[:, :3, 3], axis=1).mean(), 4.0)
     up = moved[:, :3, 1].mean(0)
     assert np.allclose(up / np.linalg.norm(up), [0, 0, 1], atol=1e-9)  # the cameras' mean up is +z

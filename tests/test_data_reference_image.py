@@ -1,4 +1,4 @@
-"""Reference photos for image-to-3D: cut out (alpha, rembg, plain background), centred and scaled."""
+"""Reference photos for image-to-3D: cut out (alpha, rembg, plain background), centered and scaled."""
 
 import logging
 import sys
@@ -8,11 +8,11 @@ import pytest
 from PIL import Image
 
 from lift3d.cli import main
-from lift3d.data.reference_image import SegmentationMissingError, cut_out, plain_background_alpha, recentre
+from lift3d.data.reference_image import SegmentationMissingError, cut_out, plain_background_alpha, recenter
 
 
 def studio_photo() -> tuple[np.ndarray, np.ndarray]:
-    """A textured object on a grey, slightly noisy backdrop (RGBA with opaque alpha) and its true mask."""
+    """A textured object on a gray, slightly noisy backdrop (RGBA with opaque alpha) and its true mask."""
     rng = np.random.default_rng(0)
     rgb = np.clip(rng.normal(200, 2, (80, 100, 3)), 0, 255).astype(np.uint8)
     yy, xx = np.mgrid[0:80, 0:100]
@@ -28,15 +28,15 @@ def test_plain_background_cut_finds_the_object():
     assert iou > 0.9, iou
 
 
-def test_recentre_centres_and_scales_the_object():
+def test_recenter_centers_and_scales_the_object():
     rgba, mask = studio_photo()
     rgba[..., 3] = mask * 255
-    out = recentre(rgba, 64, 0.8)
+    out = recenter(rgba, 64, 0.8)
     ys, xs = np.nonzero(out[..., 3] > 127)
     assert out.shape == (64, 64, 4)
     assert abs((xs.min() + xs.max()) / 2 - 31.5) <= 1.5 and abs((ys.min() + ys.max()) / 2 - 31.5) <= 1.5
     assert abs(max(xs.max() - xs.min(), ys.max() - ys.min()) + 1 - 0.8 * 64) <= 2
-    assert recentre(rgba, 32, 0.0).shape == (32, 32, 4)
+    assert recenter(rgba, 32, 0.0).shape == (32, 32, 4)
 
 
 def test_missing_rembg_says_how_to_install_it(monkeypatch, caplog):

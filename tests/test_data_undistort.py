@@ -17,7 +17,7 @@ FISHEYE = Lens(W, H, 70.0, 70.0, 79.6, 60.2, "fisheye", (0.08, -0.03, 0.01, -0.0
 
 
 def distort(lens: Lens, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The lens models written out (normalised undistorted -> normalised distorted coordinates)."""
+    """The lens models written out (normalized undistorted -> normalized distorted coordinates)."""
     if lens.kind == "fisheye":
         k1, k2, k3, k4 = lens.coeffs
         r = np.hypot(x, y)
@@ -47,12 +47,12 @@ def undistort(lens: Lens, xd: np.ndarray, yd: np.ndarray) -> tuple[np.ndarray, n
 
 
 def grid(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """A smooth grid pattern on the normalised image plane, as grey levels in 0..1."""
+    """A smooth grid pattern on the normalized image plane, as gray levels in 0..1."""
     return 0.5 + 0.25 * np.sin(9 * x) * np.cos(9 * y) + 0.2 * np.cos(23 * x + 5 * y)
 
 
 def photo_through(lens: Lens) -> np.ndarray:
-    """The grid as the distorting lens sees it (pixel centres at i + 0.5)."""
+    """The grid as the distorting lens sees it (pixel centers at i + 0.5)."""
     v, u = np.mgrid[0:H, 0:W] + 0.5
     x, y = undistort(lens, (u - lens.cx) / lens.fx, (v - lens.cy) / lens.fy)
     return grid(x, y)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from lift3d.config import load_config
-from lift3d.runs.run_dirs import TRIAL_DIR_ENV, shared_trial_dir
+from lift3d.runs.run_dirs import RUN_DIR_ENV, shared_run_dir
 from lift3d.runs.runner import build_trainer, throttle_sigterm_broadcast
 from tests.conftest import TEST_CONFIGS
 
@@ -21,7 +21,7 @@ def test_two_ranks_train_on_their_own_views_and_one_writes(tmp_path):
     out, probe = tmp_path / "out", tmp_path / "probe"
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "fit-image-ddp.yaml"), "trainer.accelerator=cpu",
                "trainer.devices=2", f"output_root={out}", f"system.probe_dir={probe}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", RUN_DIR_ENV)}
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -31,15 +31,15 @@ def test_two_ranks_train_on_their_own_views_and_one_writes(tmp_path):
     assert all(a["view"] != b["view"] for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]))
     # different views and dropout masks per rank, yet identical weights: the gradients were all-reduced
     assert ranks[0]["param_sum"] == ranks[1]["param_sum"] and ranks[0]["param_abs_sum"] == ranks[1]["param_abs_sum"]
-    # one trial folder (rank 1 used rank 0's, whatever its clock said), written by rank 0 only
-    trials = list((out / "fit-image-ddp").iterdir())
-    assert len(trials) == 1
-    trial = trials[0]
+    # one run folder (rank 1 used rank 0's, whatever its clock said), written by rank 0 only
+    runs = list((out / "fit-image-ddp").iterdir())
+    assert len(runs) == 1
+    run_dir = runs[0]
     assert ranks[1]["written"] == []
     assert sorted(ranks[0]["written"]) == sorted(f"it{s}-val/{i:04d}.png" for s in (6, 12) for i in range(3))
-    assert json.loads((trial / "progress.json").read_text())["status"] == "finished"
-    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt", "step0000006.ckpt", "step0000012.ckpt"]
-    assert sorted(p.name for p in (trial / "save").iterdir()) == ["it12-test", "it12-test.mp4", "it12-val", "it6-val"]
+    assert json.loads((run_dir / "progress.json").read_text())["status"] == "finished"
+    assert sorted(p.name for p in (run_dir / "ckpts").iterdir()) == ["last.ckpt", "step0000006.ckpt", "step0000012.ckpt"]
+    assert sorted(p.name for p in (run_dir / "save").iterdir()) == ["it12-test", "it12-test.mp4", "it12-val", "it6-val"]
 
 
 @pytest.mark.slow
@@ -50,7 +50,7 @@ def test_two_ranks_finish_cleanly_without_ffmpeg_when_the_test_video_is_a_gif(tm
     hide = tmp_path / "no_ffmpeg"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['imageio_ffmpeg'] = None\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", RUN_DIR_ENV)}
     paths = [str(hide), str(TEST_CONFIGS.parents[1]), *filter(None, [env.get("PYTHONPATH")])]
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(paths))
     probe = subprocess.run([sys.executable, "-c", "from lift3d.aftercare import require_ffmpeg; require_ffmpeg()"],
@@ -61,16 +61,16 @@ def test_two_ranks_finish_cleanly_without_ffmpeg_when_the_test_video_is_a_gif(tm
                "trainer.devices=2", f"output_root={out}", f"system.probe_dir={tmp_path / 'probe'}", "system.test_video=gif"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    (trial,) = list((out / "fit-image-ddp").iterdir())
-    assert sorted(p.name for p in (trial / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
+    (run_dir,) = list((out / "fit-image-ddp").iterdir())
+    assert sorted(p.name for p in (run_dir / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
 
 
 def test_multi_device_runs_use_ddp_and_no_distributed_sampler(tmp_path):
     cfg = load_config(TEST_CONFIGS / "fit-image.yaml", overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu"])
-    trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)
+    trainer = build_trainer(cfg, tmp_path / "run_dir", train=True, devices=2)
     assert type(trainer.strategy).__name__ == "DDPStrategy" and trainer.strategy._ddp_kwargs.get("find_unused_parameters")
     assert trainer._accelerator_connector.use_distributed_sampler is False
-    single = build_trainer(cfg, tmp_path / "trial", train=True, devices=1)
+    single = build_trainer(cfg, tmp_path / "run_dir", train=True, devices=1)
     assert type(single.strategy).__name__ == "SingleDeviceStrategy"
 
 
@@ -79,7 +79,7 @@ def test_ddp_runs_agree_on_sigterm_every_n_steps_not_every_step(tmp_path):
     trainer.sigterm_check_every, the same steps on every rank; single-device trainers keep Lightning's loop."""
     cfg = load_config(TEST_CONFIGS / "fit-image.yaml", overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu",
                                                                     "trainer.sigterm_check_every=4"])
-    trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)
+    trainer = build_trainer(cfg, tmp_path / "run_dir", train=True, devices=2)
     loop = trainer.fit_loop.epoch_loop
     assert "_broadcast_sigterm_tensor" in vars(loop)  # replaced on this loop only
     calls: list[int] = []
@@ -97,17 +97,17 @@ def test_ddp_runs_agree_on_sigterm_every_n_steps_not_every_step(tmp_path):
         for fake.global_step in range(10):
             fake.fit_loop.epoch_loop._broadcast_sigterm_tensor()
         assert calls == expected, every
-    single = build_trainer(cfg, tmp_path / "trial", train=True, devices=1)
+    single = build_trainer(cfg, tmp_path / "run_dir", train=True, devices=1)
     assert "_broadcast_sigterm_tensor" not in vars(single.fit_loop.epoch_loop)
 
 
-def test_only_other_ranks_take_the_shared_trial_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv(TRIAL_DIR_ENV, str(tmp_path / "from-rank-0"))
+def test_only_other_ranks_take_the_shared_run_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "from-rank-0"))
     for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)
-    assert shared_trial_dir() is None  # rank 0 (or a plain run) never reuses a previous run's folder
+    assert shared_run_dir() is None  # rank 0 (or a plain run) never reuses a previous run's folder
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert shared_trial_dir() == tmp_path / "from-rank-0"
+    assert shared_run_dir() == tmp_path / "from-rank-0"
 
 
 
@@ -118,7 +118,7 @@ def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
     repo = TEST_CONFIGS.parents[1]
     command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "lift3d/configs/reconstruct-gaussians-sample.yaml",
                "--steps", "4", "--warmup", "2", "--views-per-rank", "2", "--same-batch", "--psnr",
-               f"data.root={repo / 'lift3d' / 'assets' / 'sample_scene'}", "data.max_image_side=32",
+               f"data.root={repo / 'lift3d' / 'assets' / 'sample_scene'}", "data.max_side=32",
                "system.gaussians.init_points=300", "system.export.formats=[]"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=repo, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -21,7 +21,7 @@ from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategy import DensifyStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.runs.run_dirs import TRIAL_DIR_ENV
+from lift3d.runs.run_dirs import RUN_DIR_ENV
 from lift3d.runs.runner import build_trainer
 from lift3d.systems.base import _finite_on_every_rank
 from lift3d.systems.replicas import ReplicaDivergenceError, ReplicatedDDPStrategy, check_replicas
@@ -93,7 +93,7 @@ def _rank_refines_its_view(rank: int, rendezvous: str, folder: str) -> None:
 @pytest.mark.slow
 def test_two_ranks_refine_like_one_process_seeing_both_views(tmp_path):
     """Each rank renders one view and densifies on the statistics summed over both ranks: the sums equal those
-    of one process rendering both views as one batch (the normalisation x batch size makes a view's share the
+    of one process rendering both views as one batch (the normalization x batch size makes a view's share the
     same), the Gaussians grown are the same, and the split offsets do not depend on the rank's RNG."""
     torch.set_num_threads(1)
     ranks = mp.start_processes(_rank_refines_its_view, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2,
@@ -125,7 +125,7 @@ def test_two_ranks_refine_like_one_process_seeing_both_views(tmp_path):
     for name, p in model.named_parameters():
         assert torch.equal(ranks[0]["params"][name], ranks[1]["params"][name]), name
         assert torch.allclose(ranks[0]["params"][name], p, atol=1e-5), name
-    for record in ranks:  # rank 1 perturbed one colour: both ranks stop, naming the step and the tensor
+    for record in ranks:  # rank 1 perturbed one color: both ranks stop, naming the step and the tensor
         assert "step 7" in record["error"] and "sh0" in record["error"] and "means," not in record["error"]
         assert record["finite"] == [False, True]  # a loss not finite on rank 0 only: both ranks skip (or stop) together
 
@@ -136,11 +136,11 @@ def test_two_ranks_refine_like_one_process_seeing_both_views(tmp_path):
 def test_gaussian_recipes_train_several_devices_under_the_replicated_strategy(tmp_path):
     for recipe in ("reconstruct-gaussians", "gaussian-sds"):
         cfg = load_config(recipe_config(recipe), overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu"])
-        trainer = build_trainer(cfg, tmp_path / "trial", train=True, devices=2)
+        trainer = build_trainer(cfg, tmp_path / "run_dir", train=True, devices=2)
         assert isinstance(trainer.strategy, ReplicatedDDPStrategy)
         assert trainer._accelerator_connector.use_distributed_sampler is False
     nerf = load_config(recipe_config("reconstruct-nerf"), overrides=[f"output_root={tmp_path}", "trainer.accelerator=cpu"])
-    assert not isinstance(build_trainer(nerf, tmp_path / "trial", train=True, devices=2).strategy, ReplicatedDDPStrategy)
+    assert not isinstance(build_trainer(nerf, tmp_path / "run_dir", train=True, devices=2).strategy, ReplicatedDDPStrategy)
 
 
 def _train(tmp_path: Path, config: str, devices: int, *extra: str, label: str = "") -> tuple[dict, Path]:
@@ -148,7 +148,7 @@ def _train(tmp_path: Path, config: str, devices: int, *extra: str, label: str = 
     out, dump = tmp_path / f"out{devices}", tmp_path / f"dump{devices}{label}"
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / config), "trainer.accelerator=cpu",
                f"trainer.devices={devices}", f"output_root={out}", f"system.dump_dir={dump}", *extra]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", TRIAL_DIR_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", RUN_DIR_ENV)}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])  # this tree's lift3d
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**env, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -186,19 +186,19 @@ def test_reconstruct_gaussians_on_two_ranks_matches_one_process_seeing_both_view
     photos, so together they see that batch) computes the same loss (the mean over two views equals the mean of
     the ranks' means), the same statistics (summed per view) and the same decisions: it grows, prunes and resets
     exactly as many Gaussians at every refine step. Its parameters agree only to float rounding (sums taken in
-    another order, then amplified where Adam normalises tiny gradients), so they are compared loosely."""
+    another order, then amplified where Adam normalizes tiny gradients), so they are compared loosely."""
     scene = f"data.root={SAMPLE_SCENE}"
-    two, trial = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, "checkpoint.every_n_train_steps=25")
+    two, run_dir = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, "checkpoint.every_n_train_steps=25")
     one, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 1, scene, "data.batch_size=2")
     events = _assert_densified(two)
     assert torch.equal(events, one["events"])  # every decision, and so the Gaussian count, as one process
     for name, p in two["params"].items():
         assert torch.allclose(p, one["params"][name], atol=0.05), name
-    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt", "step0000025.ckpt", "step0000050.ckpt"]
+    assert sorted(p.name for p in (run_dir / "ckpts").iterdir()) == ["last.ckpt", "step0000025.ckpt", "step0000050.ckpt"]
     # resumed between two refine steps: the checkpoint holds the statistics summed over the ranks, rank 0 resumes
     # with them and rank 1 with zeros, so the next refine step decides as the uninterrupted run did (later ones
     # may not: a resumed single-process run drifts from an uninterrupted one too); the ranks stay identical
-    resumed, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, f"resume={trial / 'ckpts' / 'step0000025.ckpt'}",
+    resumed, _ = _train(tmp_path, "reconstruct-gaussians-ddp.yaml", 2, scene, f"resume={run_dir / 'ckpts' / 'step0000025.ckpt'}",
                         label="resumed")
     assert resumed["events"][:, 0].tolist() == [30, 40, 50] and torch.equal(resumed["events"][0], events[1])
 

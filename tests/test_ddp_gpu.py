@@ -21,7 +21,7 @@ def test_gpus_0_1_trains_with_ddp_on_nccl(tmp_path):
     exit code 3, on the .mp4)."""
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "fit-image-ddp.yaml"), "--gpus", "0,1",
                f"output_root={tmp_path / 'out'}", f"system.probe_dir={tmp_path / 'probe'}", "system.test_video=gif"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_RUN_DIR")}
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "nccl" in (done.stdout + done.stderr)
@@ -29,9 +29,9 @@ def test_gpus_0_1_trains_with_ddp_on_nccl(tmp_path):
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert all(a["view"] != b["view"] for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]))
     assert ranks[0]["param_sum"] == ranks[1]["param_sum"] and ranks[1]["written"] == []
-    trials = list((tmp_path / "out" / "fit-image-ddp").iterdir())
-    assert len(trials) == 1
-    assert sorted(p.name for p in (trials[0] / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
+    runs = list((tmp_path / "out" / "fit-image-ddp").iterdir())
+    assert len(runs) == 1
+    assert sorted(p.name for p in (runs[0] / "save").iterdir()) == ["it12-test", "it12-test.gif", "it12-val", "it6-val"]
 
 
 @pytest.mark.parametrize(("views", "graphs"), [(1, "0"), (2, "0"), (2, "1")], ids=["1view", "2views", "2views-graphed"])
@@ -47,7 +47,7 @@ def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path, vie
     command = [sys.executable, "-m", "lift3d", "train", str(TEST_CONFIGS / "reconstruct-gaussians-ddp.yaml"), "--gpus", "0,1",
                f"output_root={tmp_path / 'out'}", f"system.dump_dir={tmp_path / 'dump'}", f"data.root={scene}",
                "system.replica_check_every=1", f"data.batch_size={views}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_RUN_DIR")}
     env[DDP_GRAPHS_ENV] = graphs
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

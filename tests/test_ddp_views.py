@@ -42,7 +42,7 @@ def _step(system: ReconstructGaussiansSystem, cameras: Cameras, targets: torch.T
 
 def test_a_batch_of_two_views_is_the_mean_of_two_single_view_steps():
     """B = 2 views in one render: the loss and every parameter's gradient equal the mean of the two single-view
-    steps', and the densification statistics (normalised image-space gradients x B, visibility counts) equal
+    steps', and the densification statistics (normalized image-space gradients x B, visibility counts) equal
     the sums of the two single-view updates: per view, a Gaussian gathers the same statistics in either."""
     system, cameras, targets = _system_and_views()
     background = torch.tensor([[1.0, 1.0, 1.0], [0.2, 0.4, 0.6]])

@@ -11,7 +11,7 @@ from PIL import Image
 from lift3d.meshes.io import axis_rotation, load_mesh
 
 
-def test_spot_obj_loads_welded_normalised_and_textured(data_dir):
+def test_spot_obj_loads_welded_normalized_and_textured(data_dir):
     folder = data_dir / "meshes" / "spot"
     mesh = load_mesh(folder / "spot.obj", texture_path=folder / "spot_texture.png")
     assert mesh.vertices.shape == (2930, 3) and mesh.faces.shape == (5856, 3)  # seams welded back

@@ -1,4 +1,4 @@
-"""Mesh regularisers and topology helpers against hand-computed values."""
+"""Mesh regularizers and topology helpers against hand-computed values."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_laplacian_zero_inside_a_plane_and_hand_value_on_a_tetrahedron():
     assert flat > 0 and tilted >= flat
     tet = torch.tensor([[1.0, 1, 1], [1, -1, -1], [-1, 1, -1], [-1, -1, 1]], dtype=torch.float64)
     faces = torch.tensor([[0, 1, 2], [0, 3, 1], [0, 2, 3], [1, 3, 2]])
-    # every vertex neighbours the other three and the centroid is 0: v - mean(others) = 4/3 v, |v|^2 = 3
+    # every vertex neighbors the other three and the centroid is 0: v - mean(others) = 4/3 v, |v|^2 = 3
     torch.testing.assert_close(laplacian_smoothing(tet, faces), torch.tensor(16 / 9 * 3, dtype=torch.float64))
 
 

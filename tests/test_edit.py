@@ -1,5 +1,5 @@
 """``lift3d edit`` end to end on a tiny Gaussian reconstruction of the sample scene: the analytic editor moves the
-scene's colours toward the transformed photos (PSNR against references computed here), the exports and the
+scene's colors toward the transformed photos (PSNR against references computed here), the exports and the
 orbit video are written next to the source run, the target store feeds image and ray batches, InstructPix2Pix
 (tiny random weights) runs in the loop, and bad runs are clear errors."""
 
@@ -24,7 +24,7 @@ from tests.tiny_instruct_pix2pix import tiny_instruct_pix2pix_path
 
 QUIET = ["trainer.enable_progress_bar=false", "use_timestamp=false", "data.n_orbit_views=2"]
 EDIT = "make it look like bronze"
-FAST_COLOURS = 'system.optimizer.params={"gaussians.sh0": {"lr": 0.025}}'  # 10x the 3DGS colour rate: a few steps show it
+FAST_COLORS = 'system.optimizer.params={"gaussians.sh0": {"lr": 0.025}}'  # 10x the 3DGS color rate: a few steps show it
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def reconstruction(tmp_path_factory):
 
 
 def bronze_references() -> torch.Tensor:
-    """The sample scene's train photos with the bronze colour matrix applied to the object (numpy, from the PNGs)."""
+    """The sample scene's train photos with the bronze color matrix applied to the object (numpy, from the PNGs)."""
     root = sample_scene_path()
     frames = json.loads((root / "transforms_train.json").read_text())["frames"]
     matrix, offset = np.array(BRONZE_MATRIX), np.array(BRONZE_OFFSET)
@@ -50,10 +50,10 @@ def bronze_references() -> torch.Tensor:
     return torch.tensor(np.stack(images), dtype=torch.float32)
 
 
-def train_view_psnr(trial, references) -> float:
+def train_view_psnr(run_dir, references) -> float:
     """PSNR of a run's renders of the train views against ``references``."""
-    cfg = load_config(trial / "configs" / "parsed.yaml")
-    system = load_system(cfg, trial / "ckpts" / "last.ckpt").eval()
+    cfg = load_config(run_dir / "configs" / "parsed.yaml")
+    system = load_system(cfg, run_dir / "ckpts" / "last.ckpt").eval()
     data = PosedImagesDataModule(cfg.data)
     with torch.no_grad():
         renders = torch.cat([system.render_views({"cameras": data.train.cameras[i], "background": data.background[None]})["rgb"]
@@ -64,17 +64,17 @@ def train_view_psnr(trial, references) -> float:
 @pytest.mark.slow
 def test_analytic_edit_moves_the_scene_toward_the_transformed_photos(reconstruction, capsys):
     code = main(["edit", str(reconstruction), EDIT, "--editor", "analytic", "trainer.max_steps=80", "system.edit_every=1",
-                 "system.edit_count=2", FAST_COLOURS, *QUIET])
+                 "system.edit_count=2", FAST_COLORS, *QUIET])
     assert code == 0
-    trial = reconstruction.parent / "sample_scene-edit-make_it_look_like_bronze"  # next to the source run
-    assert (trial / "save" / "it80-gaussians.ply").stat().st_size > 0 and (trial / "save" / "it80-test.mp4").is_file()
+    run_dir = reconstruction.parent / "sample_scene-edit-make_it_look_like_bronze"  # next to the source run
+    assert (run_dir / "save" / "it80-gaussians.ply").stat().st_size > 0 and (run_dir / "save" / "it80-test.mp4").is_file()
     assert "it80-gaussians.ply" in capsys.readouterr().out
-    assert sorted(p.name for p in (trial / "save" / "edits").iterdir())[0] == "it000000-view000.png"
-    parsed = yaml.safe_load((trial / "configs" / "parsed.yaml").read_text())
+    assert sorted(p.name for p in (run_dir / "save" / "edits").iterdir())[0] == "it000000-view000.png"
+    parsed = yaml.safe_load((run_dir / "configs" / "parsed.yaml").read_text())
     assert parsed["system_type"] == "edit-gaussians" and parsed["system"]["editor"]["prompt"] == EDIT
     assert parsed["system"]["gaussians"]["sh_degree"] == 1  # the source run's settings carried over
     references = bronze_references()
-    start, end = train_view_psnr(reconstruction, references), train_view_psnr(trial, references)
+    start, end = train_view_psnr(reconstruction, references), train_view_psnr(run_dir, references)
     # observed: 17.9 -> 23.8 dB (80 steps); the unedited reconstruction is far from the bronze photos
     print(f"train-view PSNR against the bronze photos: {start:.2f} -> {end:.2f} dB")
     assert end > start + 4.0, (start, end)
@@ -99,7 +99,7 @@ def test_the_target_store_feeds_image_and_ray_batches():
             assert torch.allclose(batch["rgb"][index], expected, atol=1 / 255)
         else:
             of_view_3 = torch.isclose(batch["rgb"], torch.tensor(0.25), atol=1 / 255).all(-1)
-            assert of_view_3.sum() > 0  # rays of the edited view read the edited colours
+            assert of_view_3.sum() > 0  # rays of the edited view read the edited colors
             assert torch.allclose(batch["rgb"][~of_view_3].mean(), photos.reshape(-1, 3).mean(), atol=0.05)
 
 
@@ -109,8 +109,8 @@ def test_instruct_pix2pix_runs_in_the_editing_loop(reconstruction, capsys):
     assert main(["edit", str(reconstruction.parent), "turn it to gold", model, "system.editor.diffusion_steps=2",
                  "trainer.max_steps=3", "system.edit_every=1", "system.save_edits_every=1", *QUIET]) == 0
     assert "editing the newest reconstruction, sample_scene\n" in capsys.readouterr().out
-    trial = reconstruction.parent / "sample_scene-edit-turn_it_to_gold"
-    assert len(list((trial / "save" / "edits").glob("*.png"))) == 3 and (trial / "save" / "it3-gaussians.ply").is_file()
+    run_dir = reconstruction.parent / "sample_scene-edit-turn_it_to_gold"
+    assert len(list((run_dir / "save" / "edits").glob("*.png"))) == 3 and (run_dir / "save" / "it3-gaussians.ply").is_file()
 
 
 def test_bad_runs_are_clear_errors(tmp_path, reconstruction, capsys):
@@ -143,9 +143,9 @@ def test_a_nerf_reconstruction_is_edited_through_its_ray_batches(tmp_path):
     source = tmp_path / "reconstruct-nerf" / "sample_scene"
     assert main(["edit", str(source), EDIT, "--editor", "analytic", "trainer.max_steps=6", "system.edit_every=2",
                  "system.save_edits_every=1", "system.export.formats=[]", *NERF, *QUIET]) == 0
-    trial = tmp_path / "reconstruct-nerf" / "sample_scene-edit-make_it_look_like_bronze"
-    assert sorted(p.name for p in (trial / "save" / "edits").iterdir()) == [
+    run_dir = tmp_path / "reconstruct-nerf" / "sample_scene-edit-make_it_look_like_bronze"
+    assert sorted(p.name for p in (run_dir / "save" / "edits").iterdir()) == [
         "it000000-view000.png", "it000002-view001.png", "it000004-view002.png"]
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert state["lift3d"]["system_type"] == "edit-nerf" and state["lift3d_edit"]["edits_done"] == 3
     assert state["lift3d_edit"]["edits"].tolist()[:4] == [1, 1, 1, 0]  # the edited views, kept for a resume

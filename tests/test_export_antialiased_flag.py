@@ -1,5 +1,5 @@
 """A run trained with the antialiased rasterization mode says so in the .spz it exports (the header's flag), so viewers
-that honour it render the Gaussians with the same 2D filter; a classic run's file does not carry the flag."""
+that honor it render the Gaussians with the same 2D filter; a classic run's file does not carry the flag."""
 
 import pytest
 

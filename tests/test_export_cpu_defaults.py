@@ -38,7 +38,7 @@ def _scene() -> tuple[GaussianTensors, GaussianTensors]:
     far = d / d.norm(dim=1, keepdim=True) * (10 + 20 * torch.rand(80, 1, generator=g))
     scene = GaussianTensors(torch.cat([obj.means, far]), torch.cat([obj.scales, torch.full((80, 3), 2.0)]),
                             torch.cat([obj.quats, obj.quats[:80]]), torch.cat([obj.opacities, torch.full((80,), 0.9)]),
-                            torch.cat([obj.colours, torch.full((80, 3), 0.2)]))
+                            torch.cat([obj.colors, torch.full((80, 3), 0.2)]))
     return obj, scene
 
 

@@ -15,7 +15,7 @@ from lift3d.gaussians.formats.splat import read_splat
 from lift3d.runs.runner import run_experiment
 from lift3d.saving import OutputSaver
 from tests.conftest import TEST_CONFIGS
-from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density
+from tests.plugins.analytic_sphere import position_color, render_sphere, sphere_density
 from tests.test_export_gaussians import skin_of_sphere
 from tests.test_export_splat import raw_gaussians, reference_3dgs_ply
 from tests.validators import validate_gltf
@@ -27,9 +27,9 @@ def _field_sources(calls: list) -> ExportSources:
     def mesh():
         calls.append("mesh")
         return mesh_from_field(lambda p: sphere_density(p, 0.5), [[-1, -1, -1], [1, 1, 1]], ExportConfig(**SMALL),
-                               colour_fn=position_colour)
+                               color_fn=position_color)
 
-    return ExportSources(mesh=mesh, colour_fn=position_colour, render_fn=lambda c: render_sphere(c, 0.5))
+    return ExportSources(mesh=mesh, color_fn=position_color, render_fn=lambda c: render_sphere(c, 0.5))
 
 
 def test_field_sources_write_every_mesh_and_video_format_once(tmp_path):
@@ -44,7 +44,7 @@ def test_field_sources_write_every_mesh_and_video_format_once(tmp_path):
     assert "red" in [p.name for p in PlyData.read(tmp_path / "it7-mesh.ply")["vertex"].properties]
 
 
-def test_texture_size_zero_writes_vertex_colours(tmp_path):
+def test_texture_size_zero_writes_vertex_colors(tmp_path):
     cfg = ExportConfig(**{**SMALL, "texture_size": 0, "stem": "plain"})
     written = export_formats(OutputSaver(tmp_path), ["glb", "obj"], cfg, _field_sources([]))
     assert [p.name for p in written] == ["plain.glb", "plain.obj"]  # no texture, no .mtl
@@ -86,8 +86,8 @@ def test_export_config_is_a_structured_config():
 def test_lift3d_export_writes_and_lists_the_files(tmp_path, capsys, caplog):
     config = TEST_CONFIGS / "analytic-sphere.yaml"
     quiet = ["trainer.enable_progress_bar=false", "use_timestamp=false", f"output_root={tmp_path}"]
-    trial = run_experiment("train", load_config(config, overrides=quiet), [config], [])
-    checkpoint = trial / "ckpts" / "last.ckpt"
+    run_dir = run_experiment("train", load_config(config, overrides=quiet), [config], [])
+    checkpoint = run_dir / "ckpts" / "last.ckpt"
     logger = logging.getLogger("lift3d")  # the CLI's logger does not propagate to the root: listen on it
     logger.addHandler(caplog.handler)
     try:
@@ -100,10 +100,10 @@ def test_lift3d_export_writes_and_lists_the_files(tmp_path, capsys, caplog):
     out = capsys.readouterr().out
     assert re.search(r"exported 3 file\(s\)", out)
     for name in ["it3.glb", "it3-mesh.ply", "it3-orbit.gif"]:
-        path = trial / "save" / name
+        path = run_dir / "save" / name
         assert path.is_file() and f"{path}  " in out
     # the checkpoint's trained radius (not the initial one) is what was meshed
-    vertices = np.stack([PlyData.read(trial / "save" / "it3-mesh.ply")["vertex"][a] for a in "xyz"], 1)
+    vertices = np.stack([PlyData.read(run_dir / "save" / "it3-mesh.ply")["vertex"][a] for a in "xyz"], 1)
     radius = float(torch.load(checkpoint, weights_only=True)["state_dict"]["radius"])
     assert radius != pytest.approx(0.4, abs=1e-3)
     assert np.abs(np.linalg.norm(vertices, axis=1) - radius).max() < 2.0 / 19

@@ -17,22 +17,22 @@ SMALL = dict(video_frames=5, video_width=48, video_height=48, resolution=32, tar
 
 
 def _coverage(path) -> tuple[np.ndarray, np.ndarray]:
-    """Per frame of a video file: the share of pixels that differ from the background (the corner pixel's colour),
-    and the centre [2] (x, y in 0..1 of the frame) of those pixels."""
+    """Per frame of a video file: the share of pixels that differ from the background (the corner pixel's color),
+    and the center [2] (x, y in 0..1 of the frame) of those pixels."""
     frames = iio.imread(path, index=None)[..., :3].astype(float)
     mask = np.abs(frames - frames[:, :1, :1]).max(axis=-1) > 40
     height, width = mask.shape[1:]
     ys, xs = np.mgrid[0:height, 0:width]
     count = mask.sum(axis=(1, 2)).clip(min=1)
-    centres = np.stack([(mask * xs).sum(axis=(1, 2)) / count / width, (mask * ys).sum(axis=(1, 2)) / count / height], -1)
-    return mask.mean(axis=(1, 2)), centres
+    centers = np.stack([(mask * xs).sum(axis=(1, 2)) / count / width, (mask * ys).sum(axis=(1, 2)) / count / height], -1)
+    return mask.mean(axis=(1, 2)), centers
 
 
 def _assert_framed(path, frames: int) -> None:
-    filled, centres = _coverage(path)
+    filled, centers = _coverage(path)
     assert len(filled) == frames and filled.min() >= 0.2, filled  # every frame: the object, not a speck
     assert filled.max() < 0.9, filled  # whole, with a margin
-    assert np.abs(centres - 0.5).max() < 0.1, centres  # centred
+    assert np.abs(centers - 0.5).max() < 0.1, centers  # centered
 
 
 def _box_density(points: torch.Tensor, half: float = 0.1) -> torch.Tensor:
@@ -45,8 +45,8 @@ def _render_box(cameras: Cameras, half: float = 0.1) -> dict[str, torch.Tensor]:
     """Exact renders of the cube (ray-box slabs): red on white."""
     origins, directions = cameras.rays(normalized=True)
     directions = torch.where(directions.abs() < 1e-9, torch.full_like(directions, 1e-9), directions)
-    centre = torch.tensor(CENTRE)
-    near, far = (centre - half - origins) / directions, (centre + half - origins) / directions
+    center = torch.tensor(CENTRE)
+    near, far = (center - half - origins) / directions, (center + half - origins) / directions
     enter = torch.minimum(near, far).max(dim=-1).values
     leave = torch.maximum(near, far).min(dim=-1).values
     hit = leave >= enter.clamp(min=0)
@@ -62,7 +62,7 @@ def test_a_field_source_frames_the_space_its_density_occupies(tmp_path):
     sources = ExportSources(render_fn=_render_box, content_points=field_content_points(_box_density, box, cfg))
     export_formats(OutputSaver(tmp_path), ["gif"], cfg, sources, stem="field")
     _assert_framed(tmp_path / "field-orbit.gif", 5)
-    # the fixed orbit (3 units from the origin) shows the same cube far smaller, off centre
+    # the fixed orbit (3 units from the origin) shows the same cube far smaller, off center
     export_formats(OutputSaver(tmp_path), ["gif"], ExportConfig(**SMALL, video_framing="fixed"), sources, stem="fixed")
     assert _coverage(tmp_path / "fixed-orbit.gif")[0].max() < 0.1
 

@@ -21,12 +21,12 @@ FILES = {"spz": "g.spz", "sog": "g.sog", "gltf-splat": "g-gaussians.glb"}
 
 def tensors(params: dict) -> GaussianTensors:
     return GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"], torch.sigmoid(params["opacity_logits"]),
-                           colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+                           colors=rgb_from_sh_dc(params["sh0"][:, 0]))
 
 
 def test_the_export_table_writes_each_format_with_the_pruning_options(tmp_path):
     params = random_params(400, degree=3, seed=2)
-    cfg = ExportConfig(gaussian_min_opacity=0.5, gaussian_max_count=100, gaussian_sh_degree=1, sog_sh_palette=32)
+    cfg = ExportConfig(min_opacity=0.5, max_gaussians=100, gaussian_sh_degree=1, sog_sh_palette=32)
     sources = gaussian_sources(tensors(params), cfg, gaussian_params=lambda: params)
     written = export_formats(OutputSaver(tmp_path), list(FILES), cfg, sources, stem="g")
     assert [p.name for p in written] == list(FILES.values())

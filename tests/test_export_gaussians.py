@@ -1,4 +1,4 @@
-"""Gaussians as a density/colour field, meshes from Gaussians, and colours back-projected from renders."""
+"""Gaussians as a density/color field, meshes from Gaussians, and colors back-projected from renders."""
 
 import math
 
@@ -8,10 +8,10 @@ import torch
 from scipy.spatial.transform import Rotation
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
-from lift3d.export import ExportConfig, GaussianField, GaussianTensors, RenderedColours, extract_mesh, gaussian_bbox
+from lift3d.export import ExportConfig, GaussianField, GaussianTensors, RenderedColors, extract_mesh, gaussian_bbox
 from lift3d.export.gaussian_density import quat_to_rotmat
 from lift3d.export.sources import gaussian_sources
-from tests.plugins.analytic_sphere import position_colour, render_sphere
+from tests.plugins.analytic_sphere import position_color, render_sphere
 
 
 def fibonacci_sphere(n: int) -> torch.Tensor:
@@ -31,12 +31,12 @@ def quats_turning_z_to(normals: torch.Tensor) -> torch.Tensor:
 
 
 def skin_of_sphere(n: int = 1500, radius: float = 0.5, normal_sigma: float = 0.03, opacity: float = 0.9):
-    """Flat Gaussians tiling a sphere (tangent scale 0.7 x their spacing), coloured by position."""
+    """Flat Gaussians tiling a sphere (tangent scale 0.7 x their spacing), colored by position."""
     normals = fibonacci_sphere(n)
     spacing = math.sqrt(4 * math.pi * radius**2 / n)
     scales = torch.tensor([0.7 * spacing, 0.7 * spacing, normal_sigma]).expand(n, 3).clone()
     means = radius * normals
-    g = GaussianTensors(means, scales, quats_turning_z_to(normals), torch.full((n,), opacity), position_colour(means))
+    g = GaussianTensors(means, scales, quats_turning_z_to(normals), torch.full((n,), opacity), position_color(means))
     peak = opacity * 2 * math.pi * (0.7 * spacing) ** 2 / spacing**2  # density on a flat sheet of such Gaussians
     return g, peak
 
@@ -49,8 +49,8 @@ def reference_density(g: GaussianTensors, points: torch.Tensor, cutoff: float = 
     offset = points.double()[:, None] - g.means.double()[None]
     m2 = torch.einsum("mgi,gij,mgj->mg", offset, torch.linalg.inv(cov), offset)
     w = torch.where(m2 <= cutoff**2, g.opacities.double()[None] * torch.exp(-0.5 * m2), torch.zeros_like(m2))
-    colour = (w @ g.colours.double()) / w.sum(1, keepdim=True).clamp_min(1e-30)
-    return w.sum(1), colour, ((m2 - cutoff**2).abs() < 1e-3).any(1)
+    color = (w @ g.colors.double()) / w.sum(1, keepdim=True).clamp_min(1e-30)
+    return w.sum(1), color, ((m2 - cutoff**2).abs() < 1e-3).any(1)
 
 
 def random_gaussians(n: int, seed: int = 0) -> GaussianTensors:
@@ -60,7 +60,7 @@ def random_gaussians(n: int, seed: int = 0) -> GaussianTensors:
         scales=torch.exp(torch.randn(n, 3, generator=gen) * 0.5 - 2.5),
         quats=torch.randn(n, 4, generator=gen),
         opacities=torch.rand(n, generator=gen),
-        colours=torch.rand(n, 3, generator=gen),
+        colors=torch.rand(n, 3, generator=gen),
     )
 
 
@@ -75,19 +75,19 @@ def test_field_equals_the_sum_over_all_gaussians(cell_size, max_pairs, max_entri
     g = random_gaussians(300)
     field = GaussianField(g, cell_size=cell_size, max_pairs=max_pairs, max_entries=max_entries)
     points = torch.rand(4000, 3, generator=torch.Generator().manual_seed(1)) * 2.4 - 1.2
-    density, colour, on_cutoff = reference_density(g, points)
+    density, color, on_cutoff = reference_density(g, points)
     ok = ~on_cutoff
     assert ok.sum() > 3900
     assert torch.allclose(field.density(points)[ok].double(), density[ok], atol=1e-5, rtol=1e-5)
     seen = ok & (density > 1e-3)
-    assert torch.allclose(field.colour(points)[seen].double(), colour[seen], atol=1e-4)
+    assert torch.allclose(field.color(points)[seen].double(), color[seen], atol=1e-4)
 
 
-def test_colour_far_from_every_gaussian_is_the_nearest_ones():
+def test_color_far_from_every_gaussian_is_the_nearest_ones():
     g = random_gaussians(50)
     far = torch.tensor([[5.0, 5.0, 5.0], [-4.0, 0.0, 0.0]])
     nearest = torch.cdist(far, g.means).argmin(1)
-    assert torch.allclose(GaussianField(g).colour(far), g.colours[nearest])
+    assert torch.allclose(GaussianField(g).color(far), g.colors[nearest])
 
 
 def test_gaussian_bbox_holds_every_cutoff_ellipsoid():
@@ -115,13 +115,13 @@ def test_gaussians_on_a_sphere_mesh_at_the_predicted_offset():
     assert 0.3 < outer.mean() < 0.7
     assert np.abs(r[outer] - (radius + offset)).max() < voxel
     assert np.abs(r[~outer] - (radius - offset)).max() < voxel
-    solid = extract_mesh(field.density, box, resolution, threshold=peak / 2, fill_holes=True, colour_fn=field.colour,
+    solid = extract_mesh(field.density, box, resolution, threshold=peak / 2, fill_holes=True, color_fn=field.color,
                          opacity_scale=1.0)
     r = np.linalg.norm(solid.vertices, axis=1)
     assert np.abs(r - (radius + offset)).max() < voxel
-    # colours queried from the Gaussians: those of the points on the sphere under each vertex
-    expected = position_colour(torch.from_numpy(solid.vertices / r[:, None] * radius)).numpy()
-    assert np.abs(solid.vertex_colours - expected).max() < 0.03
+    # colors queried from the Gaussians: those of the points on the sphere under each vertex
+    expected = position_color(torch.from_numpy(solid.vertices / r[:, None] * radius)).numpy()
+    assert np.abs(solid.vertex_colors - expected).max() < 0.03
 
 
 def test_gaussian_export_with_the_automatic_threshold_stays_near_the_skin():
@@ -141,35 +141,35 @@ def _ring_cameras(n: int, distance: float = 2.5, size: int = 64) -> Cameras:
     return Cameras(c2w, intrinsics_from_fovy(torch.full((n,), math.radians(40.0)), size, size), size, size)
 
 
-def test_back_projected_colours_match_the_surface_colours():
+def test_back_projected_colors_match_the_surface_colors():
     radius = 0.5
     cameras = _ring_cameras(8)
-    colours = RenderedColours(lambda c: render_sphere(c, radius), cameras, batch_size=3)
+    colors = RenderedColors(lambda c: render_sphere(c, radius), cameras, batch_size=3)
     dirs = fibonacci_sphere(400)
     points = radius * dirs[dirs[:, 2].abs() < 0.5]  # the band every ring camera sees well
-    got = colours(points)
-    assert torch.allclose(got, position_colour(points), atol=0.01)  # bilinear reading of 64x64 renders
+    got = colors(points)
+    assert torch.allclose(got, position_color(points), atol=0.01)  # bilinear reading of 64x64 renders
 
 
-def test_points_no_view_sees_take_the_fallback_colour():
+def test_points_no_view_sees_take_the_fallback_color():
     radius = 0.5
     cameras = _ring_cameras(1)  # one camera on +x
-    colours = RenderedColours(lambda c: render_sphere(c, radius), cameras, fallback=lambda p: torch.zeros(len(p), 3))
+    colors = RenderedColors(lambda c: render_sphere(c, radius), cameras, fallback=lambda p: torch.zeros(len(p), 3))
     front, back = torch.tensor([[radius, 0.0, 0.0]]), torch.tensor([[-radius, 0.0, 0.0]])
-    assert torch.allclose(colours(front), position_colour(front), atol=0.03)
-    assert torch.equal(colours(back), torch.zeros(1, 3))  # hidden behind the front: not coloured from it
-    grey = RenderedColours(lambda c: render_sphere(c, radius), cameras)
-    assert torch.allclose(grey(back), torch.full((1, 3), 0.5))
+    assert torch.allclose(colors(front), position_color(front), atol=0.03)
+    assert torch.equal(colors(back), torch.zeros(1, 3))  # hidden behind the front: not colored from it
+    gray = RenderedColors(lambda c: render_sphere(c, radius), cameras)
+    assert torch.allclose(gray(back), torch.full((1, 3), 0.5))
 
 
-def test_renders_colour_a_gaussian_mesh():
+def test_renders_color_a_gaussian_mesh():
     g, _ = skin_of_sphere(n=800, radius=0.5)
-    cfg = ExportConfig(resolution=32, target_faces=0, gaussian_colours="render", backproject_views=8, video_width=64,
+    cfg = ExportConfig(resolution=32, target_faces=0, gaussian_colors="render", backproject_views=8, video_width=64,
                        video_height=64, video_distance=2.5)
     sources = gaussian_sources(g, cfg, render_fn=lambda c: render_sphere(c, 0.55))
     mesh = sources.mesh()
     on_sphere = mesh.vertices / np.linalg.norm(mesh.vertices, axis=1, keepdims=True) * 0.55
-    err = np.abs(mesh.vertex_colours - position_colour(torch.from_numpy(on_sphere)).numpy()).max(1)
+    err = np.abs(mesh.vertex_colors - position_color(torch.from_numpy(on_sphere)).numpy()).max(1)
     assert np.median(err) < 0.03
     with pytest.raises(ValueError, match="render function"):
         gaussian_sources(g, cfg)

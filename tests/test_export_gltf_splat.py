@@ -79,9 +79,9 @@ def test_attributes_follow_the_extension_and_glTF_axes(tmp_path):
     assert np.allclose(opacity, torch.sigmoid(params["opacity_logits"]).numpy(), atol=EPS)
     rotation = attribute(document, blob, f"{EXT}:ROTATION")
     assert np.allclose(np.linalg.norm(rotation, axis=1), 1, atol=EPS)  # unit quaternions, xyzw
-    colour = attribute(document, blob, "COLOR_0") / 255.0  # the fallback: linear colour of the DC term, opacity
+    color = attribute(document, blob, "COLOR_0") / 255.0  # the fallback: linear color of the DC term, opacity
     rgb = srgb_to_linear(np.clip(0.5 + Y0 * params["sh0"][:, 0].numpy(), 0, 1))
-    assert np.abs(colour[:, :3] - rgb).max() <= 0.5 / 255 + EPS and np.abs(colour[:, 3] - opacity).max() <= 0.5 / 255 + EPS
+    assert np.abs(color[:, :3] - rgb).max() <= 0.5 / 255 + EPS and np.abs(color[:, 3] - opacity).max() <= 0.5 / 255 + EPS
 
 
 def test_the_khronos_validator_finds_nothing_but_the_extension_it_does_not_know(tmp_path):
@@ -112,7 +112,7 @@ def test_splat_transforms_glb_reads_back_with_the_gaussians_of_its_ply(tmp_path)
     back, source = load_gltf_splat(tmp_path / "theirs.glb"), load_ply(tmp_path / "g.ply")
     for name in ("means", "log_scales", "sh0", "shN", "opacity_logits"):
         assert torch.allclose(back[name], source[name], rtol=1e-5, atol=1e-5), name
-    # (splat-transform stores the .ply's quaternions unnormalised, where the extension asks for unit ones)
+    # (splat-transform stores the .ply's quaternions unnormalized, where the extension asks for unit ones)
     assert torch.allclose(same_sign(unit(source["quats"]), unit(back["quats"])), unit(source["quats"]), atol=1e-6)
     # both tools' .glb of one .ply hold the same numbers in every attribute of the extension
     ours = chunks(save_gltf_splat(tmp_path / "ours.glb", source).read_bytes())
@@ -124,7 +124,7 @@ def test_splat_transforms_glb_reads_back_with_the_gaussians_of_its_ply(tmp_path)
         if semantic == f"{EXT}:ROTATION":
             a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1, keepdims=True)
             b *= np.where((a * b).sum(1, keepdims=True) < 0, -1.0, 1.0)
-        if semantic == "COLOR_0":  # the point-cloud fallback: ours linear (glTF colours are), theirs the sRGB values
+        if semantic == "COLOR_0":  # the point-cloud fallback: ours linear (glTF colors are), theirs the sRGB values
             continue
         assert np.allclose(a, b, rtol=1e-5, atol=1e-5), semantic
     bounds = [doc["accessors"][doc["meshes"][0]["primitives"][0]["attributes"]["POSITION"]] for doc, _ in (ours, theirs)]
@@ -189,7 +189,7 @@ def test_a_runs_gaussians_stand_up_in_gltf_where_its_mesh_does_and_read_back_exa
     position = attribute(document, blob, "POSITION")
     assert np.allclose(position[:20, 1], np.linspace(0, 2, 20), atol=EPS) and np.allclose(position[:20, [0, 2]], 0, atol=EPS)
     vertices = params["means"].double().numpy()
-    mesh = Mesh(vertices, np.array([[0, 1, 2]]), vertex_colours=np.full((40, 3), 0.5))
+    mesh = Mesh(vertices, np.array([[0, 1, 2]]), vertex_colors=np.full((40, 3), 0.5))
     mesh_document, mesh_blob = chunks(write_glb(mesh, tmp_path / "run.glb")[0].read_bytes())
     mesh_positions = attribute(mesh_document, mesh_blob, "POSITION")
     assert np.allclose(np.sort(mesh_positions, axis=0), np.sort(position, axis=0), atol=1e-5)  # the same points
@@ -210,7 +210,7 @@ def test_a_run_exports_upright_gltf_and_a_converted_file_keeps_splat_transforms_
 
     params = random_params(30, degree=1, seed=22)
     tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
-                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+                              torch.sigmoid(params["opacity_logits"]), colors=rgb_from_sh_dc(params["sh0"][:, 0]))
     sources = gaussian_sources(tensors, ExportConfig(), gaussian_params=lambda: params)
     (written,) = export_formats(OutputSaver(tmp_path), ["gltf-splat"], ExportConfig(), sources, stem="run")
     assert chunks(written.read_bytes())[0]["asset"]["extras"] == {"lift3d": {"axes": "world"}}

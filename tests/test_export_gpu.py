@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.export import ExportConfig, GaussianField, RenderedColours, extract_mesh, gaussian_bbox
+from lift3d.export import ExportConfig, GaussianField, RenderedColors, extract_mesh, gaussian_bbox
 from lift3d.export.views import backproject_cameras
-from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density
+from tests.plugins.analytic_sphere import position_color, render_sphere, sphere_density
 from tests.test_export_gaussians import random_gaussians, skin_of_sphere
 
 pytestmark = pytest.mark.gpu
@@ -26,19 +26,19 @@ def test_gaussian_field_on_cuda_matches_cpu():
     density_gpu, density_cpu = gpu.density(points.to(CUDA)).cpu(), cpu.density(points)
     off = ~torch.isclose(density_gpu, density_cpu, atol=1e-4, rtol=1e-4)
     assert off.float().mean() < 1e-3 and ((density_gpu - density_cpu)[off].abs() <= 2 * jump + 1e-4).all()
-    colour_off = ((gpu.colour(points.to(CUDA)).cpu() - cpu.colour(points)).abs() > 1e-4).any(-1)
-    assert colour_off.float().mean() < 1e-3
+    color_off = ((gpu.color(points.to(CUDA)).cpu() - cpu.color(points)).abs() > 1e-4).any(-1)
+    assert color_off.float().mean() < 1e-3
 
 
 def test_field_mesh_on_cuda_matches_cpu():
     bbox = torch.tensor([[-1.0, -1, -1], [1, 1, 1]])
-    cpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox, 96, threshold=25.0, colour_fn=position_colour)
-    gpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox.to(CUDA), 96, threshold=25.0, colour_fn=position_colour)
+    cpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox, 96, threshold=25.0, color_fn=position_color)
+    gpu = extract_mesh(lambda p: sphere_density(p, 0.6), bbox.to(CUDA), 96, threshold=25.0, color_fn=position_color)
     assert gpu.faces.shape == cpu.faces.shape
-    # the same surface, whatever order the devices number the vertices in: compare sorted (vertex, colour) rows
+    # the same surface, whatever order the devices number the vertices in: compare sorted (vertex, color) rows
     # and sorted triangles given by their corner positions
-    np.testing.assert_allclose(_sorted_rows(np.hstack([gpu.vertices, gpu.vertex_colours])),
-                               _sorted_rows(np.hstack([cpu.vertices, cpu.vertex_colours])), atol=1e-4)
+    np.testing.assert_allclose(_sorted_rows(np.hstack([gpu.vertices, gpu.vertex_colors])),
+                               _sorted_rows(np.hstack([cpu.vertices, cpu.vertex_colors])), atol=1e-4)
     np.testing.assert_allclose(_triangles(gpu), _triangles(cpu), atol=1e-4)
 
 
@@ -58,14 +58,14 @@ def _triangles(mesh) -> np.ndarray:
 
 def test_gaussian_mesh_and_back_projection_on_cuda():
     g, peak = skin_of_sphere(n=20000)
-    gpu_g = type(g)(*(t.to(CUDA) for t in (g.means, g.scales, g.quats, g.opacities, g.colours)))
+    gpu_g = type(g)(*(t.to(CUDA) for t in (g.means, g.scales, g.quats, g.opacities, g.colors)))
     field = GaussianField(gpu_g)
-    mesh = extract_mesh(field.density, gaussian_bbox(g), 128, threshold=peak / 2, fill_holes=True, colour_fn=field.colour,
+    mesh = extract_mesh(field.density, gaussian_bbox(g), 128, threshold=peak / 2, fill_holes=True, color_fn=field.color,
                         opacity_scale=1.0, device=CUDA)
     r = np.linalg.norm(mesh.vertices, axis=1)
     assert np.abs(r - (0.5 + 0.03 * np.sqrt(2 * np.log(2)))).max() < 1.2 / 127
     cfg = ExportConfig(backproject_views=16, video_width=256, video_height=256, video_distance=2.5)
-    colours = RenderedColours(lambda c: render_sphere(c, 0.5), backproject_cameras(cfg, CUDA))
+    colors = RenderedColors(lambda c: render_sphere(c, 0.5), backproject_cameras(cfg, CUDA))
     points = torch.from_numpy(mesh.vertices / r[:, None] * 0.5).to(CUDA)
     seen = points[:, 2] > -0.45  # the default rings (+30 and -15 degrees) do not see the bottom cap
-    assert (colours(points[seen]) - position_colour(points[seen])).abs().max() < 0.02
+    assert (colors(points[seen]) - position_color(points[seen])).abs().max() < 0.02

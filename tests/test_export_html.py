@@ -25,10 +25,10 @@ def _two_tone_object(path: Path, n: int = 3000) -> Path:
     changes the picture)."""
     g = torch.Generator().manual_seed(0)
     local = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([0.4, 0.2, 0.2])
-    colours = torch.where(local[:, :1] > 0, torch.tensor([[0.9, 0.1, 0.1]]), torch.tensor([[0.1, 0.2, 0.9]]))
+    colors = torch.where(local[:, :1] > 0, torch.tensor([[0.9, 0.1, 0.1]]), torch.tensor([[0.1, 0.2, 0.9]]))
     save_ply(path, {"means": local + torch.tensor([0.5, -1.0, 0.3]), "log_scales": torch.full((n, 3), math.log(0.012)),
                     "quats": torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1), "opacity_logits": torch.full((n,), 4.0),
-                    "sh0": rgb_to_sh(colours)[:, None], "shN": torch.zeros(n, 0, 3)})
+                    "sh0": rgb_to_sh(colors)[:, None], "shN": torch.zeros(n, 0, 3)})
     return path
 
 
@@ -72,9 +72,9 @@ def test_the_page_opens_from_disk_in_chromium_and_orbits(tmp_path):
             before = _canvas(page)
             page.screenshot(path=shots / "1-opened.png")
             h, w = before.shape[:2]
-            centre = before[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4]
-            covered = (np.abs(centre - 255.0).max(axis=-1) > 40).mean()  # the page's background is white
-            assert covered > 0.2, f"the object covers {covered:.0%} of the canvas's centre"
+            center = before[h // 4 : 3 * h // 4, w // 4 : 3 * w // 4]
+            covered = (np.abs(center - 255.0).max(axis=-1) > 40).mean()  # the page's background is white
+            assert covered > 0.2, f"the object covers {covered:.0%} of the canvas's center"
             assert (np.abs(before[:8, :8] - 255.0).max() < 5)  # with a margin of background around it
 
             page.mouse.move(w / 2, h / 2)

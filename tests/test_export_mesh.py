@@ -1,4 +1,4 @@
-"""Mesh extraction from density fields: grid sampling, thresholds, marching cubes, clean-up, colours."""
+"""Mesh extraction from density fields: grid sampling, thresholds, marching cubes, clean-up, colors."""
 
 import logging
 
@@ -9,7 +9,7 @@ import trimesh
 
 from lift3d.export.grid import auto_threshold, grid_axes, otsu_level, sample_grid, tighten_bbox
 from lift3d.export.mesh import Mesh, decimate, extract_mesh, keep_largest_components, keep_largest_regions
-from tests.plugins.analytic_sphere import box_density, position_colour, sphere_density
+from tests.plugins.analytic_sphere import box_density, position_color, sphere_density
 
 BOX = [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]
 
@@ -121,8 +121,8 @@ def test_occupancy_tightens_the_box():
 
 
 def _ball_occupancy(n: int, radius: float) -> torch.Tensor:
-    centres = (torch.arange(n) + 0.5) / n * 2 - 1
-    grid = torch.stack(torch.meshgrid(centres, centres, centres, indexing="ij"), -1)
+    centers = (torch.arange(n) + 0.5) / n * 2 - 1
+    grid = torch.stack(torch.meshgrid(centers, centers, centers, indexing="ij"), -1)
     return grid.norm(dim=-1) < radius + 2 / n
 
 
@@ -145,7 +145,7 @@ def test_decimation_reaches_the_target_and_keeps_the_shape():
     assert decimate(mesh, 0) is mesh
 
 
-def test_a_whole_mesh_is_cut_to_the_export_budget_and_recoloured():
+def test_a_whole_mesh_is_cut_to_the_export_budget_and_recolored():
     # a mesh stage hands its DMTet surface whole (129k faces at grid 128: 52 s of UV atlas on the CPU); the export's
     # target_faces applies to it as to a meshed field
     from lift3d.export.config import ExportConfig
@@ -155,13 +155,13 @@ def test_a_whole_mesh_is_cut_to_the_export_budget_and_recoloured():
     whole = trimesh.creation.icosphere(subdivisions=5, radius=0.6)  # 20,480 faces
     mesh = Mesh(whole.vertices.astype(np.float32), whole.faces.astype(np.int64),
                 np.full((len(whole.vertices), 3), 0.5, np.float32))
-    small = decimated_to(mesh, 2000, position_colour)
+    small = decimated_to(mesh, 2000, position_color)
     assert 1800 <= len(small.faces) <= 2100 and small.normals is not None
-    np.testing.assert_allclose(small.vertex_colours, position_colour(torch.from_numpy(small.vertices)).numpy(), atol=1e-6)
+    np.testing.assert_allclose(small.vertex_colors, position_color(torch.from_numpy(small.vertices)).numpy(), atol=1e-6)
     assert np.abs(np.linalg.norm(small.vertices, axis=1) - 0.6).max() < 0.01
     with_uvs = Mesh(mesh.vertices, mesh.faces, uvs=np.zeros((len(mesh.vertices), 2), np.float32))
-    assert decimated_to(with_uvs, 2000, position_colour) is with_uvs  # a layout is kept whole
-    assert decimated_to(mesh, 2000, None) is mesh and decimated_to(mesh, 0, position_colour) is mesh
+    assert decimated_to(with_uvs, 2000, position_color) is with_uvs  # a layout is kept whole
+    assert decimated_to(mesh, 2000, None) is mesh and decimated_to(mesh, 0, position_color) is mesh
 
     class Saver:
         def __init__(self, root):
@@ -175,7 +175,7 @@ def test_a_whole_mesh_is_cut_to_the_export_budget_and_recoloured():
 
     for to_budget, faces in ((True, (1800, 2100)), (False, (20480, 20480))):
         with tempfile.TemporaryDirectory() as folder:
-            sources = ExportSources(mesh=lambda: mesh, colour_fn=position_colour, mesh_to_budget=to_budget)
+            sources = ExportSources(mesh=lambda: mesh, color_fn=position_color, mesh_to_budget=to_budget)
             [path] = export_formats(Saver(Path(folder)), ["mesh-ply"], ExportConfig(target_faces=2000), sources)
             written = trimesh.load(path, force="mesh", process=False)
             assert faces[0] <= len(written.faces) <= faces[1]
@@ -192,9 +192,9 @@ def test_fill_holes_meshes_a_shell_as_one_outer_surface():
     assert np.abs(r_outer - 0.6).max() < _voxel(40)
 
 
-def test_vertex_colours_come_from_the_colour_field():
-    mesh = extract_mesh(lambda p: sphere_density(p, 0.5), BOX, 24, threshold=25.0, colour_fn=position_colour)
-    assert np.allclose(mesh.vertex_colours, np.clip(0.5 + 0.5 * mesh.vertices, 0, 1), atol=1e-6)
+def test_vertex_colors_come_from_the_color_field():
+    mesh = extract_mesh(lambda p: sphere_density(p, 0.5), BOX, 24, threshold=25.0, color_fn=position_color)
+    assert np.allclose(mesh.vertex_colors, np.clip(0.5 + 0.5 * mesh.vertices, 0, 1), atol=1e-6)
 
 
 def test_bad_inputs_say_what_is_wrong():

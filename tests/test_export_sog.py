@@ -1,4 +1,4 @@
-"""SOG files: PlayCanvas's meta.json v2 + lossless WebP layout, round trips within the format's quantisation
+"""SOG files: PlayCanvas's meta.json v2 + lossless WebP layout, round trips within the format's quantization
 (16-bit log-transformed means, 8-bit smallest-three quaternions, 256-entry codebooks, the SH palette), the SH
 degree kept, clear errors for bad files, and PlayCanvas splat-transform reading ours and writing files we read."""
 
@@ -31,7 +31,7 @@ def means_tolerance(means: torch.Tensor) -> torch.Tensor:
 
 
 def nearest(codebook: list[float], values: torch.Tensor) -> torch.Tensor:
-    """Each value's nearest codebook entry (what a 256-entry codebook quantiser must return)."""
+    """Each value's nearest codebook entry (what a 256-entry codebook quantizer must return)."""
     book = torch.tensor(codebook, dtype=torch.float64)
     flat = values.double().reshape(-1, 1)
     return book[(flat - book[None]).abs().argmin(dim=1)].reshape(values.shape).float()
@@ -59,7 +59,7 @@ def assert_within_sog_steps(back: dict, params: dict, meta: dict, exact_sh_palet
 
 
 @pytest.mark.parametrize("degree", [0, 1, 3])
-def test_round_trip_is_within_the_quantisation_and_keeps_the_sh_degree(tmp_path, degree):
+def test_round_trip_is_within_the_quantization_and_keeps_the_sh_degree(tmp_path, degree):
     params = random_params(150, degree=degree, seed=degree)
     path = save_sog(tmp_path / "g.sog", params, sort=False, sh_palette=150)
     assert_within_sog_steps(load_sog(path), params, meta_of(path))
@@ -152,7 +152,7 @@ def test_splat_transform_reads_our_sog_as_we_do(tmp_path):
         assert torch.allclose(theirs[name], ours[name], rtol=1e-6, atol=1e-5), name
 
 
-def test_sog_written_by_splat_transform_reads_back_within_the_quantisation(tmp_path):
+def test_sog_written_by_splat_transform_reads_back_within_the_quantization(tmp_path):
     params = random_params(256, degree=0, seed=9)  # no SH palette: their k-means is not ours to bound
     save_ply(tmp_path / "g.ply", params)
     splat_transform(tmp_path / "g.ply", "-g", "cpu", tmp_path / "theirs.sog")
@@ -172,11 +172,11 @@ def test_sog_written_by_splat_transform_reads_back_within_the_quantisation(tmp_p
 
 
 def _clustered_points(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """[2000, 45] points around 20 well-separated centres (SH-palette-sized vectors), and those centres."""
+    """[2000, 45] points around 20 well-separated centers (SH-palette-sized vectors), and those centers."""
     generator = torch.Generator().manual_seed(seed)
-    centres = torch.randn(20, 45, generator=generator) * 4
-    points = centres.repeat_interleave(100, 0) + 0.05 * torch.randn(2000, 45, generator=generator)
-    return points, centres
+    centers = torch.randn(20, 45, generator=generator) * 4
+    points = centers.repeat_interleave(100, 0) + 0.05 * torch.randn(2000, 45, generator=generator)
+    return points, centers
 
 
 def test_kmeans_on_the_cpu_finds_separated_clusters():

@@ -19,7 +19,7 @@ def raw_gaussians(n: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
     return {
         "means": rng.normal(size=(n, 3)).astype(f),
         "log_scales": rng.normal(-3, 0.5, size=(n, 3)).astype(f),
-        "quats": rng.normal(size=(n, 4)).astype(f),  # wxyz, not normalised (the file stores them raw)
+        "quats": rng.normal(size=(n, 4)).astype(f),  # wxyz, not normalized (the file stores them raw)
         "logit_opacities": rng.normal(size=n).astype(f),
         "sh_dc": rng.normal(0, 0.8, size=(n, 3)).astype(f),
         "sh_rest": rng.normal(0, 0.2, size=(n, 15, 3)).astype(f),  # [N, coefficient, channel]
@@ -95,7 +95,7 @@ def test_splat_decodes_back_to_the_inputs(tmp_path):
     assert path.stat().st_size == 32 * len(g.means)
     back = read_splat(path)
     assert torch.equal(back.means, g.means) and torch.equal(back.scales, g.scales)
-    assert (back.colours - g.colours).abs().max() <= 0.5 / 255 + 1e-6
+    assert (back.colors - g.colors).abs().max() <= 0.5 / 255 + 1e-6
     assert (back.opacities - g.opacities).abs().max() <= 0.5 / 255 + 1e-6
     unit = g.quats / g.quats.norm(dim=1, keepdim=True)
     assert (back.quats - unit).abs().max() <= 0.5 / 128 + 1e-6
@@ -128,12 +128,12 @@ def test_splat_reads_in_splat_transform(tmp_path):
     q = np.stack([cols[f"rot_{i}"] for i in range(4)], 1)
     unit = raw["quats"] / np.linalg.norm(raw["quats"], axis=1, keepdims=True)
     # splat-transform decodes bytes as b / 255 * 2 - 1 (the writer used 128 * q + 128): a different
-    # rounding, so allow a couple of quantisation steps; a wrong byte order would be far off
+    # rounding, so allow a couple of quantization steps; a wrong byte order would be far off
     angle = 2 * np.arccos(np.clip(np.abs((q * unit).sum(1)), 0, 1))
     assert angle.max() < math.radians(3)
 
 
-def test_splat_needs_colours(tmp_path):
+def test_splat_needs_colors(tmp_path):
     g = activated(raw_gaussians(4))
-    with pytest.raises(ValueError, match="colours"):
+    with pytest.raises(ValueError, match="colors"):
         splat_records(GaussianTensors(g.means, g.scales, g.quats, g.opacities))

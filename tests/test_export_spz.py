@@ -1,5 +1,5 @@
 """SPZ files: Niantic's header and layout (version 4: plain header and ZSTD streams; version 3: one gzip stream), round
-trips within the format's quantisation, SH degree and the antialiased flag kept, clear errors for bad files, and
+trips within the format's quantization, SH degree and the antialiased flag kept, clear errors for bad files, and
 PlayCanvas splat-transform (which embeds Niantic's own SPZ code) reading ours and writing files that we read."""
 
 import gzip
@@ -17,7 +17,7 @@ from lift3d.gaussians.transform import quat_multiply
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import splat_transform
 
-# Tolerances, each half of the format's quantisation step (values stay inside the coded ranges, see random_params):
+# Tolerances, each half of the format's quantization step (values stay inside the coded ranges, see random_params):
 EPS = 1e-6  # float32 rounding of the decoded values
 POSITION_TOL = 0.5 / 2**12  # 24-bit fixed point with 12 fractional bits
 LOG_SCALE_TOL = 0.5 / 16  # bytes of 16 * (log scale + 10)
@@ -30,7 +30,7 @@ QUAT_LARGEST_TOL = 3 * QUAT_SMALL_TOL  # the largest (>= 1/2) from the others: |
 
 
 def assert_within_spz_steps(back: dict, params: dict) -> None:
-    """``back`` (decoded) equals ``params`` (written) to within half of each SPZ quantisation step."""
+    """``back`` (decoded) equals ``params`` (written) to within half of each SPZ quantization step."""
     assert (back["means"] - params["means"]).abs().max() <= POSITION_TOL + EPS
     assert (back["log_scales"] - params["log_scales"]).abs().max() <= LOG_SCALE_TOL + EPS
     assert (torch.sigmoid(back["opacity_logits"]) - torch.sigmoid(params["opacity_logits"])).abs().max() <= OPACITY_TOL + EPS
@@ -54,7 +54,7 @@ def test_version_3_header_and_array_sizes_follow_the_spz_layout(tmp_path):
     raw = gzip.decompress(save_spz(tmp_path / "g.spz", params, version=3).read_bytes())  # one gzip stream, read independently
     magic, version, count, degree, bits, flags, reserved = struct.unpack_from("<4sIIBBBB", raw)
     assert (magic, version, count, degree, bits, flags, reserved) == (b"NGSP", 3, 50, 2, 12, 0, 0)
-    # positions 9 bytes, alpha 1, colour 3, scale 3, rotation 4 (smallest three), SH 8 coefficients x 3
+    # positions 9 bytes, alpha 1, color 3, scale 3, rotation 4 (smallest three), SH 8 coefficients x 3
     assert len(raw) == 16 + 50 * (9 + 1 + 3 + 3 + 4 + 8 * 3)
     # the first Gaussian's y, stored flipped (right-up-back axes), as a signed 24-bit fixed-point number
     y = int.from_bytes(raw[16 + 3: 16 + 6], "little", signed=True)
@@ -70,7 +70,7 @@ def test_version_4_header_table_and_zstd_streams_follow_the_spz_layout(tmp_path)
     assert (magic, version, count, degree, bits, flags, streams, toc) == (b"NGSP", 4, 50, 2, 12, 1, 6, 32)
     assert data[20:32] == b"\0" * 12  # reserved
     sizes = [struct.unpack_from("<QQ", data, 32 + 16 * i) for i in range(6)]
-    # positions 9 bytes, alpha 1, colour 3, scale 3, rotation 4, SH 8 coefficients x 3, each its own ZSTD frame
+    # positions 9 bytes, alpha 1, color 3, scale 3, rotation 4, SH 8 coefficients x 3, each its own ZSTD frame
     assert [raw for _, raw in sizes] == [50 * k for k in (9, 1, 3, 3, 4, 24)]
     offset, streams = 32 + 16 * 6, []
     for packed, raw in sizes:
@@ -94,7 +94,7 @@ def test_degree_0_writes_five_streams(tmp_path):
 
 @pytest.mark.parametrize("version", [3, 4])
 @pytest.mark.parametrize("degree", [0, 1, 2, 3])
-def test_round_trip_is_within_the_quantisation_and_keeps_the_sh_degree(tmp_path, degree, version):
+def test_round_trip_is_within_the_quantization_and_keeps_the_sh_degree(tmp_path, degree, version):
     params = random_params(300, degree=degree, seed=degree)
     back = load_spz(save_spz(tmp_path / "g.spz", params, version=version))
     assert_within_spz_steps(back, params)
@@ -229,7 +229,7 @@ def test_splat_transform_reads_our_spz_as_we_do(tmp_path, version):
 
 
 @pytest.mark.parametrize("version", [3, 4])
-def test_spz_written_by_splat_transform_reads_back_within_the_quantisation(tmp_path, version):
+def test_spz_written_by_splat_transform_reads_back_within_the_quantization(tmp_path, version):
     params = random_params(200, degree=3, seed=8)
     save_ply(tmp_path / "g.ply", params)
     splat_transform(tmp_path / "g.ply", "--spz-version", str(version), tmp_path / "theirs.spz")  # Niantic's encoder
@@ -256,7 +256,7 @@ def test_lift3d_export_keeps_the_antialiased_flag_and_writes_the_asked_version(t
     assert len(written) == 1
     info = spz_info(written[0])
     assert (info.version, info.count, info.sh_degree, info.antialiased) == (4, 40, 2, True)
-    assert_within_spz_steps(load_spz(written[0]), load_spz(tmp_path / "model.spz"))  # one more quantisation: no drift
+    assert_within_spz_steps(load_spz(written[0]), load_spz(tmp_path / "model.spz"))  # one more quantization: no drift
     written[0].unlink()
     assert main(["export", str(tmp_path / "model.spz"), "--format", "spz", "system.export.spz_version=3"]) == 0
     (again,) = [path for path in tmp_path.glob("*.spz") if path.name != "model.spz"]

@@ -1,4 +1,4 @@
-"""UV unwrapping, texel rasterisation, seam filling and albedo baking."""
+"""UV unwrapping, texel rasterization, seam filling and albedo baking."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.texture import bake_texture, fill_empty_texels, rasterize_uv, unwrap_uv
-from tests.plugins.analytic_sphere import position_colour, sphere_density
+from tests.plugins.analytic_sphere import position_color, sphere_density
 
 BOX = [[-1, -1, -1], [1, 1, 1]]
 
@@ -27,14 +27,14 @@ def test_rasterize_uv_matches_a_per_texel_brute_force():
     faces = np.array([[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]])
     face_id, bary = rasterize_uv(uvs, faces, size, chunk=50)  # small chunks: many groups
     ys, xs = np.mgrid[0:size, 0:size]
-    centres = np.stack([(xs.ravel() + 0.5) / size, 1 - (ys.ravel() + 0.5) / size], 1)  # in uv
-    covered_by = [_inside_by_edge_signs(uvs[f], centres).reshape(size, size) for f in faces]
+    centers = np.stack([(xs.ravel() + 0.5) / size, 1 - (ys.ravel() + 0.5) / size], 1)  # in uv
+    covered_by = [_inside_by_edge_signs(uvs[f], centers).reshape(size, size) for f in faces]
     any_cover = np.any(covered_by, axis=0)
     assert np.array_equal(face_id >= 0, any_cover)
     for y, x in zip(*np.nonzero(any_cover)):
         f = face_id[y, x]
         assert covered_by[f][y, x]
-        # the weights rebuild the texel centre from the triangle's corners
+        # the weights rebuild the texel center from the triangle's corners
         assert np.allclose(bary[y, x] @ uvs[faces[f]], [(x + 0.5) / size, 1 - (y + 0.5) / size], atol=1e-5)
 
 
@@ -68,7 +68,7 @@ def sphere_mesh() -> Mesh:
 
 @pytest.mark.parametrize("scale", [1.0, 0.01])
 def test_unwrap_keeps_the_geometry_and_places_every_face(sphere_mesh, scale):
-    # xatlas drops faces under an absolute area; at 1/100 scale all faces would be dropped unnormalised
+    # xatlas drops faces under an absolute area; at 1/100 scale all faces would be dropped unnormalized
     sphere_mesh = Mesh(sphere_mesh.vertices * scale, sphere_mesh.faces)
     unwrapped = unwrap_uv(sphere_mesh, texture_size=256)
     assert len(unwrapped.faces) == len(sphere_mesh.faces)
@@ -80,10 +80,10 @@ def test_unwrap_keeps_the_geometry_and_places_every_face(sphere_mesh, scale):
     assert (_area(unwrapped.uvs[unwrapped.faces]) > 0).all()
 
 
-def test_baked_texture_reproduces_the_colour_field(sphere_mesh):
+def test_baked_texture_reproduces_the_color_field(sphere_mesh):
     size = 256
-    textured = bake_texture(sphere_mesh, position_colour, texture_size=size)
-    assert textured.texture.shape == (size, size, 3) and textured.vertex_colours is None
+    textured = bake_texture(sphere_mesh, position_color, texture_size=size)
+    assert textured.texture.shape == (size, size, 3) and textured.vertex_colors is None
     assert (textured.texture.reshape(-1, 3).max(1) > 0).all()  # every texel filled: no black seams
     # read the texture at random points inside each face and compare with the field at the 3D point
     rng = np.random.default_rng(0)
@@ -93,10 +93,10 @@ def test_baked_texture_reproduces_the_colour_field(sphere_mesh):
     x = np.clip((uv[:, 0] * size).astype(int), 0, size - 1)
     y = np.clip(((1 - uv[:, 1]) * size).astype(int), 0, size - 1)
     got = textured.texture[y, x] / 255.0
-    expected = position_colour(torch.from_numpy(points)).numpy()
+    expected = position_color(torch.from_numpy(points)).numpy()
     error = np.abs(got - expected).max(1)
     # nearest-texel reading is off by the field's gradient (0.5 per unit length) times the distance to
-    # the texel centre (under 0.71 texels), plus 8-bit rounding; a texel spans sqrt(area / uv area) / size
+    # the texel center (under 0.71 texels), plus 8-bit rounding; a texel spans sqrt(area / uv area) / size
     texel = np.sqrt(_area(textured.vertices[textured.faces]).sum() / _area(textured.uvs[textured.faces]).sum()) / size
     assert np.percentile(error, 99) < 0.5 * 0.71 * texel + 1 / 255
     assert error.max() < 0.5 * 1.5 * texel + 1 / 255  # UV stretch lets a few read a little farther
@@ -111,4 +111,4 @@ def _area(tri: np.ndarray) -> np.ndarray:
 
 def test_bake_refuses_tiny_textures(sphere_mesh):
     with pytest.raises(ValueError, match="texture_size"):
-        bake_texture(sphere_mesh, position_colour, texture_size=4)
+        bake_texture(sphere_mesh, position_color, texture_size=4)

@@ -29,7 +29,7 @@ def _frame_number_render(cameras):
     """Frames whose brightness encodes the camera's azimuth (to check order), plus the sphere."""
     out = render_sphere(cameras, 0.5)
     azimuth = torch.remainder(torch.atan2(cameras.positions[:, 1], cameras.positions[:, 0]), 2 * math.pi)
-    out["rgb"][:, :4] = (azimuth / (2 * math.pi))[:, None, None, None]  # a top band of uniform grey
+    out["rgb"][:, :4] = (azimuth / (2 * math.pi))[:, None, None, None]  # a top band of uniform gray
     return out
 
 
@@ -54,7 +54,7 @@ def test_render_frames_checks_the_renderer_output():
         write_orbit_video(OutputSaver("unused"), "x", lambda c: render_sphere(c, 0.5), cams, formats=("avi",))
 
 
-def _small_object_ply(path, centre=(1.0, -0.5, 0.3), across=0.2, n=1500):
+def _small_object_ply(path, center=(1.0, -0.5, 0.3), across=0.2, n=1500):
     """A red ball of opaque Gaussians ``across`` units wide, away from the origin, saved as a 3DGS .ply."""
     from lift3d.gaussians.formats.ply import save_ply
     from lift3d.render.splats.sh import rgb_to_sh
@@ -62,7 +62,7 @@ def _small_object_ply(path, centre=(1.0, -0.5, 0.3), across=0.2, n=1500):
     g = torch.Generator().manual_seed(0)
     direction = torch.randn(n, 3, generator=g)
     direction = direction / direction.norm(dim=1, keepdim=True)
-    means = direction * (across / 2) * torch.rand(n, 1, generator=g) ** (1 / 3) + torch.tensor(centre)
+    means = direction * (across / 2) * torch.rand(n, 1, generator=g) ** (1 / 3) + torch.tensor(center)
     save_ply(path, {"means": means, "log_scales": torch.full((n, 3), math.log(across / 40)),
                     "quats": torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1), "opacity_logits": torch.full((n,), 4.0),
                     "sh0": rgb_to_sh(torch.tensor([[0.8, 0.1, 0.1]])).repeat(n, 1)[:, None],
@@ -71,7 +71,7 @@ def _small_object_ply(path, centre=(1.0, -0.5, 0.3), across=0.2, n=1500):
 
 
 def _filled(path) -> np.ndarray:
-    """Share of each frame's pixels that differ from the background (the corner pixel's colour)."""
+    """Share of each frame's pixels that differ from the background (the corner pixel's color)."""
     frames = iio.imread(path, index=None)[..., :3].astype(float)
     background = frames[:, :1, :1]
     return (np.abs(frames - background).max(axis=-1) > 40).mean(axis=(1, 2))
@@ -92,20 +92,20 @@ def test_an_orbit_video_frames_a_small_object_as_the_viewer_does(tmp_path):
     assert _filled(tmp_path / "fixed-orbit.mp4").max() < 0.05
 
 
-def test_framed_orbits_circle_the_content_centre_at_the_viewer_rule():
+def test_framed_orbits_circle_the_content_center_at_the_viewer_rule():
     from lift3d.export.video import framed_orbit_cameras
     from lift3d.framing import VIEWER_FOVY_DEG, content_bounds, framing_camera, framing_distance
 
-    points = torch.rand(5000, 3) * 0.2 + torch.tensor([2.0, 1.0, -1.0])  # a 0.2 cube centred at (2.1, 1.1, -0.9)
+    points = torch.rand(5000, 3) * 0.2 + torch.tensor([2.0, 1.0, -1.0])  # a 0.2 cube centered at (2.1, 1.1, -0.9)
     bounds = content_bounds(points)
-    assert np.allclose(bounds.centre, (2.1, 1.1, -0.9), atol=0.01)
+    assert np.allclose(bounds.center, (2.1, 1.1, -0.9), atol=0.01)
     assert framing_distance(bounds.radius, VIEWER_FOVY_DEG) == pytest.approx(2.4 * bounds.radius)  # the viewer's rule
     position, look = framing_camera(points, elevation_deg=0.0)
-    assert np.allclose(look, bounds.centre) and position[0] - look[0] == pytest.approx(2.4 * bounds.radius)
+    assert np.allclose(look, bounds.center) and position[0] - look[0] == pytest.approx(2.4 * bounds.radius)
     cams = framed_orbit_cameras(points, 8, 20.0, 40.0, 64, 48, fill=0.9)
-    offsets = cams.positions - torch.tensor(bounds.centre)
+    offsets = cams.positions - torch.tensor(bounds.center)
     assert torch.allclose(offsets.norm(dim=-1), torch.full((8,), framing_distance(bounds.radius, 40.0, 0.9)), rtol=1e-5)
     forward = -cams.c2w[:, :3, 2]
     assert torch.allclose(forward, -offsets / offsets.norm(dim=-1, keepdim=True), atol=1e-5)  # every frame looks at it
     portrait = framed_orbit_cameras(points, 1, 20.0, 40.0, 48, 64, fill=0.9)  # the narrower width decides
-    assert (portrait.positions - torch.tensor(bounds.centre)).norm() > offsets[0].norm()
+    assert (portrait.positions - torch.tensor(bounds.center)).norm() > offsets[0].norm()

@@ -13,21 +13,21 @@ from plyfile import PlyData
 from lift3d.export.mesh import extract_mesh
 from lift3d.export.texture import bake_texture
 from lift3d.export.writers import srgb_to_linear, write_glb, write_obj, write_ply
-from tests.plugins.analytic_sphere import position_colour, sphere_density
+from tests.plugins.analytic_sphere import position_color, sphere_density
 from tests.validators import gltf_problems, validate_gltf
 
 TEXTURE = 128
 
 
 @pytest.fixture(scope="module")
-def coloured():
+def colored():
     return extract_mesh(lambda p: sphere_density(p, 0.6), [[-1, -1, -1], [1, 1, 1]], 24, threshold=25.0,
-                        colour_fn=position_colour)
+                        color_fn=position_color)
 
 
 @pytest.fixture(scope="module")
-def textured(coloured):
-    return bake_texture(coloured, position_colour, texture_size=TEXTURE)
+def textured(colored):
+    return bake_texture(colored, position_color, texture_size=TEXTURE)
 
 
 def _z_up(vertices: np.ndarray) -> np.ndarray:
@@ -39,29 +39,29 @@ def _single(loaded) -> trimesh.Trimesh:
     return loaded if isinstance(loaded, trimesh.Trimesh) else next(iter(loaded.geometry.values()))
 
 
-def test_glb_files_pass_the_khronos_validator(tmp_path, textured, coloured):
-    paths = write_glb(textured, tmp_path / "textured.glb") + write_glb(coloured, tmp_path / "coloured.glb")
+def test_glb_files_pass_the_khronos_validator(tmp_path, textured, colored):
+    paths = write_glb(textured, tmp_path / "textured.glb") + write_glb(colored, tmp_path / "colored.glb")
     reports = validate_gltf(*paths)
     for path, report in zip(paths, reports):
         assert report["issues"]["numErrors"] == 0, (path.name, gltf_problems(report))
         assert report["issues"]["numWarnings"] == 0, (path.name, gltf_problems(report))
     assert reports[0]["info"]["hasTextures"] and reports[0]["info"]["maxUVs"] == 1
     assert reports[0]["info"]["totalTriangleCount"] == len(textured.faces)
-    assert not reports[1]["info"]["hasTextures"] and reports[1]["info"]["totalVertexCount"] == len(coloured.vertices)
+    assert not reports[1]["info"]["hasTextures"] and reports[1]["info"]["totalVertexCount"] == len(colored.vertices)
 
 
-def test_glb_reloads_with_geometry_texture_and_linear_vertex_colours(tmp_path, textured, coloured):
+def test_glb_reloads_with_geometry_texture_and_linear_vertex_colors(tmp_path, textured, colored):
     tex = _single(trimesh.load(write_glb(textured, tmp_path / "t.glb")[0], process=False))
     assert np.allclose(_z_up(tex.vertices), textured.vertices, atol=1e-6)
     assert np.array_equal(np.asarray(tex.visual.material.baseColorTexture.convert("RGB")), textured.texture)
     assert np.allclose(tex.visual.uv, textured.uvs, atol=1e-6)  # trimesh flips v back on import
-    path = write_glb(coloured, tmp_path / "c.glb")[0]
-    colours = _glb_attribute(path, "COLOR_0")  # read straight from the file's JSON and binary chunks
-    assert colours.dtype == np.uint8 and colours.shape == (len(coloured.vertices), 4)
-    expected = np.round(srgb_to_linear(coloured.vertex_colours) * 255)
-    assert np.abs(colours[:, :3].astype(float) - expected).max() <= 1
-    assert np.allclose(_z_up(_glb_attribute(path, "NORMAL")), coloured.normals, atol=1e-3)
-    assert np.allclose(_z_up(_glb_attribute(path, "POSITION")), coloured.vertices, atol=1e-6)
+    path = write_glb(colored, tmp_path / "c.glb")[0]
+    colors = _glb_attribute(path, "COLOR_0")  # read straight from the file's JSON and binary chunks
+    assert colors.dtype == np.uint8 and colors.shape == (len(colored.vertices), 4)
+    expected = np.round(srgb_to_linear(colored.vertex_colors) * 255)
+    assert np.abs(colors[:, :3].astype(float) - expected).max() <= 1
+    assert np.allclose(_z_up(_glb_attribute(path, "NORMAL")), colored.normals, atol=1e-3)
+    assert np.allclose(_z_up(_glb_attribute(path, "POSITION")), colored.vertices, atol=1e-6)
 
 
 def _glb_attribute(path, name: str) -> np.ndarray:
@@ -90,39 +90,39 @@ def test_obj_mtl_png_reload_with_the_texture(tmp_path, textured):
     image = np.asarray(loaded.visual.material.image.convert("RGB"))
     assert np.array_equal(image, np.asarray(Image.open(tmp_path / "asset.png").convert("RGB")))
     assert image.shape == (TEXTURE, TEXTURE, 3)
-    # the colour read at each face centre's uv is the field's colour at its 3D centre
+    # the color read at each face center's uv is the field's color at its 3D center
     uv = loaded.visual.uv[loaded.faces].mean(1)
-    centres = _z_up(loaded.vertices[loaded.faces].mean(1))
+    centers = _z_up(loaded.vertices[loaded.faces].mean(1))
     x = np.clip((uv[:, 0] * TEXTURE).astype(int), 0, TEXTURE - 1)
     y = np.clip(((1 - uv[:, 1]) * TEXTURE).astype(int), 0, TEXTURE - 1)
-    error = np.abs(image[y, x] / 255.0 - position_colour(torch.from_numpy(centres)).numpy())
+    error = np.abs(image[y, x] / 255.0 - position_color(torch.from_numpy(centers)).numpy())
     assert np.percentile(error, 99) < 0.02
     assert len(loaded.faces) == len(textured.faces)
 
 
-def test_untextured_obj_keeps_vertex_colours(tmp_path, coloured):
-    assert [p.name for p in write_obj(coloured, tmp_path / "plain.obj", up_axis="z")] == ["plain.obj"]
+def test_untextured_obj_keeps_vertex_colors(tmp_path, colored):
+    assert [p.name for p in write_obj(colored, tmp_path / "plain.obj", up_axis="z")] == ["plain.obj"]
     loaded = _single(trimesh.load(tmp_path / "plain.obj", process=False))
-    assert np.allclose(loaded.vertices, coloured.vertices, atol=1e-6)
-    assert np.abs(loaded.visual.vertex_colors[:, :3] / 255.0 - coloured.vertex_colours).max() <= 0.5 / 255 + 1e-6
+    assert np.allclose(loaded.vertices, colored.vertices, atol=1e-6)
+    assert np.abs(loaded.visual.vertex_colors[:, :3] / 255.0 - colored.vertex_colors).max() <= 0.5 / 255 + 1e-6
 
 
-def test_ply_holds_positions_normals_and_vertex_colours(tmp_path, coloured):
-    path = write_ply(coloured, tmp_path / "mesh.ply")[0]
+def test_ply_holds_positions_normals_and_vertex_colors(tmp_path, colored):
+    path = write_ply(colored, tmp_path / "mesh.ply")[0]
     vertex = PlyData.read(path)["vertex"]
     assert [p.name for p in vertex.properties] == ["x", "y", "z", "nx", "ny", "nz", "red", "green", "blue"]
     loaded = trimesh.load(path, process=False)
-    assert np.allclose(_z_up(loaded.vertices), coloured.vertices, atol=1e-6)
-    assert np.array_equal(loaded.faces, coloured.faces)
-    assert np.array_equal(loaded.visual.vertex_colors[:, :3], np.round(coloured.vertex_colours * 255).astype(np.uint8))
+    assert np.allclose(_z_up(loaded.vertices), colored.vertices, atol=1e-6)
+    assert np.array_equal(loaded.faces, colored.faces)
+    assert np.array_equal(loaded.visual.vertex_colors[:, :3], np.round(colored.vertex_colors * 255).astype(np.uint8))
 
 
-def test_up_axis_rotates_z_up_to_y_up(tmp_path, coloured):
-    y_up = PlyData.read(write_ply(coloured, tmp_path / "y.ply")[0])["vertex"]
-    z_up = PlyData.read(write_ply(coloured, tmp_path / "z.ply", up_axis="z")[0])["vertex"]
+def test_up_axis_rotates_z_up_to_y_up(tmp_path, colored):
+    y_up = PlyData.read(write_ply(colored, tmp_path / "y.ply")[0])["vertex"]
+    z_up = PlyData.read(write_ply(colored, tmp_path / "z.ply", up_axis="z")[0])["vertex"]
     assert np.allclose(y_up["y"], z_up["z"]) and np.allclose(y_up["z"], -z_up["y"]) and np.allclose(y_up["x"], z_up["x"])
     with pytest.raises(ValueError, match="up_axis"):
-        write_ply(coloured, tmp_path / "bad.ply", up_axis="x")
+        write_ply(colored, tmp_path / "bad.ply", up_axis="x")
 
 
 def test_srgb_to_linear_follows_the_standard_curve():

@@ -27,7 +27,7 @@ def trained_gaussians(n: int, degree: int, seed: int = 0) -> dict[str, torch.Ten
     return {
         "means": torch.randn(n, 3, generator=g) * 0.3,
         "log_scales": torch.randn(n, 3, generator=g) * 0.3 - 3.0,
-        "quats": torch.randn(n, 4, generator=g),  # stored raw, not normalised
+        "quats": torch.randn(n, 4, generator=g),  # stored raw, not normalized
         "opacity_logits": torch.randn(n, generator=g) + 1.0,
         "sh0": torch.randn(n, 1, 3, generator=g) * 0.8,
         "shN": torch.randn(n, REST[degree], 3, generator=g) * 0.2,
@@ -76,7 +76,7 @@ def test_the_file_renders_as_the_model_in_memory(tmp_path):
     params = trained_gaussians(200, 3)
     write_inria_ply(tmp_path / "model.ply", params, normals=False)
     from_file = gaussian_system(3, "system.gaussians.init=ply", f"system.gaussians.init_path={tmp_path / 'model.ply'}")
-    from_file._initialize(None)  # the run's own initialisation (what setup does before the first step)
+    from_file._initialize(None)  # the run's own initialization (what setup does before the first step)
     in_memory = gaussian_system(3, "system.gaussians.sh_degree_interval=0")
     in_memory.gaussians.set_parameters(params)
     assert from_file.gaussians.active_sh_degree == 3  # the file's bands from the first step, not SH 0
@@ -103,7 +103,7 @@ def test_lift3d_export_converts_a_file_with_no_run_behind_it(tmp_path, capsys):
     assert validate_gltf(tmp_path / "point_cloud-ply.glb")[0]["issues"]["numErrors"] == 0
     again = load_ply(tmp_path / "point_cloud-ply-gaussians.ply")  # the Gaussians rewritten in lift3d's own writer
     assert all(torch.equal(again[name], params[name]) for name in params)
-    # a .splat from another tool converts the same way (SH 0: its colours)
+    # a .splat from another tool converts the same way (SH 0: its colors)
     (tmp_path / "point_cloud-ply.splat").rename(tmp_path / "point_cloud.splat")
     assert main(["export", str(tmp_path / "point_cloud.splat"), "--format", "3dgs-ply"]) == 0
     from_splat = load_ply(tmp_path / "point_cloud-splat-gaussians.ply")
@@ -127,12 +127,12 @@ def test_a_run_starts_from_a_trained_file(tmp_path, capsys, data_dir):
     err = capsys.readouterr().err
     assert code == 0, err
     assert "started from the 400 Gaussians" in err
-    trial = next((tmp_path / "runs").rglob("metrics.json")).parent.parent
-    assert json.loads((trial / "save" / "metrics.json").read_text())["val"]["step"] == 3
+    run_dir = next((tmp_path / "runs").rglob("metrics.json")).parent.parent
+    assert json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["step"] == 3
 
 
 def tall_red_cone(path, up: str) -> None:
-    """A cone 3 units tall along the file's ``up`` axis ('y' or 'z'), red vertex colours, written with trimesh."""
+    """A cone 3 units tall along the file's ``up`` axis ('y' or 'z'), red vertex colors, written with trimesh."""
     import trimesh
 
     cone = trimesh.creation.cone(radius=0.5, height=3.0, sections=24)  # along +z
@@ -143,17 +143,17 @@ def tall_red_cone(path, up: str) -> None:
 
 
 @pytest.mark.parametrize("up", ["y", "z"])
-def test_gaussians_from_a_mesh_stand_upright_in_its_colours(tmp_path, up):
+def test_gaussians_from_a_mesh_stand_upright_in_its_colors(tmp_path, up):
     from lift3d.gaussians.init import sample_mesh
 
     tall_red_cone(tmp_path / "cone.glb", up)
-    points, colours = sample_mesh(tmp_path / "cone.glb", 2000, up_axis=f"+{up}")
+    points, colors = sample_mesh(tmp_path / "cone.glb", 2000, up_axis=f"+{up}")
     heights = points[:, 2]
     order = heights.argsort()
     top, bottom = points[order[-200:]], points[order[:200]]
     assert top[:, 2].mean() > bottom[:, 2].mean() + 2.0  # the cone's 3 units run along world +z
     assert heights.max() - heights.min() > 2.9 and (points[:, 0].max() - points[:, 0].min()) < 1.01
-    assert torch.allclose(colours, torch.tensor([230, 20, 20]) / 255.0, atol=1e-6)  # the mesh's own colour
+    assert torch.allclose(colors, torch.tensor([230, 20, 20]) / 255.0, atol=1e-6)  # the mesh's own color
 
 
 def test_a_splat_file_starts_a_model_too(tmp_path, capsys):
@@ -162,7 +162,7 @@ def test_a_splat_file_starts_a_model_too(tmp_path, capsys):
 
     params = trained_gaussians(64, 0)
     tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
-                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"][:, 0]))
+                              torch.sigmoid(params["opacity_logits"]), colors=rgb_from_sh_dc(params["sh0"][:, 0]))
     write_splat(tmp_path / "model.splat", tensors)
     model = GaussianModel({"sh_degree": 1})
     assert model.load_gaussian_file(tmp_path / "model.splat") == 0 and len(model) == 64
@@ -180,7 +180,7 @@ def test_gaussian_files_can_be_pruned_for_size(tmp_path):
     params = trained_gaussians(400, 3)
     write_inria_ply(tmp_path / "model.ply", params, normals=False)
     assert main(["export", str(tmp_path / "model.ply"), "--format", "splat", "3dgs-ply",
-                 "system.export.gaussian_min_opacity=0.5", "system.export.gaussian_max_count=100",
+                 "system.export.min_opacity=0.5", "system.export.max_gaussians=100",
                  "system.export.gaussian_sh_degree=0"]) == 0
     opacity = torch.sigmoid(params["opacity_logits"])
     importance = torch.where(opacity >= 0.5, params["log_scales"].exp().prod(-1) * opacity, torch.tensor(-1.0))

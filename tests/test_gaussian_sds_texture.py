@@ -1,8 +1,8 @@
 """The gaussian-sds-texture stage (DreamGaussian's second stage): a gaussian-sds run's Gaussians meshed at
-their density level into a frozen DMTet, the texture field inheriting their colours, refined by SDS.
+their density level into a frozen DMTet, the texture field inheriting their colors, refined by SDS.
 
-The gaussian-sds run starts from a point cloud of known colours (a ball, red where x > 0 and blue where
-x < 0) and trains one step with the tiny random Stable Diffusion, so its Gaussians keep those colours."""
+The gaussian-sds run starts from a point cloud of known colors (a ball, red where x > 0 and blue where
+x < 0) and trains one step with the tiny random Stable Diffusion, so its Gaussians keep those colors."""
 
 from __future__ import annotations
 
@@ -41,35 +41,35 @@ SMALL_STAGE = [  # a 20^3 grid over [-0.6, 0.6]^3 (cells of 0.06) and a small te
 ]
 
 
-def write_two_colour_ball(path, n: int = 800) -> None:
+def write_two_color_ball(path, n: int = 800) -> None:
     """A .ply point cloud: ``n`` points uniform in a ball of radius BALL, red for x > 0, blue for x < 0."""
     from plyfile import PlyData, PlyElement
 
     rng = np.random.default_rng(0)
     points = rng.normal(size=(n, 3))
     points *= (BALL * rng.random(n) ** (1 / 3) / np.linalg.norm(points, axis=1))[:, None]
-    colours = np.where(points[:, :1] > 0, RED, BLUE)
+    colors = np.where(points[:, :1] > 0, RED, BLUE)
     vertex = np.empty(n, dtype=[(a, "f4") for a in "xyz"] + [(c, "u1") for c in ("red", "green", "blue")])
     for i, a in enumerate("xyz"):
         vertex[a] = points[:, i]
     for i, c in enumerate(("red", "green", "blue")):
-        vertex[c] = np.round(colours[:, i] * 255)
+        vertex[c] = np.round(colors[:, i] * 255)
     PlyData([PlyElement.describe(vertex, "vertex")]).write(str(path))
 
 
 @pytest.fixture(scope="module")
 def gaussian_run(tmp_path_factory) -> str:
-    """The last checkpoint of a 1-step gaussian-sds run started from the two-colour ball."""
+    """The last checkpoint of a 1-step gaussian-sds run started from the two-color ball."""
     root = tmp_path_factory.mktemp("gaussian-sds")
-    write_two_colour_ball(root / "ball.ply")
+    write_two_color_ball(root / "ball.ply")
     overrides = COMMON + SD + [
         f"output_root={root}", "tag=ball", "trainer.max_steps=1", "trainer.run_test_after_fit=false",
         f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}", "data.batch_size=1",
         "system.gaussians.init=points", f"system.gaussians.init_path={root / 'ball.ply'}", "system.init_fit_radius=false",
         "system.renderer.tile_size=8", "system.densify.refine_start=100", "system.export.formats=[]",
     ]
-    trial = run_experiment("train", load_config(recipe_config("gaussian-sds"), overrides=overrides), overrides=overrides)
-    return str(trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", load_config(recipe_config("gaussian-sds"), overrides=overrides), overrides=overrides)
+    return str(run_dir / "ckpts" / "last.ckpt")
 
 
 def texture_stage(checkpoint: str, *extra: str, guidance: list[str] = SD) -> tuple[object, object, object]:
@@ -92,14 +92,14 @@ def brute_force_density(g, points: torch.Tensor) -> torch.Tensor:
     return (g.opacities.detach()[None] * torch.exp(-0.5 * m2) * (m2 <= 9.0)).sum(-1)
 
 
-def test_surface_queries_are_the_gaussians_density_and_colours(gaussian_run):
+def test_surface_queries_are_the_gaussians_density_and_colors(gaussian_run):
     _, system = load_previous_stage(gaussian_run)
     g = system.gaussians
     points = torch.cat([torch.zeros(1, 3), torch.tensor([[0.2, 0.0, 0.0], [-0.2, 0.05, 0.0], [0.0, 0.0, 0.3], [0.9, 0.0, 0.0]])])
     assert torch.allclose(system.density_at(points), brute_force_density(g, points), rtol=1e-4, atol=1e-6)
     assert system.density_at(points)[0] > 0.3 and system.density_at(points)[-1] == 0
-    colours = system.albedo_at(points)
-    assert torch.allclose(colours[1], torch.tensor(RED), atol=0.05) and torch.allclose(colours[2], torch.tensor(BLUE), atol=0.05)
+    colors = system.albedo_at(points)
+    assert torch.allclose(colors[1], torch.tensor(RED), atol=0.05) and torch.allclose(colors[2], torch.tensor(BLUE), atol=0.05)
     assert system.density_opacity_scale == GaussianField.opacity_scale == 1.0  # unitless: the mesh stage's automatic level
     # moving the Gaussians (in place, as an optimizer step does) is seen by the next query
     with torch.no_grad():
@@ -108,7 +108,7 @@ def test_surface_queries_are_the_gaussians_density_and_colours(gaussian_run):
     assert torch.allclose(system.density_at(moved), brute_force_density(g, moved), rtol=1e-4, atol=1e-6)
 
 
-def test_conversion_meshes_the_gaussians_and_inherits_their_colours(gaussian_run):
+def test_conversion_meshes_the_gaussians_and_inherits_their_colors(gaussian_run):
     system, _, previous = texture_stage(gaussian_run)
     mesh = system.geometry()
     vertices = mesh.vertices.detach()
@@ -118,7 +118,7 @@ def test_conversion_meshes_the_gaussians_and_inherits_their_colours(gaussian_run
     # the surface is a closed shell around the ball: about its radius (Gaussians reach a little beyond)
     radius = vertices.norm(dim=-1)
     assert 0.25 < float(radius.median()) < 0.5 and float(radius.min()) > 0.1
-    # inherited colours match the Gaussians' own at the surface, and are the ball's two colours away from x = 0
+    # inherited colors match the Gaussians' own at the surface, and are the ball's two colors away from x = 0
     inherited, theirs = system.albedo_at(vertices), previous.albedo_at(vertices)
     assert float((inherited - theirs).abs().mean()) < 0.05
     right, left = vertices[:, 0] > 0.12, vertices[:, 0] < -0.12
@@ -153,7 +153,7 @@ def test_texture_stage_trains_checkpoints_and_exports_a_textured_glb(gaussian_ru
 
 @pytest.mark.gpu
 def test_texture_stage_on_cuda(gaussian_run, tmp_path):
-    """The same on the GPU: the Gaussians' density and colours queried there during conversion, float32 rasterization."""
+    """The same on the GPU: the Gaussians' density and colors queried there during conversion, float32 rasterization."""
     assert torch.cuda.is_available()
     # the device machine may have no node for the validator; the reference conversion runs on the CPU, so the
     # GPU's grid of densities agrees to float tolerance, not bit for bit
@@ -166,8 +166,8 @@ def train_texture_stage(gaussian_run: str, tmp_path, validate: bool, exact: bool
         f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}",
     ]
     cfg = load_config(recipe_config("gaussian-sds-texture"), overrides=overrides)
-    trial = run_experiment("train", cfg, overrides=overrides)
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", cfg, overrides=overrides)
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert state["global_step"] == 2
     assert not any(k.startswith("guidance") for k in state["state_dict"])
     # the frozen mesh is the conversion's; the texture field moved away from the inherited one
@@ -179,7 +179,7 @@ def train_texture_stage(gaussian_run: str, tmp_path, validate: bool, exact: bool
         assert (sdf - reference).abs().max() < 1e-3 and ((sdf > 0) == (reference > 0)).float().mean() > 0.999
     key = "geometry.texture.mlp.layers.0.weight"
     assert not torch.equal(state["state_dict"][key], converted.state_dict()[key])
-    glbs = sorted((trial / "save").rglob("*.glb"))
+    glbs = sorted((run_dir / "save").rglob("*.glb"))
     assert glbs and glbs[-1].stat().st_size > 1000
     if validate:
         report = validate_gltf(glbs[-1])[0]
@@ -190,7 +190,7 @@ def train_texture_stage(gaussian_run: str, tmp_path, validate: bool, exact: bool
     mesh = next(iter(scene.geometry.values())) if hasattr(scene, "geometry") else scene
     faces = converted.geometry().num_faces
     assert len(mesh.faces) == faces if exact else abs(len(mesh.faces) - faces) <= 0.01 * faces
-    assert mesh.visual.material.baseColorTexture is not None  # a baked texture, not vertex colours
+    assert mesh.visual.material.baseColorTexture is not None  # a baked texture, not vertex colors
 
 
 class NoSurface(nn.Module):

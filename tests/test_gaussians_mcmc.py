@@ -1,5 +1,5 @@
 """MCMC densification: the relocation formula (PyTorch twin vs the closed form; GPU: vs gsplat's kernel), relocation
-and addition with their optimizer bookkeeping, the budget, the position noise and the regulariser gradients."""
+and addition with their optimizer bookkeeping, the budget, the position noise and the regularizer gradients."""
 
 import importlib.util
 import math
@@ -49,7 +49,7 @@ def test_relocation_twin_matches_the_closed_form():
         o, factor = _closed_form(float(opacities[i]), int(ratios[i]))
         assert float(new_opacities[i]) == pytest.approx(o, rel=1e-5)
         assert torch.allclose(new_scales[i], scales[i] * factor, rtol=1e-4)
-    # one copy changes nothing; the copies' summed opacity is the original one's at the centre
+    # one copy changes nothing; the copies' summed opacity is the original one's at the center
     same_o, same_s = relocation_torch(opacities, scales, torch.ones(200, dtype=torch.int64), binoms)
     assert torch.allclose(same_o, opacities, rtol=1e-6) and torch.allclose(same_s, scales, rtol=1e-5)
     assert torch.allclose(1 - (1 - new_opacities) ** ratios.float(), opacities, rtol=1e-4)
@@ -86,7 +86,7 @@ def test_relocate_moves_dead_gaussians_onto_live_ones():
 def test_add_grows_by_the_rate_up_to_the_cap():
     model = _model(100)
     optimizer = _adam(model)
-    strategy = MCMCStrategy({"cap_max": 112, "grow_rate": 0.05})
+    strategy = MCMCStrategy({"max_gaussians": 112, "grow_rate": 0.05})
     assert strategy.add(model, optimizer, torch.Generator().manual_seed(0)) == 5 and len(model) == 105
     assert strategy.add(model, optimizer, torch.Generator().manual_seed(1)) == 5 and len(model) == 110
     assert strategy.add(model, optimizer, torch.Generator().manual_seed(2)) == 2 and len(model) == 112
@@ -96,13 +96,13 @@ def test_add_grows_by_the_rate_up_to_the_cap():
         assert optimizer.state[p]["exp_avg"].shape == p.shape and not optimizer.state[p]["exp_avg"][100:].any()
 
 
-def test_schedule_noise_and_regularisers():
+def test_schedule_noise_and_regularizers():
     model = _model(40)
     with torch.no_grad():
         model.opacity_logits[:4] = -10.0
     optimizer = _adam(model, lr=1e-4)
     optimizer.zero_grad()
-    strategy = find("densify-mcmc")({"cap_max": 44, "refine_start": 0, "refine_every": 10, "noise_lr": 5e5})
+    strategy = find("densify-mcmc")({"max_gaussians": 44, "refine_start": 0, "refine_every": 10, "noise_lr": 5e5})
     means = model.means.detach().clone()
     assert strategy.after_backward(None, model, optimizer, 5, 1.0) == {}  # not a refine step
     moved = (model.means.detach() - means).norm(dim=-1)
@@ -117,7 +117,7 @@ def test_schedule_noise_and_regularisers():
     twin = _model(40)
     with torch.no_grad():
         twin.opacity_logits[:4] = -10.0
-    other = find("densify-mcmc")({"cap_max": 44, "refine_start": 0, "refine_every": 10, "noise_lr": 5e5})
+    other = find("densify-mcmc")({"max_gaussians": 44, "refine_start": 0, "refine_every": 10, "noise_lr": 5e5})
     twin_optimizer = _adam(twin, lr=1e-4)
     twin_optimizer.zero_grad()
     other.after_backward(None, twin, twin_optimizer, 5, 1.0)
@@ -125,7 +125,7 @@ def test_schedule_noise_and_regularisers():
     assert torch.equal(twin.means, model.means)
 
 
-def test_regularisers_keep_the_optimizer_out_of_a_captured_step():
+def test_regularizers_keep_the_optimizer_out_of_a_captured_step():
     assert MCMCStrategy().edits_gradients  # graphed_splats then steps the optimizer after them
     assert not MCMCStrategy({"opacity_reg": 0.0, "scale_reg": 0.0}).edits_gradients
 
@@ -133,8 +133,8 @@ def test_regularisers_keep_the_optimizer_out_of_a_captured_step():
 def test_bad_config_is_refused():
     from lift3d.config import ConfigError
 
-    with pytest.raises(ConfigError, match="cap_max"):
-        find("densify-mcmc")({"cap_max": 0})
+    with pytest.raises(ConfigError, match="max_gaussians"):
+        find("densify-mcmc")({"max_gaussians": 0})
 
 
 def test_relocation_on_cuda_matches_the_twin():
@@ -177,12 +177,12 @@ def test_recipe_trains_with_mcmc_within_its_budget(tmp_path, data_dir):
                  "system.gaussians.sh_degree=1", "data.val_split=train", "data.n_orbit_views=4", "trainer.max_steps=120",
                  "trainer.val_check_interval=120", "trainer.num_sanity_val_steps=1", "trainer.log_every_n_steps=10",
                  "checkpoint.every_n_train_steps=0", "system.export.formats=[]", "system.densify_type=densify-mcmc",
-                 "system.densify.cap_max=2600", "system.densify.refine_start=20", "system.densify.refine_every=20",
+                 "system.densify.max_gaussians=2600", "system.densify.refine_start=20", "system.densify.refine_every=20",
                  "system.densify.grow_rate=0.1"])
     assert code == 0
-    trial = tmp_path / "reconstruct-gaussians" / "lego_tiny"
-    record = json.loads((trial / "save" / "metrics.json").read_text())
+    run_dir = tmp_path / "reconstruct-gaussians" / "lego_tiny"
+    record = json.loads((run_dir / "save" / "metrics.json").read_text())
     assert record["val"]["psnr"] > record["history"][0]["psnr"] + 8.0, record["history"]
-    with open(trial / "csv_logs" / "metrics.csv") as handle:
+    with open(run_dir / "csv_logs" / "metrics.csv") as handle:
         counts = [float(r["train/gaussians"]) for r in csv.DictReader(handle) if r.get("train/gaussians")]
     assert max(counts) == 2600 and counts[0] == 2000

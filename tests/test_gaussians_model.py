@@ -1,4 +1,4 @@
-"""The Gaussian model: activations, initialisation (sphere, mask carving, point cloud, mesh), SH schedule,
+"""The Gaussian model: activations, initialization (sphere, mask carving, point cloud, mesh), SH schedule,
 resizing for checkpoints."""
 
 import math
@@ -76,7 +76,7 @@ def test_mask_carving_keeps_points_inside_the_object():
         init.carve_by_masks(scene.cameras, torch.zeros_like(scene.rgba), 10, radius, max_rounds=1)
 
 
-def test_point_cloud_and_mesh_initialisation(tmp_path, data_dir):
+def test_point_cloud_and_mesh_initialization(tmp_path, data_dir):
     data = np.zeros(4, dtype=[("x", "f4"), ("y", "f4"), ("z", "f4"), ("red", "u1"), ("green", "u1"), ("blue", "u1")])
     data["x"], data["red"], data["blue"] = [0, 1, 2, 3], [255, 0, 51, 102], 255
     PlyData([PlyElement.describe(data, "vertex")]).write(str(tmp_path / "cloud.ply"))

@@ -1,4 +1,4 @@
-"""Spherical harmonics: basis against SciPy, orthonormality by exact quadrature, colour conventions."""
+"""Spherical harmonics: basis against SciPy, orthonormality by exact quadrature, color conventions."""
 
 import math
 
@@ -60,7 +60,7 @@ def test_bases_are_orthonormal_on_the_sphere():
     assert torch.allclose(gram, torch.eye(16, dtype=gram.dtype), atol=1e-12)
 
 
-def test_colour_conventions():
+def test_color_conventions():
     rgb = torch.tensor([[0.1, 0.5, 0.9]])
     assert torch.allclose(sh_to_rgb(rgb_to_sh(rgb)), rgb)
     coeffs = torch.zeros(1, 16, 3)

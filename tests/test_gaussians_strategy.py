@@ -116,7 +116,7 @@ def _render_stats(n: int, grad: torch.Tensor, visible: torch.Tensor, size=(1, 8,
     return {"means2d": means2d, "radii": radii, "rgb": torch.zeros(B, H, W, 3)}
 
 
-def test_gradient_statistics_follow_gsplat_normalisation():
+def test_gradient_statistics_follow_gsplat_normalization():
     strategy = DensifyStrategy()
     grad = torch.tensor([[[0.001, 0.0], [0.0, 0.002], [0.5, 0.5]]])
     visible = torch.tensor([[True, True, False]])
@@ -134,7 +134,7 @@ def test_gradient_statistics_follow_gsplat_normalisation():
 def test_defaults_are_those_of_3dgs():
     c = DensifyStrategy().cfg
     assert (c.refine_start, c.refine_stop, c.refine_every, c.reset_every) == (500, 15000, 100, 3000)
-    assert (c.grow_grad2d, c.prune_opacity, c.grow_scale3d, c.prune_scale3d) == (0.0002, 0.005, 0.01, 0.1)
+    assert (c.grow_grad2d, c.min_opacity, c.grow_scale3d, c.prune_scale3d) == (0.0002, 0.005, 0.01, 0.1)
 
 
 def test_schedule_clones_small_splits_large_prunes_and_resets():
@@ -144,7 +144,7 @@ def test_schedule_clones_small_splits_large_prunes_and_resets():
         model.log_scales.copy_(torch.log(torch.tensor([[0.001], [0.5], [0.001], [0.001]])).expand(4, 3))
         model.opacity_logits.copy_(torch.logit(torch.tensor([0.5, 0.5, 0.5, 0.001])))
     optimizer = _adam_after_a_step(model)
-    grad = torch.tensor([[[0.001, 0.0], [0.001, 0.0], [1e-6, 0.0], [0.0, 0.0]]])  # x5 normalised: 0.005, 0.005, 5e-6, 0
+    grad = torch.tensor([[[0.001, 0.0], [0.001, 0.0], [1e-6, 0.0], [0.0, 0.0]]])  # x5 normalized: 0.005, 0.005, 5e-6, 0
     strategy.update(_render_stats(4, grad, torch.ones(1, 4, dtype=torch.bool)))
     assert strategy.step(model, optimizer, 10, extent=1.0) == {}  # refine only after refine_start
     report = strategy.step(model, optimizer, 20, extent=1.0)
@@ -192,7 +192,7 @@ def test_absgrad_grows_by_the_absolute_gradient_with_its_own_threshold():
         model.log_scales.fill_(math.log(0.001))
         model.opacity_logits.fill_(0.0)
     optimizer = _adam_after_a_step(model)
-    out = _render_stats(3, torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))  # opposite pixels cancelled out
+    out = _render_stats(3, torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool))  # opposite pixels canceled out
     out["means2d"].absgrad = torch.tensor([[[0.0002, 0.0], [0.0001, 0.0], [0.0, 0.0]]])  # x5: 0.001, 0.0005, 0
     strategy.update(out)
     assert torch.allclose(strategy.grad2d, torch.tensor([0.001, 0.0005, 0.0]))

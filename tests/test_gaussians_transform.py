@@ -1,4 +1,4 @@
-"""Rotating Gaussians for the file formats' axes: means, covariances and view-dependent colour all turn together."""
+"""Rotating Gaussians for the file formats' axes: means, covariances and view-dependent color all turn together."""
 
 import math
 
@@ -41,7 +41,7 @@ def test_rotated_gaussians_look_like_the_originals_turned(name):
     assert torch.equal(turned["opacity_logits"], params["opacity_logits"])
     expected = matrix @ covariances(params["log_scales"], params["quats"]) @ matrix.T
     assert torch.allclose(covariances(turned["log_scales"], turned["quats"]), expected, atol=1e-12)
-    # the colour seen along d after the turn is the colour seen along R^T d before it, every band included
+    # the color seen along d after the turn is the color seen along R^T d before it, every band included
     dirs = torch.randn(50, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     before = eval_sh(3, torch.cat([params["sh0"], params["shN"]], 1), dirs @ matrix)  # rows: R^T d
     after = eval_sh(3, torch.cat([turned["sh0"], turned["shN"]], 1), dirs)

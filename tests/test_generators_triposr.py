@@ -78,7 +78,7 @@ def save_release(folder: Path, network: TripoSRNetwork, weights: str = "model.sa
 
 
 def photo(height: int = 40, width: int = 60) -> torch.Tensor:
-    """An RGBA cut-out [H, W, 4] of a red disc off-centre on a transparent, non-square canvas."""
+    """An RGBA cut-out [H, W, 4] of a red disc off-center on a transparent, non-square canvas."""
     ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
     inside = ((ys - 15) ** 2 + (xs - 40) ** 2 < 10**2).float()
     return torch.stack([inside, 0.1 * inside, 0.1 * inside, inside], -1)
@@ -94,13 +94,13 @@ def test_weight_names_are_the_released_module_trees():
     assert set(released_state_dict(tiny_network())) == OFFICIAL_NAMES
 
 
-def test_prepare_image_recentres_the_object_on_grey():
+def test_prepare_image_recenters_the_object_on_gray():
     image = prepare_image(photo(), size=64, foreground_ratio=0.85, background=0.5)
     assert image.shape == (64, 64, 3)
-    assert torch.allclose(image[0, 0], torch.tensor([0.5, 0.5, 0.5]))  # grey surround
+    assert torch.allclose(image[0, 0], torch.tensor([0.5, 0.5, 0.5]))  # gray surround
     red = (image[..., 0] > 0.75) & (image[..., 1] < 0.3)
     ys, xs = torch.nonzero(red, as_tuple=True)
-    assert abs(float(xs.float().mean()) - 31.5) < 1.5 and abs(float(ys.float().mean()) - 31.5) < 1.5  # centred
+    assert abs(float(xs.float().mean()) - 31.5) < 1.5 and abs(float(ys.float().mean()) - 31.5) < 1.5  # centered
     span = int(xs.max() - xs.min() + 1) / 64
     assert 0.75 < span < 0.9  # the disc spans about foreground_ratio of the side
 
@@ -196,10 +196,10 @@ def test_generate_command_writes_a_valid_glb(tmp_path, release, capsys):
     report = validate_gltf(glbs[0])[0]
     assert report["issues"]["numErrors"] == 0 and report["info"]["totalTriangleCount"] > 0
     # the run is an ordinary NeRF run: lift3d export reloads its field from the checkpoint, without the generator
-    trial = glbs[0].parent.parent
+    run_dir = glbs[0].parent.parent
     gone = f"system.generator.pretrained_model_name_or_path={tmp_path / 'gone'}"
-    assert main(["export", str(trial), "--format", "obj", gone]) == 0
-    assert (trial / "save" / glbs[0].with_suffix(".obj").name).stat().st_size > 0
+    assert main(["export", str(run_dir), "--format", "obj", gone]) == 0
+    assert (run_dir / "save" / glbs[0].with_suffix(".obj").name).stat().st_size > 0
 
 
 def test_generate_command_reports_a_missing_release_in_one_line(tmp_path, capsys):
@@ -243,7 +243,7 @@ def test_refinement_starts_from_the_generated_field(tmp_path, release):
         "data.eval_height=16", "data.eval_width=16", "data.n_val_views=2", "checkpoint.every_n_train_steps=3"]))
     refined = load_checkpoint(refined_run / "ckpts" / "last.ckpt")["state_dict"]
     before, after = start["field.triplane"], refined["field.triplane"]
-    assert before.abs().max() > 0  # the generator's planes, not the field's zero initialisation
+    assert before.abs().max() > 0  # the generator's planes, not the field's zero initialization
     change = (after - before).abs().max() / before.abs().max()
     assert 0 < change < 0.2  # three Adam steps at lr 0.003 move the generated planes a little
     metrics = sorted((refined_run / "save").glob("**/metrics*.json")) + sorted(refined_run.glob("metrics*.json"))
@@ -338,8 +338,8 @@ def twin_run(tmp_path: Path, steps: int, extra: list[str]) -> Path:
     return run_experiment("train", load_config(recipe_config("triposr-refine-analytic"), overrides=overrides))
 
 
-def val_psnr(trial: Path) -> float:
-    return float(json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"])
+def val_psnr(run_dir: Path) -> float:
+    return float(json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"])
 
 
 @pytest.mark.slow

@@ -104,7 +104,7 @@ def test_cfg_interpolates_between_all_views_and_near_views(lego):
 
 
 def distill(guidance: AnalyticGuidance, c2w: torch.Tensor, steps: int = 300, size: int = 24) -> tuple[torch.Tensor, torch.Tensor]:
-    """Optimise a random image batch [B,size,size,3] with the guidance's SDS gradient alone: (start, end)."""
+    """Optimize a random image batch [B,size,size,3] with the guidance's SDS gradient alone: (start, end)."""
     torch.manual_seed(0)
     logits = torch.nn.Parameter(torch.randn(c2w.shape[0], size, size, 3))
     start = torch.sigmoid(logits).detach().clone()

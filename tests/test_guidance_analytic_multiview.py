@@ -98,8 +98,8 @@ def test_mvdream_with_the_analytic_prior_reconstructs_the_sample_scene(tmp_path)
     assert len(views) == 8
     with torch.no_grad():
         start = sum(float(psnr(system.eval().render(v)["rgb"].clamp(0, 1), v["rgb"])) for v in views) / len(views)
-    trial = run_experiment("train", cfg, [recipe], overrides)
-    final = json.loads((trial / "save" / "metrics.json").read_text())["val"]
+    run_dir = run_experiment("train", cfg, [recipe], overrides)
+    final = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]
     assert final["step"] == STEPS and final["views"] == 8
     print(f"mvdream-analytic: val PSNR {start:.2f} -> {final['psnr']:.2f} dB")
     assert final["psnr"] > start + 5.0, (start, final["psnr"])

@@ -1,5 +1,5 @@
 """The editors: InstructPix2Pix loaded from a tiny random-weight folder through the real path (its 3-way guidance
-and a DDIM edit checked against independent UNet/VAE calls), load errors, and the analytic colour editor."""
+and a DDIM edit checked against independent UNet/VAE calls), load errors, and the analytic color editor."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_load_errors_name_the_editor_key(tmp_path):
         InstructPix2PixEditor({"pretrained_model_name_or_path": str(tiny_sd_path())})
 
 
-def test_analytic_editor_applies_the_colour_matrix_and_blends_the_render():
+def test_analytic_editor_applies_the_color_matrix_and_blends_the_render():
     matrix = [[0.2, 0.5, 0.1], [0.0, 0.9, 0.0], [0.3, 0.0, 0.4]]
     offset = [0.05, -0.1, 0.2]
     photo, render = torch.rand(2, 5, 6, 3), torch.rand(2, 5, 6, 3)

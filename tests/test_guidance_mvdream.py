@@ -244,7 +244,7 @@ def test_timesteps_are_shared_by_the_views_of_an_object_and_batches_must_hold_wh
     assert (t == t[:, :1]).all()
     out = guidance(torch.randn(8, 8, 8, 4), four_views([0.0, 10.0]))
     assert out["timesteps"].shape == (8,) and torch.isfinite(out["loss_sds"])
-    with pytest.raises(ValueError, match="multiple of 4.*data.n_view=4"):
+    with pytest.raises(ValueError, match="multiple of 4.*data.n_views=4"):
         guidance(torch.randn(3, 8, 8, 4), four_views([0.0]))
     # single evaluation views (validation panels) are denoised one at a time
     single = {key: value[:1] if torch.is_tensor(value) else value for key, value in four_views([0.0]).items()}

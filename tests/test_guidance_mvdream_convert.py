@@ -71,7 +71,7 @@ def outputs(unet) -> torch.Tensor:
 def test_original_checkpoint_converts_to_a_loadable_folder_that_computes_the_same(tmp_path):
     unet = tiny_mvdream_unet(seed=3)
     with torch.no_grad():
-        for param in unet.parameters():  # no zero-initialised layers: every weight shows in the output
+        for param in unet.parameters():  # no zero-initialized layers: every weight shows in the output
             param.add_(torch.randn_like(param) * 0.05)
     ldm = {LDM_PREFIX + key: value for key, value in ldm_state(unet).items()}
     ldm["first_stage_model.encoder.conv_in.weight"] = torch.zeros(1)  # other parts of the checkpoint are ignored

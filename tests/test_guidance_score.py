@@ -39,7 +39,7 @@ def test_add_noise_and_targets_match_diffusers():
     x_t = add_noise(x0, noise, alpha_bar)
     torch.testing.assert_close(x_t, scheduler.add_noise(x0, noise, t))
     torch.testing.assert_close(training_target(x0, noise, alpha_bar, "v_prediction"), scheduler.get_velocity(x0, noise, t))
-    # every parameterisation of the true (x0, noise) maps back to the true noise and x0
+    # every parameterization of the true (x0, noise) maps back to the true noise and x0
     for kind in ("epsilon", "v_prediction", "sample"):
         eps = to_epsilon(training_target(x0, noise, alpha_bar, kind), x_t, alpha_bar, kind)
         torch.testing.assert_close(eps, noise, rtol=1e-4, atol=2e-4)

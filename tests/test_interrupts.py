@@ -41,13 +41,13 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 def uninterrupted(tmp_path_factory) -> dict[str, torch.Tensor]:
     root = tmp_path_factory.mktemp("full")
     cfg = load_config(FIT_IMAGE, overrides=[f"output_root={root}", "tag=full", *COMMON])
-    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
-    return _state(trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", cfg, [FIT_IMAGE], [])
+    return _state(run_dir / "ckpts" / "last.ckpt")
 
 
-def _progress(trial: Path) -> dict:
+def _progress(run_dir: Path) -> dict:
     try:
-        return json.loads((trial / "progress.json").read_text())
+        return json.loads((run_dir / "progress.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 
@@ -57,10 +57,10 @@ def test_signal_mid_run_keeps_a_checkpoint_of_that_step_and_resumes_exactly(tmp_
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen([sys.executable, "-m", "lift3d", "train", str(FIT_IMAGE), f"output_root={tmp_path}", "tag=cut",
                                 *COMMON], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    trial = tmp_path / "fit-image" / "cut"
+    run_dir = tmp_path / "fit-image" / "cut"
     try:
         deadline = time.monotonic() + 120
-        while _progress(trial).get("step", 0) < 20:  # training is under way (progress.json: about once a second)
+        while _progress(run_dir).get("step", 0) < 20:  # training is under way (progress.json: about once a second)
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)
         process.send_signal(signum)
@@ -69,22 +69,22 @@ def test_signal_mid_run_keeps_a_checkpoint_of_that_step_and_resumes_exactly(tmp_
         if process.poll() is None:
             process.kill()
     assert process.returncode == code, err
-    record = _progress(trial)
+    record = _progress(run_dir)
     step = record["checkpoint_step"]
     assert record["status"] == "interrupted" and record["signal"] == signum.name and 20 <= step < STEPS
     checkpoint = Path(record["checkpoint"])
-    assert checkpoint == trial / "ckpts" / "last.ckpt"
+    assert checkpoint == run_dir / "ckpts" / "last.ckpt"
     assert load_checkpoint(checkpoint)["global_step"] == step
     lines = [line for line in err.splitlines() if line.startswith("lift3d:") and "writing to" not in line]
     assert lines == [f"lift3d: interrupted by {signum.name}; checkpoint at step {step} kept in {checkpoint} "
-                     f"(continue: lift3d train {trial / 'configs' / 'parsed.yaml'} --resume {checkpoint})"], err
+                     f"(continue: lift3d train {run_dir / 'configs' / 'parsed.yaml'} --resume {checkpoint})"], err
     assert "Traceback" not in err
     resumed = run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", f"resume={checkpoint}",
                                                                       *COMMON]), [FIT_IMAGE], [])
-    assert resumed == trial  # a resumed run continues in its checkpoint's folder
+    assert resumed == run_dir  # a resumed run continues in its checkpoint's folder
     assert load_checkpoint(checkpoint)["global_step"] == STEPS
     _assert_same(_state(checkpoint), uninterrupted)
-    assert _progress(trial)["status"] == "finished"
+    assert _progress(run_dir)["status"] == "finished"
 
 
 def test_time_interval_refreshes_last_ckpt_during_training(tmp_path, monkeypatch):
@@ -98,10 +98,10 @@ def test_time_interval_refreshes_last_ckpt_during_training(tmp_path, monkeypatch
     monkeypatch.setattr(lift3d.checkpoints, "save_checkpoint", spy)
     # 6 ms: a checkpoint every few steps; without the interval only the end is written
     overrides = [f"output_root={tmp_path}", *COMMON, "trainer.max_steps=60", "checkpoint.every_n_minutes=0.0001"]
-    trial = run_experiment("train", load_config(FIT_IMAGE, overrides=overrides), [FIT_IMAGE], [])
+    run_dir = run_experiment("train", load_config(FIT_IMAGE, overrides=overrides), [FIT_IMAGE], [])
     assert len([step for step in written if step < 60]) >= 2, written
-    assert written[-1] == 60 and load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == 60
-    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt"]
+    assert written[-1] == 60 and load_checkpoint(run_dir / "ckpts" / "last.ckpt")["global_step"] == 60
+    assert sorted(p.name for p in (run_dir / "ckpts").iterdir()) == ["last.ckpt"]
     with pytest.raises(ConfigError, match="every_n_minutes"):
         run_experiment("train", load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", *COMMON, "tag=bad",
                                                                  "checkpoint.every_n_minutes=-1"]), [FIT_IMAGE], [])
@@ -111,15 +111,15 @@ def test_time_interval_refreshes_last_ckpt_during_training(tmp_path, monkeypatch
 def test_sigterm_to_rank_zero_stops_every_ddp_rank_at_one_step(tmp_path):
     """`timeout` and `docker stop` signal only the main process: the ranks agree on stopping (every
     trainer.sigterm_check_every steps), stop at the same step, and rank 0 writes the one checkpoint."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_TRIAL_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LIFT3D_RUN_DIR")}
     process = subprocess.Popen([sys.executable, "-m", "lift3d", "train", str(FIT_IMAGE), "trainer.accelerator=cpu",
                                 "trainer.devices=2", f"output_root={tmp_path}", "tag=ddp", "trainer.sigterm_check_every=4",
                                 *COMMON, "trainer.max_steps=100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}, cwd=tmp_path)
-    trial = tmp_path / "fit-image" / "ddp"
+    run_dir = tmp_path / "fit-image" / "ddp"
     try:
         deadline = time.monotonic() + 240
-        while _progress(trial).get("step", 0) < 10:
+        while _progress(run_dir).get("step", 0) < 10:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
@@ -128,11 +128,11 @@ def test_sigterm_to_rank_zero_stops_every_ddp_rank_at_one_step(tmp_path):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 143, err
-    record = _progress(trial)
+    record = _progress(run_dir)
     assert record["status"] == "interrupted" and record["checkpoint_step"] % 4 == 0
-    assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == record["checkpoint_step"]
+    assert load_checkpoint(run_dir / "ckpts" / "last.ckpt")["global_step"] == record["checkpoint_step"]
     assert len([line for line in err.splitlines() if line.startswith("lift3d: interrupted")]) == 1, err
-    assert sorted(p.name for p in (trial / "ckpts").iterdir()) == ["last.ckpt"]
+    assert sorted(p.name for p in (run_dir / "ckpts").iterdir()) == ["last.ckpt"]
 
 
 def test_a_second_ctrl_c_stops_mid_step_and_names_the_newest_checkpoint(tmp_path):
@@ -141,10 +141,10 @@ def test_a_second_ctrl_c_stops_mid_step_and_names_the_newest_checkpoint(tmp_path
                                 f"output_root={tmp_path}", "tag=twice", *COMMON, "system.step_sleep_s=1.0",
                                 "checkpoint.every_n_train_steps=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env, cwd=tmp_path)
-    trial = tmp_path / "app-mesh" / "twice"
+    run_dir = tmp_path / "app-mesh" / "twice"
     try:
         deadline = time.monotonic() + 120
-        while _progress(trial).get("step", 0) < 3:
+        while _progress(run_dir).get("step", 0) < 3:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)  # the step takes a second: the first asks to stop after it ...
@@ -155,9 +155,9 @@ def test_a_second_ctrl_c_stops_mid_step_and_names_the_newest_checkpoint(tmp_path
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, err
-    record = _progress(trial)
-    kept = load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"]
+    record = _progress(run_dir)
+    kept = load_checkpoint(run_dir / "ckpts" / "last.ckpt")["global_step"]
     assert record["status"] == "interrupted" and record["checkpoint_step"] == kept and kept % 2 == 0
     assert kept <= record["step"] < STEPS
     lines = [line for line in err.splitlines() if line.startswith("lift3d: interrupted")]
-    assert len(lines) == 1 and f"checkpoint at step {kept} kept in {trial / 'ckpts' / 'last.ckpt'}" in lines[0], err
+    assert len(lines) == 1 and f"checkpoint at step {kept} kept in {run_dir / 'ckpts' / 'last.ckpt'}" in lines[0], err

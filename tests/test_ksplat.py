@@ -1,6 +1,6 @@
 """.ksplat files (mkkellogg GaussianSplats3D): files written by GaussianSplats3D's own writer read with the Gaussians
 of the .ply they came from, as PlayCanvas splat-transform reads them too; ours read back within each level's
-quantisation and read by GaussianSplats3D's and splat-transform's readers; clear errors for bad files; `lift3d
+quantization and read by GaussianSplats3D's and splat-transform's readers; clear errors for bad files; `lift3d
 export` takes a .ksplat as Gaussians."""
 
 import json
@@ -39,7 +39,7 @@ def matched(back: dict, source: dict) -> dict:
 
 def assert_within_ksplat_steps(back: dict, source: dict, level: int, steps: float = 0.5) -> None:
     """``back`` equals ``source`` (same order) within ``steps`` (half: rounding; a whole one: truncation) of each
-    quantisation step of a .ksplat ``level``; colours as the file stores them (DC clamped to 0..1)."""
+    quantization step of a .ksplat ``level``; colors as the file stores them (DC clamped to 0..1)."""
     f16 = steps * 2.0**-10  # float16 (levels 1, 2): a step is at most 2^-10 of the value
     position_tol = EPS if level == 0 else steps * POSITION_STEP + 2e-6
     assert (back["means"] - source["means"]).abs().max() <= position_tol
@@ -49,8 +49,8 @@ def assert_within_ksplat_steps(back: dict, source: dict, level: int, steps: floa
     assert (same_sign(reference, back["quats"]) - reference).abs().max() <= (EPS if level == 0 else f16)
     opacity = torch.sigmoid(source["opacity_logits"])
     assert (torch.sigmoid(back["opacity_logits"]) - opacity).abs().max() <= steps / 255 + EPS
-    colour = (0.5 + Y0 * source["sh0"]).clamp(0, 1)
-    assert ((0.5 + Y0 * back["sh0"]) - colour).abs().max() <= steps / 255 + EPS
+    color = (0.5 + Y0 * source["sh0"]).clamp(0, 1)
+    assert ((0.5 + Y0 * back["sh0"]) - color).abs().max() <= steps / 255 + EPS
     assert back["shN"].shape == source["shN"].shape
     if source["shN"].shape[1]:
         error = (back["shN"] - source["shN"]).abs()
@@ -65,7 +65,7 @@ def test_ksplat_written_by_gaussian_splats_3d_reads_with_the_gaussians_of_its_pl
     save_ply(tmp_path / "g.ply", source)
     gaussian_splats_3d("write", tmp_path / "g.ply", tmp_path / "theirs.ksplat", level, 2)
     back = load_ksplat(tmp_path / "theirs.ksplat")
-    # GaussianSplats3D truncates where lift3d rounds: within a whole quantisation step
+    # GaussianSplats3D truncates where lift3d rounds: within a whole quantization step
     assert_within_ksplat_steps(back, matched(back, load_ply(tmp_path / "g.ply")), level, steps=1.0)
     # PlayCanvas splat-transform reads the same file to the same Gaussians, in the same order
     splat_transform(tmp_path / "theirs.ksplat", tmp_path / "theirs.ply")
@@ -76,7 +76,7 @@ def test_ksplat_written_by_gaussian_splats_3d_reads_with_the_gaussians_of_its_pl
 
 @pytest.mark.parametrize("level", [0, 1, 2])
 @pytest.mark.parametrize("degree", [0, 1, 2])
-def test_round_trip_is_within_each_levels_quantisation(tmp_path, level, degree):
+def test_round_trip_is_within_each_levels_quantization(tmp_path, level, degree):
     params = random_params(500, degree=degree, seed=10 * level + degree)
     params["means"][:7] += torch.tensor([40.0, -12.0, 3.0])  # a far cluster: a second bucket block
     back = load_ksplat(save_ksplat(tmp_path / "g.ksplat", params, level=level))
@@ -164,7 +164,7 @@ def test_our_splat_reads_in_gaussian_splats_3d_as_we_read_it(tmp_path):
 
     params = random_params(200, degree=0, seed=7)
     tensors = GaussianTensors(params["means"], params["log_scales"].exp(), params["quats"],
-                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"]))
+                              torch.sigmoid(params["opacity_logits"]), colors=rgb_from_sh_dc(params["sh0"]))
     write_splat(tmp_path / "g.splat", tensors)
     gaussian_splats_3d("write", tmp_path / "g.splat", tmp_path / "g.ksplat", 0, 0)
     ours, theirs = load_gaussian_file(tmp_path / "g.splat"), load_ksplat(tmp_path / "g.ksplat")

@@ -51,7 +51,7 @@ def test_fused_march_is_a_checked_option():
 @pytest.mark.gpu
 def test_the_renderer_marches_with_the_kernel_on_cuda_and_renders_the_same():
     """Training renders with sample budgets, fused march against the PyTorch ops: the same samples, so the same
-    colours and the same table gradients."""
+    colors and the same table gradients."""
     from lift3d.render.volume import march_triton
 
     assert march_triton.available(torch.device("cuda"))

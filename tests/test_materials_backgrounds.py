@@ -85,7 +85,7 @@ def test_solid_color_background_fixed_and_random():
     background.train()
     out = background(dirs)
     assert out.shape == (4, 5, 6, 3)
-    assert (out - out[:, :1, :1]).abs().max() == 0  # one colour per view
+    assert (out - out[:, :1, :1]).abs().max() == 0  # one color per view
     assert (out[0, 0, 0] - out[1, 0, 0]).abs().max() > 0  # views differ
     learned = find("solid-color")({"learned": True})
     assert learned.color.requires_grad
@@ -102,6 +102,6 @@ def test_neural_environment_background():
     assert background.mlp.layers[0].weight.grad.abs().sum() > 0
     augmented = find("neural-environment")({"random_probability": 1.0})
     out = augmented(dirs)
-    assert (out - out[:, :1, :1]).abs().max() == 0  # replaced by one random colour per view
+    assert (out - out[:, :1, :1]).abs().max() == 0  # replaced by one random color per view
     fixed = find("neural-environment")({"eval_color": [1.0, 1.0, 1.0]}).eval()
     torch.testing.assert_close(fixed(dirs), torch.ones(2, 8, 8, 3))

@@ -23,8 +23,8 @@ def front_camera(width: int = 24, height: int = 20, distance: float = 3.0, fovy_
 
 def random_soup(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    centres = (torch.rand(n, 1, 3, generator=g) - 0.5) * torch.tensor([1.6, 1.4, 1.2])
-    vertices = (centres + 1.2 * (torch.rand(n, 3, 3, generator=g) - 0.5)).reshape(-1, 3)
+    centers = (torch.rand(n, 1, 3, generator=g) - 0.5) * torch.tensor([1.6, 1.4, 1.2])
+    vertices = (centers + 1.2 * (torch.rand(n, 3, 3, generator=g) - 0.5)).reshape(-1, 3)
     return vertices, torch.arange(3 * n).view(n, 3)
 
 
@@ -130,9 +130,9 @@ def test_face_corner_and_batched_attributes():
     vertices, faces = random_soup(4, seed=3)
     cams = Cameras.cat([front_camera(), front_camera(distance=2.0)])
     rast = rasterize(world_to_clip(vertices, cams), faces, cams.height, cams.width)
-    colours = torch.rand(vertices.shape[0], 3)
-    per_vertex = interpolate(colours, rast, faces)
-    per_corner = interpolate(colours[faces], rast, None)
-    batched = interpolate(colours.expand(2, -1, -1), rast, faces)
+    colors = torch.rand(vertices.shape[0], 3)
+    per_vertex = interpolate(colors, rast, faces)
+    per_corner = interpolate(colors[faces], rast, None)
+    batched = interpolate(colors.expand(2, -1, -1), rast, faces)
     torch.testing.assert_close(per_vertex, per_corner)
     torch.testing.assert_close(per_vertex, batched)

@@ -76,7 +76,7 @@ def test_silhouette_gradient_matches_finite_differences_and_area_derivative():
     (area_grad,) = torch.autograd.grad(0.5 * (u[0] * v[1] - u[1] * v[0]).abs(), exact)
     assert abs(total.item() - 0.5 * abs((u[0] * v[1] - u[1] * v[0]).item())) < 0.5
     torch.testing.assert_close(grad, area_grad, rtol=0.1, atol=1.0)  # corners are approximate
-    # finite differences of the antialiased image (no pixel centre flips within eps)
+    # finite differences of the antialiased image (no pixel center flips within eps)
     for vertex in range(3):
         for axis in range(2):
             eps = 1e-6
@@ -91,11 +91,11 @@ def test_silhouette_gradient_matches_finite_differences_and_area_derivative():
 
 
 def test_world_space_silhouette_gradient_matches_finite_differences():
-    """Perspective camera, coloured triangle over a background: the full image's gradient to vertices."""
+    """Perspective camera, colored triangle over a background: the full image's gradient to vertices."""
     cams = front_camera(20, 16, dtype=torch.float64)
     vertices = torch.tensor([[-0.7, -0.45, 0.1], [0.75, -0.3, -0.2], [0.05, 0.62, 0.3]], dtype=torch.float64)
     faces = torch.tensor([[0, 1, 2]])
-    colours = torch.tensor([[1.0, 0.2, 0.1], [0.1, 0.9, 0.3], [0.2, 0.3, 1.0]], dtype=torch.float64)
+    colors = torch.tensor([[1.0, 0.2, 0.1], [0.1, 0.9, 0.3], [0.2, 0.3, 1.0]], dtype=torch.float64)
     background = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
     weights = torch.rand(1, 16, 20, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
 
@@ -103,7 +103,7 @@ def test_world_space_silhouette_gradient_matches_finite_differences():
         clip = world_to_clip(v, cams)
         rast = rasterize(clip, faces, 16, 20)
         hard = rast.to_image(torch.ones(rast.pixels.numel(), 1, dtype=v.dtype))
-        rgb = rast.to_image(interpolate(colours, rast, faces)) + (1 - hard) * background
+        rgb = rast.to_image(interpolate(colors, rast, faces)) + (1 - hard) * background
         return (antialias(rgb, rast, clip, faces) if aa else rgb), hard
 
     base_hard = image(vertices)[1]
@@ -124,7 +124,7 @@ def test_world_space_silhouette_gradient_matches_finite_differences():
             assert abs(fd - grad[vertex, axis].item()) < 1e-5 * max(1.0, abs(fd)), (vertex, axis, fd, grad[vertex, axis])
 
 
-def test_coverage_is_continuous_when_a_pixel_centre_crosses_an_edge():
+def test_coverage_is_continuous_when_a_pixel_center_crosses_an_edge():
     """Moving a vertex until the rasterized coverage flips: the antialiased image does not jump."""
     base = torch.tensor([[4.2, 3.1], [27.6, 9.3], [11.7, 28.4]], dtype=torch.float64)
     faces = torch.tensor([[0, 1, 2]])
@@ -137,7 +137,7 @@ def test_coverage_is_continuous_when_a_pixel_centre_crosses_an_edge():
     low, high = 11.7, 12.4
     assert not torch.equal(coverage_alpha(at(low), faces, aa=False), coverage_alpha(at(high), faces, aa=False))
     reference = coverage_alpha(at(low), faces, aa=False)
-    for _ in range(60):  # bisect to the position where some pixel centre changes side
+    for _ in range(60):  # bisect to the position where some pixel center changes side
         mid = 0.5 * (low + high)
         if torch.equal(coverage_alpha(at(mid), faces, aa=False), reference):
             low = mid
@@ -149,13 +149,13 @@ def test_coverage_is_continuous_when_a_pixel_centre_crosses_an_edge():
 
 
 def test_interior_edges_are_not_blended():
-    """A quad of two differently coloured triangles: only pixels on its outline change."""
+    """A quad of two differently colored triangles: only pixels on its outline change."""
     quad = torch.tensor([[5.3, 4.6], [26.2, 6.1], [24.8, 27.3], [6.4, 25.9]], dtype=torch.float64)
     faces = torch.tensor([[0, 1, 2], [0, 2, 3]])
     clip = pixel_clip(quad)
     rast = rasterize(clip, faces, SIZE, SIZE)
-    colours = torch.tensor([[[1.0, 0.0, 0.0]] * 3, [[0.0, 1.0, 0.0]] * 3], dtype=torch.float64)
-    rgb = rast.to_image(interpolate(colours, rast, None))
+    colors = torch.tensor([[[1.0, 0.0, 0.0]] * 3, [[0.0, 1.0, 0.0]] * 3], dtype=torch.float64)
+    rgb = rast.to_image(interpolate(colors, rast, None))
     out = antialias(rgb, rast, clip, faces)
     covered = rast.mask()[0]
     padded = torch.nn.functional.pad(covered[None, None].double(), (1, 1, 1, 1))[0, 0]
@@ -168,7 +168,7 @@ def test_interior_edges_are_not_blended():
 
 def test_closed_mesh_silhouette_gradient_matches_finite_differences():
     """A low-poly sphere: silhouettes run along edges between front and back faces, often through
-    triangles no pixel centre sees; directional derivatives of the antialiased coverage match FD."""
+    triangles no pixel center sees; directional derivatives of the antialiased coverage match FD."""
     import trimesh
 
     sphere = trimesh.creation.icosphere(subdivisions=1, radius=0.8)

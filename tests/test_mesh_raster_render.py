@@ -1,4 +1,4 @@
-"""The registered mesh renderer: the image-batch contract, colour sources, and fitting a mesh to
+"""The registered mesh renderer: the image-batch contract, color sources, and fitting a mesh to
 silhouettes by gradient descent through the antialiased coverage."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_outputs_follow_the_renderer_contract():
     torch.testing.assert_close(out["normal"][full].norm(dim=-1), torch.ones(int(full.sum())), atol=1e-5, rtol=0)
     to_camera = cams.positions[:, None, None, :] / 2.0
     assert ((out["normal"] * to_camera).sum(-1)[full] > 0).all()
-    # rgb composites the default grey surface colour over the background with alpha
+    # rgb composites the default gray surface color over the background with alpha
     expected = out["alpha"] * 0.8 + (1 - out["alpha"]) * background[:, None, None]
     torch.testing.assert_close(out["rgb"], expected, atol=1e-5, rtol=0)
 
@@ -67,7 +67,7 @@ def test_color_sources_and_color_fn():
     assert all(v.shape[0] == n for v in seen.values())
     torch.testing.assert_close(seen["view_dirs"].norm(dim=-1), torch.ones(n))
     mask = by_fn["mask"][..., 0]
-    # vertex colours equal to positions, interpolated linearly = the colour function of the points
+    # vertex colors equal to positions, interpolated linearly = the color function of the points
     torch.testing.assert_close(by_fn["rgb"][mask], by_vertex["rgb"][mask], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="color_fn must return"):
         renderer(mesh, cams, color_fn=lambda s: s["points"][:1])

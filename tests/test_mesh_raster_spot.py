@@ -38,7 +38,7 @@ def test_spot_render_matches_ray_casting(spot, cameras):
     covered = ref_face >= 0
     assert covered.sum() > 0.2 * covered.size  # the cow fills a good part of the view
     same = ids == ref_face
-    assert same.mean() > 0.998, same.mean()  # only pixel centres on shared edges may pick the other face
+    assert same.mean() > 0.998, same.mean()  # only pixel centers on shared edges may pick the other face
     hit = covered & same
 
     uv = (ref_bary[..., None] * spot.uv.double().numpy()[spot.uv_faces.numpy()[np.maximum(ref_face, 0)]]).sum(-2)
@@ -62,17 +62,17 @@ def test_spot_antialiasing_touches_only_silhouettes(spot, cameras):
     changed = (soft["rgb"] - hard["rgb"]).abs().amax(-1) > 1e-6
     ids = hard["face_ids"]
     padded = torch.nn.functional.pad(ids, (1, 1, 1, 1), value=-2)
-    neighbour_differs = torch.zeros_like(changed)
+    neighbor_differs = torch.zeros_like(changed)
     for dy, dx in ((0, 1), (2, 1), (1, 0), (1, 2)):
-        neighbour_differs |= padded[:, dy : dy + HEIGHT, dx : dx + WIDTH] != ids
-    assert changed.any() and not (changed & ~neighbour_differs).any()
+        neighbor_differs |= padded[:, dy : dy + HEIGHT, dx : dx + WIDTH] != ids
+    assert changed.any() and not (changed & ~neighbor_differs).any()
     # the outline is blended: the antialiased coverage keeps the total area but has fractional pixels
     alpha = soft["alpha"][..., 0]
     assert ((alpha > 0.02) & (alpha < 0.98)).sum() > 40
     assert abs(alpha.sum() - hard["alpha"].sum()) < 0.03 * hard["alpha"].sum()
     # interior pixels far from any edge are untouched in every output
     for key in ("rgb", "depth", "normal"):
-        torch.testing.assert_close(soft[key][~neighbour_differs], hard[key][~neighbour_differs])
+        torch.testing.assert_close(soft[key][~neighbor_differs], hard[key][~neighbor_differs])
 
 
 def test_spot_antialiased_coverage_matches_supersampling(spot, cameras):
@@ -87,7 +87,7 @@ def test_spot_antialiased_coverage_matches_supersampling(spot, cameras):
     assert err_soft < 0.35 * err_hard, (err_soft, err_hard)
 
 
-def test_uv_texture_can_be_optimised_through_the_renderer(spot, cameras):
+def test_uv_texture_can_be_optimized_through_the_renderer(spot, cameras):
     """Custom-mesh texturing in miniature: recover a texture image from renders of the textured mesh."""
     renderer = find("mesh-rasterizer")({"background_color": [0.0, 0.0, 0.0], "antialias": False})
     small = torch.nn.functional.interpolate(spot.texture.permute(2, 0, 1)[None], size=(32, 32), mode="area")[0].permute(1, 2, 0)

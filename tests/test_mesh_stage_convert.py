@@ -60,7 +60,7 @@ def test_automatic_threshold_and_inherited_albedo():
     assert 0.1 < float(mesh.vertices.detach().norm(dim=-1).mean()) < level_radius(0.5)  # a surface, inside the blob's tail
     points = mesh.vertices.detach()
     error = (system.albedo_at(points) - BlobStage(None).albedo_at(points)).abs().mean()
-    assert float(error) < 0.03  # the texture field took over the previous colours
+    assert float(error) < 0.03  # the texture field took over the previous colors
 
 
 def test_conversion_errors_name_the_problem(data_dir):

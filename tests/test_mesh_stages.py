@@ -71,8 +71,8 @@ def nerf_stage(tmp_path) -> str:
         f"system.export.threshold={THRESHOLD}",
     ]
     cfg = load_config(recipe_config("dreamfusion-sd"), overrides=overrides)
-    trial = run_experiment("train", cfg, overrides=overrides)
-    return str(trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", cfg, overrides=overrides)
+    return str(run_dir / "ckpts" / "last.ckpt")
 
 
 def refine_overrides(tmp_path, nerf_ckpt: str, steps: int) -> list[str]:
@@ -109,9 +109,9 @@ def refine_chain(tmp_path, validate: bool) -> None:
     nerf_ckpt = nerf_stage(tmp_path)
     overrides = refine_overrides(tmp_path, nerf_ckpt, steps=3)
     cfg = load_config(recipe_config("magic3d-refine"), overrides=overrides)
-    trial = run_experiment("train", cfg, overrides=overrides)
+    run_dir = run_experiment("train", cfg, overrides=overrides)
 
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert state["global_step"] == 3
     assert "geometry.sdf" in state["state_dict"] and "geometry.texture.encoding.table" in state["state_dict"]
     assert not any(k.startswith("guidance") for k in state["state_dict"])  # frozen weights stay out
@@ -126,8 +126,8 @@ def refine_chain(tmp_path, validate: bool) -> None:
     assert mesh.num_faces > 100
     assert (density - THRESHOLD).abs().median() < 0.05 * THRESHOLD
 
-    glbs = sorted((trial / "save").rglob("*.glb"))
-    assert glbs, f"no .glb exported under {trial / 'save'}"
+    glbs = sorted((run_dir / "save").rglob("*.glb"))
+    assert glbs, f"no .glb exported under {run_dir / 'save'}"
     if validate:
         report = validate_gltf(glbs[-1])[0]
         assert report["issues"]["numErrors"] == 0, gltf_problems(report)
@@ -135,17 +135,17 @@ def refine_chain(tmp_path, validate: bool) -> None:
     assert gltf["images"] and gltf["textures"] and "baseColorTexture" in gltf["materials"][0]["pbrMetallicRoughness"]
 
     # `lift3d export` rebuilds the same DMTet mesh from the checkpoint alone (no conversion, no training)
-    assert main(["export", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt"),
+    assert main(["export", str(run_dir / "configs" / "parsed.yaml"), "--resume", str(run_dir / "ckpts" / "last.ckpt"),
                  "--format", "obj", "system.export.stem=again"]) == 0
-    obj_faces = sum(line.startswith("f ") for line in (trial / "save" / "again.obj").read_text().splitlines())
+    obj_faces = sum(line.startswith("f ") for line in (run_dir / "save" / "again.obj").read_text().splitlines())
     assert obj_faces == glb_faces(gltf) > 100
 
     # resuming the refine stage from its own checkpoint continues at step 3
-    resumed = refine_overrides(tmp_path, nerf_ckpt, steps=5) + [f"resume={trial / 'ckpts' / 'last.ckpt'}",
+    resumed = refine_overrides(tmp_path, nerf_ckpt, steps=5) + [f"resume={run_dir / 'ckpts' / 'last.ckpt'}",
                                                                 "trainer.run_test_after_fit=false"]
     cfg = load_config(recipe_config("magic3d-refine"), overrides=resumed)
     run_experiment("train", cfg, overrides=resumed)
-    after = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    after = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert after["global_step"] == 5
     # steps 3 and 4 draw textureless shading (white albedo, lit): the shape learns, the texture rests
     assert not torch.equal(after["state_dict"]["geometry.deformation"], state["state_dict"]["geometry.deformation"])
@@ -196,11 +196,11 @@ def test_prolificdreamer_geometry_then_texture_stage(tmp_path):
 def test_texture_mesh_recipe_textures_spot_and_exports_a_textured_glb(tmp_path, data_dir):
     spot = data_dir / "meshes" / "spot" / "spot.obj"
     overrides = stage_overrides(tmp_path, "spot", 2) + [f"system.geometry.path={spot}", "trainer.val_check_interval=2"]
-    trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
-    assert list((trial / "save" / "it2-val").glob("*.png"))  # a validation grid (with the guidance panel)
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")["state_dict"]
+    run_dir = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    assert list((run_dir / "save" / "it2-val").glob("*.png"))  # a validation grid (with the guidance panel)
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")["state_dict"]
     assert not any(k.startswith("geometry.") and not k.startswith("geometry.texture.") for k in state)  # the file is the shape
-    glbs = sorted((trial / "save").rglob("*.glb"))
+    glbs = sorted((run_dir / "save").rglob("*.glb"))
     assert glbs
     report = validate_gltf(glbs[-1])[0]
     assert report["issues"]["numErrors"] == 0, gltf_problems(report)
@@ -222,10 +222,10 @@ def test_texture_mesh_exports_land_on_the_input_file(tmp_path):
     given = trimesh.load(str(tmp_path / "cone.glb"), force="mesh")
     overrides = stage_overrides(tmp_path, "cone", 2) + [f"system.geometry.path={tmp_path / 'cone.glb'}",
                                                       "trainer.val_check_interval=2", "system.export.formats=[glb,obj]"]
-    trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    run_dir = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
     extent = float(np.ptp(given.vertices, axis=0).max())
     for suffix in ("glb", "obj"):
-        out = trimesh.load(str(sorted((trial / "save").rglob(f"*.{suffix}"))[-1]), force="mesh")
+        out = trimesh.load(str(sorted((run_dir / "save").rglob(f"*.{suffix}"))[-1]), force="mesh")
         distance = np.linalg.norm(out.vertices[:, None] - given.vertices[None], axis=-1)
         assert distance.min(1).max() < 1e-5 * extent and distance.min(0).max() < 1e-5 * extent, suffix
         assert np.allclose(out.bounds, given.bounds, atol=1e-5 * extent), suffix
@@ -264,8 +264,8 @@ def test_texture_mesh_bakes_into_the_files_own_uvs(tmp_path, keep):
     overrides = stage_overrides(tmp_path, "tetra", 2) + [
         f"system.geometry.path={tmp_path / 'tetra.obj'}", f"system.geometry.keep_uvs={str(keep).lower()}",
         "trainer.val_check_interval=2", "system.export.formats=[obj]"]
-    trial = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
-    out = trimesh.load(str(sorted((trial / "save").rglob("*.obj"))[-1]), force="mesh", process=False)
+    run_dir = run_experiment("train", load_config(recipe_config("texture-mesh"), overrides=overrides), overrides=overrides)
+    out = trimesh.load(str(sorted((run_dir / "save").rglob("*.obj"))[-1]), force="mesh", process=False)
     given = np.array([[float(x) for x in line.split()[1:]] for line in TETRA_OBJ.splitlines() if line.startswith("vt ")])
     got = np.asarray(out.visual.uv)
     matched = np.linalg.norm(got[:, None] - given[None], axis=-1).min(1) < 1e-6
@@ -274,13 +274,13 @@ def test_texture_mesh_bakes_into_the_files_own_uvs(tmp_path, keep):
 
 
 def test_texture_mesh_starts_from_the_files_texture(tmp_path):
-    """A tetrahedron whose four faces are four colours of its texture: the texture field starts from them."""
+    """A tetrahedron whose four faces are four colors of its texture: the texture field starts from them."""
     from PIL import Image
 
     quadrants = {(0, 0): (230, 30, 30), (1, 0): (30, 200, 40), (0, 1): (40, 60, 220), (1, 1): (240, 220, 30)}
     image = np.zeros((64, 64, 3), np.uint8)
-    for (qu, qv), colour in quadrants.items():  # (u, v) quadrant; v = 0 is the image's bottom row
-        image[32 * (1 - qv):32 * (2 - qv), 32 * qu:32 * (qu + 1)] = colour
+    for (qu, qv), color in quadrants.items():  # (u, v) quadrant; v = 0 is the image's bottom row
+        image[32 * (1 - qv):32 * (2 - qv), 32 * qu:32 * (qu + 1)] = color
     Image.fromarray(image).save(tmp_path / "tetra.png")
     (tmp_path / "tetra.mtl").write_text("newmtl paint\nKd 1 1 1\nmap_Kd tetra.png\n")
     (tmp_path / "tetra.obj").write_text("mtllib tetra.mtl\nusemtl paint\n" + TETRA_OBJ)
@@ -292,8 +292,8 @@ def test_texture_mesh_starts_from_the_files_texture(tmp_path):
     positions = np.array([[float(x) for x in line.split()[1:]] for line in TETRA_OBJ.splitlines() if line.startswith("v ")])
     corners = [line.split()[1:] for line in TETRA_OBJ.splitlines() if line.startswith("f ")]
     frame = system.geometry.file_frame  # the file's coordinates -> lift3d's
-    for face, (quadrant, colour) in zip(corners, quadrants.items()):
+    for face, (quadrant, color) in zip(corners, quadrants.items()):
         inside = positions[[int(c.split("/")[0]) - 1 for c in face]].mean(0)
-        centroid = torch.tensor((inside @ frame.rotation.T - frame.centre) * frame.scale, dtype=torch.float32)[None]
+        centroid = torch.tensor((inside @ frame.rotation.T - frame.center) * frame.scale, dtype=torch.float32)[None]
         albedo = system.albedo_at(centroid)[0] * 255
-        assert (albedo - torch.tensor(colour, dtype=torch.float32)).abs().max() < 40, (quadrant, albedo, colour)
+        assert (albedo - torch.tensor(color, dtype=torch.float32)).abs().max() < 40, (quadrant, albedo, color)

@@ -13,7 +13,7 @@ from lift3d.systems.mesh_stages import normal_image
 SMALL = {"radius": 1.0, "encoding": {"n_levels": 6, "log2_hashmap_size": 12, "base_resolution": 4, "per_level_scale": 1.6}}
 
 
-def test_texture_field_fits_a_smooth_colour_function():
+def test_texture_field_fits_a_smooth_color_function():
     torch.manual_seed(0)
     field = HashGridTexture(SMALL)
     points = torch.rand(4096, 3) * 1.6 - 0.8
@@ -50,7 +50,7 @@ def test_custom_mesh_geometry_keeps_the_file_and_saves_only_the_texture(data_dir
     expected = load_mesh(path)
     mesh = geometry()
     assert torch.equal(mesh.vertices, expected.vertices) and torch.equal(mesh.faces, expected.faces)
-    assert float(mesh.vertices.abs().max()) == pytest.approx(0.5, abs=1e-5)  # normalised to half_extent
+    assert float(mesh.vertices.abs().max()) == pytest.approx(0.5, abs=1e-5)  # normalized to half_extent
     assert all(k.startswith("texture.") for k in geometry.state_dict())
     assert geometry.color(mesh.vertices[:5]).shape == (5, 3)
     with pytest.raises(ValueError, match="geometry.path"):

@@ -12,7 +12,7 @@ from lift3d.commands.multi_prompt import generate_many, read_prompts, run_sharde
 
 FAKE = (  # stands in for `lift3d generate`: reports its GPU, sleeps, fails on prompts containing "bad"
     "import os, sys, time; prompt = sys.argv[1]; time.sleep(0.3); "
-    "print('lift3d: results in', 'trial-' + prompt.replace(' ', '_') + '-gpu' + os.environ.get('CUDA_VISIBLE_DEVICES', 'none')); "
+    "print('lift3d: results in', 'run-' + prompt.replace(' ', '_') + '-gpu' + os.environ.get('CUDA_VISIBLE_DEVICES', 'none')); "
     "sys.exit(3 if 'bad' in prompt else 0)"
 )
 
@@ -41,8 +41,8 @@ def test_each_gpu_runs_its_share_and_failures_stay_local(tmp_path):
     commands = [[sys.executable, "-c", FAKE, p] for p in prompts]
     results = run_sharded(commands, ["0", "1"], tmp_path / "logs")
     assert [r["device"] for r in results] == ["0", "1", "0", "1"]
-    assert [r["trial_dir"] for r in results] == ["trial-a_cat-gpu0", "trial-a_bad_dog-gpu1", "trial-a_cow-gpu0",
-                                                 "trial-an_owl-gpu1"]
+    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu0", "run_dir-a_bad_dog-gpu1", "run_dir-a_cow-gpu0",
+                                                 "run_dir-an_owl-gpu1"]
     assert [r["status"] for r in results] == ["finished", "failed", "finished", "finished"]  # the failure did not stop GPU 1
     assert results[1]["returncode"] == 3 and (tmp_path / "logs" / "0001.log").exists()
 
@@ -60,7 +60,7 @@ def test_generate_many_writes_a_summary(tmp_path, monkeypatch):
                                      tmp_path / "out" / "summary.json")
     record = json.loads(summary.read_text())
     assert record["devices"] == ["2", "5"] and [r["prompt"] for r in record["results"]] == ["a cat", "a cow"]
-    assert [r["trial_dir"] for r in results] == ["trial-a_cat-gpu2", "trial-a_cow-gpu5"]
+    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu2", "run_dir-a_cow-gpu5"]
     steps = ("trainer.max_steps=10",)
     assert seen == [("a cat", "gaussian-sds", steps, True), ("a cow", "gaussian-sds", steps, True)]
 

@@ -30,7 +30,7 @@ from lift3d.render.pose_refinement import (
 
 SIDE = 32  # photo side in pixels
 ROTATION_DEG = 1.5  # the perturbation of each training pose: a rotation of this angle about a random axis ...
-SHIFT = 0.015  # ... and a shift of the camera centre by this fraction of the scene extent, in a random direction
+SHIFT = 0.015  # ... and a shift of the camera center by this fraction of the scene extent, in a random direction
 EXTENT = 1.1 * 4.0  # the sample scene's extent (cameras on a sphere of radius 4)
 STEPS = 600  # training steps of the fits
 LR = "[[0,0],[120,3e-4],[600,3e-6]]"  # the corrections' learning rate in the fits: the recipe's warm-up and decay in 600 steps
@@ -55,7 +55,7 @@ def test_exp_map_matches_a_known_rotation():
                           torch.tensor(2.0), atol=1e-3)
 
 
-def test_correction_rotates_about_the_camera_centre_and_shifts_it():
+def test_correction_rotates_about_the_camera_center_and_shifts_it():
     cameras = sample_cameras("train", 8)[:2]
     delta = torch.tensor([[0.01, 0.0, -0.02, 0.0, 0.0, 0.1], [0.0] * 6])
     c2w = correct_c2w(cameras.c2w, delta, EXTENT)
@@ -81,7 +81,7 @@ def test_gradients_reach_the_corrections_through_the_rasterizer():
     out["rgb"].sum().backward()
     grad = corrections.delta.grad
     assert grad[1].abs().sum() > 0 and grad[3].abs().sum() > 0
-    # the other photos' rows get only the mean's share (corrections are centred): the same for each, summing to zero
+    # the other photos' rows get only the mean's share (corrections are centered): the same for each, summing to zero
     assert torch.allclose(grad[0], grad[2]) and torch.allclose(grad[0], grad[4])
     assert torch.allclose(grad.sum(0), torch.zeros(6), atol=1e-4 * float(grad.abs().max()))
 
@@ -150,7 +150,7 @@ def test_gaussian_system_refines_the_poses_of_its_photos_in_their_own_optimizer_
     (terms["l1"] + terms["ssim"]).backward()
     grad = system.pose_refinement.delta.grad
     assert grad[0].abs().sum() > 0 and grad[2].abs().sum() > 0
-    assert torch.allclose(grad.sum(0), torch.zeros(6), atol=1e-4 * float(grad.abs().max()))  # centred corrections
+    assert torch.allclose(grad.sum(0), torch.zeros(6), atol=1e-4 * float(grad.abs().max()))  # centered corrections
 
 
 def test_blender_objects_keep_their_poses_under_auto():
@@ -216,20 +216,20 @@ def fit_overrides(tmp_path: Path, scene: Path, tag: str, refine: str, steps: int
 
 
 def fit(tmp_path: Path, scene: Path, tag: str, refine: str, steps: int, lr: float | str) -> tuple[float, Tensor, Path]:
-    """Reconstruct ``scene`` (``fit_overrides``) -> (held-out PSNR, the corrected training c2w [N, 4, 4], the trial
+    """Reconstruct ``scene`` (``fit_overrides``) -> (held-out PSNR, the corrected training c2w [N, 4, 4], the run
     folder)."""
     from lift3d.runs.runner import run_experiment
 
     config = recipe_config("reconstruct-gaussians-sample")
     overrides = fit_overrides(tmp_path, scene, tag, refine, steps, lr)
-    trial = run_experiment("train", load_config(config, overrides=overrides), [config], [])
-    psnr = float(json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"])
-    state = torch.load(trial / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    run_dir = run_experiment("train", load_config(config, overrides=overrides), [config], [])
+    psnr = float(json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"])
+    state = torch.load(run_dir / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
     frames = json.loads((scene / "transforms_train.json").read_text())["frames"]
     given = torch.tensor([f["transform_matrix"] for f in frames], dtype=torch.float32)
     delta = state["pose_refinement.delta"]
     c2w = correct_c2w(given, delta - delta.mean(0), state["pose_refinement.extent"]) if len(delta) else given
-    return psnr, c2w, trial
+    return psnr, c2w, run_dir
 
 
 
@@ -253,17 +253,17 @@ def test_a_resumed_run_keeps_its_corrections(tmp_path):
     from lift3d.runs.runner import run_experiment
 
     scene, _ = write_perturbed_scene(tmp_path / "scene")
-    _, _, trial = fit(tmp_path, scene, "first", "true", 20, 1e-3)
-    saved = torch.load(trial / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)
+    _, _, run_dir = fit(tmp_path, scene, "first", "true", 20, 1e-3)
+    saved = torch.load(run_dir / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)
     delta = saved["state_dict"]["pose_refinement.delta"]
     assert delta.shape == (40, 6) and delta.abs().max() > 0.005  # 20 Adam steps of 1e-3 moved them
     groups = [g for g in saved["optimizer_states"][0]["param_groups"] if g.get("name") == "pose_refinement"]
     assert len(groups) == 1 and groups[0]["lr"] == 1e-3
-    config = trial / "configs" / "parsed.yaml"
-    cfg = load_config(str(config), overrides=[f"resume={trial / 'ckpts' / 'last.ckpt'}", "trainer.max_steps=21",
+    config = run_dir / "configs" / "parsed.yaml"
+    cfg = load_config(str(config), overrides=[f"resume={run_dir / 'ckpts' / 'last.ckpt'}", "trainer.max_steps=21",
                                               "trainer.val_check_interval=21", "checkpoint.every_n_train_steps=21"])
     run_experiment("train", cfg, [str(config)], [])
-    resumed = torch.load(trial / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)
+    resumed = torch.load(run_dir / "ckpts" / "last.ckpt", map_location="cpu", weights_only=True)
     assert resumed["global_step"] == 21
     moved = (resumed["state_dict"]["pose_refinement.delta"] - delta).abs().max()
     assert moved < 2e-3, float(moved)  # one more Adam step from where it stopped (from zero it would be 5e-3 away)

@@ -158,8 +158,8 @@ def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_ti
                      "trainer.run_test_after_fit=false", "system.appearance.enabled=false", f"trainer.max_steps={steps}",
                      f"trainer.val_check_interval={steps}", *extra]
         cfg = load_config(config, overrides=overrides)
-        trial = run_experiment("train", cfg, [config], overrides)
-        scores[name] = json.loads((trial / "save" / "metrics.json").read_text())["val"]["psnr"]
+        run_dir = run_experiment("train", cfg, [config], overrides)
+        scores[name] = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]["psnr"]
     assert scores["proposal"] > scores["march"] + 0.7, scores
 
 

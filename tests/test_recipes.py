@@ -46,23 +46,23 @@ def test_generate_writes_outputs_and_resumes(method, tmp_path):
     name, extra, exports, panels = CASES[method]
     model = f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}"
     assert main(["generate", "a small red cube", "--method", method, f"output_root={tmp_path}", model, *TINY, *extra]) == 0
-    trial = tmp_path / name / "a_small_red_cube"
-    last = trial / "ckpts" / "last.ckpt"
+    run_dir = tmp_path / name / "a_small_red_cube"
+    last = run_dir / "ckpts" / "last.ckpt"
     state = load_checkpoint(last)
     assert state["global_step"] == 2
     assert not any(key.startswith("guidance.") for key in state["state_dict"])  # frozen weights stay out
     if method == "prolificdreamer":
         assert "part:guidance" in state  # VSD's LoRA is trained state
-    grid = Image.open(trial / "save" / "it2-val" / "0000.png")
+    grid = Image.open(run_dir / "save" / "it2-val" / "0000.png")
     assert grid.height == SIZE and grid.width >= panels * SIZE, grid.size
-    assert (trial / "save" / "it2-test.mp4").is_file()
+    assert (run_dir / "save" / "it2-test.mp4").is_file()
     for export in exports:
-        assert (trial / "save" / export).stat().st_size > 0, export
+        assert (run_dir / "save" / export).stat().st_size > 0, export
 
-    # resume from step 2 in the same trial folder: two more steps, from the saved state
-    assert main(["train", str(trial / "configs" / "parsed.yaml"), "--resume", str(last), "trainer.max_steps=4",
+    # resume from step 2 in the same run folder: two more steps, from the saved state
+    assert main(["train", str(run_dir / "configs" / "parsed.yaml"), "--resume", str(last), "trainer.max_steps=4",
                  "trainer.run_test_after_fit=false"]) == 0
-    resumed = load_checkpoint(trial / "ckpts" / "step0000004.ckpt")
+    resumed = load_checkpoint(run_dir / "ckpts" / "step0000004.ckpt")
     assert resumed["global_step"] == 4
     after = resumed["state_dict"]
     moved = [k for k, v in state["state_dict"].items() if v.is_floating_point() and k in after
@@ -105,8 +105,8 @@ def test_gaussian_sds_starts_from_a_user_mesh_fitted_into_the_init_ball(data_dir
     system.initialize_gaussians()
     means = system.gaussians.means.detach()
     assert means.shape == (400, 3)
-    centre = (means.amin(0) + means.amax(0)) / 2
-    assert torch.allclose(centre, torch.zeros(3), atol=1e-5)
+    center = (means.amin(0) + means.amax(0)) / 2
+    assert torch.allclose(center, torch.zeros(3), atol=1e-5)
     assert float(means.norm(dim=-1).max()) == pytest.approx(0.6, rel=1e-4)
     # the same shape: the mesh's own points, mapped by the same centring and scale, lie on the surface
     mesh = trimesh.load(str(mesh_path), force="mesh")
@@ -125,8 +125,8 @@ def test_dreamfusion_latent_warm_up_renders_latents_then_rgb(tmp_path):
     batch = next(iter(datamodule.train_dataloader()))
     assert system.render_for_training(batch)["rgb"].shape == (1, SIZE, SIZE, 4)  # step 0: latents
     assert system.guidance.latent_input
-    trial = run_experiment("train", cfg, [recipe_config("dreamfusion-sd")], overrides)  # a latent step, then an RGB step
-    trained = load_system(cfg, trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", cfg, [recipe_config("dreamfusion-sd")], overrides)  # a latent step, then an RGB step
+    trained = load_system(cfg, run_dir / "ckpts" / "last.ckpt")
     assert trained.true_global_step == 2
     assert trained.render_for_training(batch)["rgb"].shape == (1, SIZE, SIZE, 3)  # after the warm-up: RGB
     assert not trained.guidance.latent_input
@@ -138,8 +138,8 @@ def test_a_stage_starts_from_the_previous_stage_checkpoint(tmp_path):
               "data.resolution_milestones=[]",
               "trainer.run_test_after_fit=false", "trainer.val_check_interval=0", "tag=stage1"]
     cfg = load_config(recipe_config("prolificdreamer"), overrides=stage1)
-    trial = run_experiment("train", cfg, [recipe_config("prolificdreamer")], stage1)
-    ckpt = trial / "ckpts" / "last.ckpt"
+    run_dir = run_experiment("train", cfg, [recipe_config("prolificdreamer")], stage1)
+    ckpt = run_dir / "ckpts" / "last.ckpt"
     trained = load_checkpoint(ckpt)["state_dict"]
 
     # a NeRF stage from it: the field (and material, background, occupancy grid) are taken over

@@ -35,7 +35,7 @@ GAUSSIANS = ["data.batch_size=2", "system.gaussians.init_points=2000", "system.r
 
 
 def start_and_final_psnr(recipe: str, extra: list[str], tmp_path) -> tuple[float, float]:
-    """Mean val PSNR of the untrained representation (as training initialises it) and after training."""
+    """Mean val PSNR of the untrained representation (as training initializes it) and after training."""
     overrides = [f"data.reference_scene={sample_scene_path()}", f"output_root={tmp_path}", *COMMON, *extra]
     cfg = load_config(recipe_config(recipe), overrides=overrides)
     datamodule, system = build_parts(cfg)
@@ -46,8 +46,8 @@ def start_and_final_psnr(recipe: str, extra: list[str], tmp_path) -> tuple[float
     assert len(views) == 8  # the sample scene's val views, scored against their images
     with torch.no_grad():
         start = sum(float(psnr(system.eval().render(v)["rgb"].clamp(0, 1), v["rgb"])) for v in views) / len(views)
-    trial = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
-    final = json.loads((trial / "save" / "metrics.json").read_text())["val"]
+    run_dir = run_experiment("train", cfg, [recipe_config(recipe)], overrides)
+    final = json.loads((run_dir / "save" / "metrics.json").read_text())["val"]
     assert final["step"] == 200 and final["views"] == 8
     print(f"{recipe}: val PSNR {start:.2f} -> {final['psnr']:.2f} dB")
     return start, final["psnr"]

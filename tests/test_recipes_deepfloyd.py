@@ -53,10 +53,10 @@ def test_generate_dreamfusion_if_exports(tmp_path):
     cache = f"system.guidance.prompt_cache_dir={tmp_path / 'cache'}"
     command = ["generate", "a small red cube", "--method", "dreamfusion-if", f"output_root={tmp_path}", model, cache, *TINY]
     assert main(command) == 0
-    trial = tmp_path / "dreamfusion-if" / "a_small_red_cube"
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    run_dir = tmp_path / "dreamfusion-if" / "a_small_red_cube"
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert state["global_step"] == 2 and not any(k.startswith("guidance.") for k in state["state_dict"])
-    assert (trial / "save" / "it2.glb").stat().st_size > 0 and (trial / "save" / "it2-test.mp4").is_file()
+    assert (run_dir / "save" / "it2.glb").stat().st_size > 0 and (run_dir / "save" / "it2-test.mp4").is_file()
     assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 7  # T5 ran once; the embeddings stay for next time
 
 

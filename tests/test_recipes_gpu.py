@@ -25,11 +25,11 @@ def test_generate_runs_each_recipe_on_the_gpu(method, tmp_path):
     model = f"system.guidance.pretrained_model_name_or_path={tiny_sd_path()}"
     command = ["generate", "a small red cube", "--method", method, f"output_root={tmp_path}", model, *TINY, *extra, *ON_GPU]
     assert main(command) == 0
-    trial = tmp_path / name / "a_small_red_cube"
-    assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == 2
-    assert (trial / "save" / "it2-val" / "0000.png").is_file() and (trial / "save" / "it2-test.mp4").is_file()
+    run_dir = tmp_path / name / "a_small_red_cube"
+    assert load_checkpoint(run_dir / "ckpts" / "last.ckpt")["global_step"] == 2
+    assert (run_dir / "save" / "it2-val" / "0000.png").is_file() and (run_dir / "save" / "it2-test.mp4").is_file()
     for export in exports:
-        assert (trial / "save" / export).stat().st_size > 0, export
+        assert (run_dir / "save" / export).stat().st_size > 0, export
 
 
 @pytest.mark.parametrize("recipe, extra", [("dreamfusion-analytic", NERF), ("gaussian-sds-analytic", GAUSSIANS)])

@@ -27,7 +27,7 @@ def test_zero123_nerf_twin_reconstructs_the_sample_scene_from_one_view(tmp_path)
 
 
 def write_photo(path) -> None:
-    """An RGBA cut-out: a two-coloured disc on a transparent background."""
+    """An RGBA cut-out: a two-colored disc on a transparent background."""
     yy, xx = np.mgrid[0:64, 0:64]
     inside = (xx - 30) ** 2 + (yy - 34) ** 2 < 20**2
     rgba = np.zeros((64, 64, 4), np.uint8)

@@ -27,15 +27,15 @@ def test_generate_mvdream_runs_end_to_end(method, tmp_path):
     name, extra, exports = CASES[method]
     model = f"system.guidance.pretrained_model_name_or_path={tiny_mvdream_path()}"
     assert main(["generate", "a small red cube", "--method", method, f"output_root={tmp_path}", model, *TINY, *extra]) == 0
-    trial = tmp_path / name / "a_small_red_cube"
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    run_dir = tmp_path / name / "a_small_red_cube"
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert state["global_step"] == 2
     assert not any(key.startswith("guidance.") for key in state["state_dict"])
-    grid = Image.open(trial / "save" / "it2-val" / "0000.png")
+    grid = Image.open(run_dir / "save" / "it2-val" / "0000.png")
     assert grid.height == SIZE and grid.width >= 4 * SIZE, grid.size  # rgb | ... | the guidance's estimate
-    assert (trial / "save" / "it2-test.mp4").is_file()
+    assert (run_dir / "save" / "it2-test.mp4").is_file()
     for export in exports:
-        assert (trial / "save" / export).stat().st_size > 0, export
+        assert (run_dir / "save" / export).stat().st_size > 0, export
 
 
 def test_a_batch_that_is_not_whole_objects_is_a_config_error(tmp_path, capsys):
@@ -43,4 +43,4 @@ def test_a_batch_that_is_not_whole_objects_is_a_config_error(tmp_path, capsys):
     code = main(["generate", "a cube", "--method", "mvdream", f"output_root={tmp_path}", model, *TINY, *NERF,
                  f"data.height={SIZE}", f"data.width={SIZE}", "data.batch_size=6", "data.resolution_milestones=[]"])
     assert code == 2
-    assert "must be a multiple of data.n_view (4)" in capsys.readouterr().err
+    assert "must be a multiple of data.n_views (4)" in capsys.readouterr().err

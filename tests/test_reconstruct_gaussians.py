@@ -29,20 +29,20 @@ def test_lego_tiny_psnr_rises_well_above_its_start(tmp_path, data_dir, capsys):
                  "trainer.num_sanity_val_steps=1", "checkpoint.every_n_train_steps=0", "system.densify.refine_start=40",
                  "system.densify.refine_every=40", "system.densify.refine_stop=130", "system.densify.reset_every=0"])
     assert code == 0
-    trial = tmp_path / "reconstruct-gaussians" / "lego_tiny"
-    record = json.loads((trial / "save" / "metrics.json").read_text())
+    run_dir = tmp_path / "reconstruct-gaussians" / "lego_tiny"
+    record = json.loads((run_dir / "save" / "metrics.json").read_text())
     start, end = record["history"][0], record["val"]
     assert start["step"] == 0 and end["step"] == 150
     assert end["psnr"] > start["psnr"] + 10.0 and end["psnr"] > 22.0, record["history"]
-    ply = load_ply(trial / "save" / "it150-gaussians.ply")
+    ply = load_ply(run_dir / "save" / "it150-gaussians.ply")
     assert len(ply["means"]) > 2000  # densification grew the cloud
-    assert (trial / "save" / "it150-test.mp4").stat().st_size > 0
+    assert (run_dir / "save" / "it150-test.mp4").stat().st_size > 0
     out = capsys.readouterr().out
     assert f"val PSNR {end['psnr']:.2f} dB" in out and "it150-gaussians.ply" in out
 
 
-def _losses(trial):
-    with open(trial / "csv_logs" / "metrics.csv") as handle:
+def _losses(run_dir):
+    with open(run_dir / "csv_logs" / "metrics.csv") as handle:
         return {int(r["step"]): float(r["train/loss_l1"]) for r in csv.DictReader(handle) if r.get("train/loss_l1")}
 
 
@@ -101,9 +101,9 @@ def test_reconstruct_with_no_path_uses_the_sample_scene(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert code == 0
     assert "reconstructing the built-in sample scene" in out and "val PSNR" in out
-    trials = list((tmp_path / "outputs" / "reconstruct-gaussians-sample").iterdir())
-    assert len(trials) == 1 and trials[0].name.startswith("sample_scene@")
-    assert (trials[0] / "save" / "it20-gaussians.ply").is_file() and (trials[0] / "save" / "it20-test.mp4").is_file()
+    runs = list((tmp_path / "outputs" / "reconstruct-gaussians-sample").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("sample_scene@")
+    assert (runs[0] / "save" / "it20-gaussians.ply").is_file() and (runs[0] / "save" / "it20-test.mp4").is_file()
 
 
 def test_reconstruct_errors(tmp_path, monkeypatch, capsys):

@@ -37,16 +37,16 @@ def test_reconstruct_nerf_fits_the_lego_fixture(tmp_path, data_dir):
     with torch.no_grad():
         start = float(psnr(system.eval().render_views(view)["rgb"].clamp(0, 1), view["rgb"]))
 
-    trial = run_experiment("train", cfg, [recipe_config("reconstruct-nerf")], overrides)
-    metrics = json.loads((trial / "save" / "metrics.json").read_text())
+    run_dir = run_experiment("train", cfg, [recipe_config("reconstruct-nerf")], overrides)
+    metrics = json.loads((run_dir / "save" / "metrics.json").read_text())
     final = metrics["val"]["psnr"]
     assert final > start + 8.0, (start, final)
-    assert (trial / "save" / "it100-val" / "0000.png").is_file()
-    assert (trial / "save" / "it100-test.mp4").is_file()
+    assert (run_dir / "save" / "it100-val" / "0000.png").is_file()
+    assert (run_dir / "save" / "it100-test.mp4").is_file()
 
     # the checkpoint holds the occupancy grid and reloads to the same render
-    state = load_checkpoint(trial / "ckpts" / "last.ckpt")["state_dict"]
-    loaded = load_system(cfg, trial / "ckpts" / "last.ckpt").eval()
+    state = load_checkpoint(run_dir / "ckpts" / "last.ckpt")["state_dict"]
+    loaded = load_system(cfg, run_dir / "ckpts" / "last.ckpt").eval()
     assert torch.equal(loaded.renderer.occupancy.occupied, state["renderer.occupancy.occupied"])
     with torch.no_grad():
         again = float(psnr(loaded.render_views(view)["rgb"].clamp(0, 1), view["rgb"]))

@@ -31,7 +31,7 @@ def _assert_same_final_parameters(full, resumed) -> None:
 def _stop_and_resume(tmp_path, config, overrides, at: list[int]) -> None:
     full = run_experiment("train", load_config(config, overrides=[*overrides, "tag=full"]), [config], [])
     for step in at:
-        middle = tmp_path / f"at{step}.ckpt"  # outside the trial: the resumed run gets a folder of its own
+        middle = tmp_path / f"at{step}.ckpt"  # outside the run: the resumed run gets a folder of its own
         shutil.copyfile(full / "ckpts" / f"step{step:07d}.ckpt", middle)
         resumed = run_experiment("train", load_config(config, overrides=[*overrides, f"tag=from{step}", f"resume={middle}"]),
                                  [config], [])

@@ -23,25 +23,25 @@ FIT_IMAGE = TEST_CONFIGS / "fit-image.yaml"
 QUIET = ["trainer.enable_progress_bar=false", "use_timestamp=false"]
 
 
-def _losses(trial: Path, key: str = "train/loss_mse") -> dict[int, float]:
-    with open(trial / "csv_logs" / "metrics.csv") as handle:
+def _losses(run_dir: Path, key: str = "train/loss_mse") -> dict[int, float]:
+    with open(run_dir / "csv_logs" / "metrics.csv") as handle:
         return {int(row["step"]): float(row[key]) for row in csv.DictReader(handle) if row.get(key)}
 
 
-def test_train_writes_the_trial_layout(tmp_path):
+def test_train_writes_the_run_layout(tmp_path):
     cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=layout", *QUIET])
-    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
-    assert trial == tmp_path / "fit-image" / "layout"
+    run_dir = run_experiment("train", cfg, [FIT_IMAGE], [])
+    assert run_dir == tmp_path / "fit-image" / "layout"
     for path in ["ckpts/last.ckpt", "ckpts/step0000020.ckpt", "ckpts/step0000060.ckpt", "configs/parsed.yaml",
                  "configs/fit-image.yaml", "save/it30-val/0000.png", "save/it60-val/0001.png", "save/it60-test.mp4",
                  "save/it60-test/0003.png", "csv_logs/metrics.csv"]:
-        assert (trial / path).is_file(), path
-    assert any((trial / "tb_logs").iterdir())
-    parsed = load_config(trial / "configs" / "parsed.yaml")
+        assert (run_dir / path).is_file(), path
+    assert any((run_dir / "tb_logs").iterdir())
+    parsed = load_config(run_dir / "configs" / "parsed.yaml")
     assert parsed.system["resolution"] == 16
-    checkpoint = load_checkpoint(trial / "ckpts" / "last.ckpt")  # weights_only=True loads every Lightning field
+    checkpoint = load_checkpoint(run_dir / "ckpts" / "last.ckpt")  # weights_only=True loads every Lightning field
     assert checkpoint["global_step"] == 60
-    losses = _losses(trial)
+    losses = _losses(run_dir)
     assert losses[max(losses)] < losses[min(losses)] * 0.5  # the fit made progress
 
 
@@ -69,7 +69,7 @@ def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypat
 
     def broken_save(obj, handle, *args, **kwargs):
         handle.write(b"PK\x03\x04 half a checkpoint")
-        raise KeyboardInterrupt  # Ctrl-C in the middle of serialising
+        raise KeyboardInterrupt  # Ctrl-C in the middle of serializing
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(KeyboardInterrupt):
@@ -125,28 +125,28 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "system.nan_at_step=45", *QUIET])
     with pytest.raises(NonFiniteLossError, match="step 45.*mse.*last good checkpoint"):
         run_experiment("train", cfg, [FIT_IMAGE], [])
-    trial = tmp_path / "fit-image" / "run"
-    assert load_checkpoint(trial / "ckpts" / "last.ckpt")["global_step"] == 40
-    assert not (trial / "ckpts" / "step0000060.ckpt").exists()
+    run_dir = tmp_path / "fit-image" / "run"
+    assert load_checkpoint(run_dir / "ckpts" / "last.ckpt")["global_step"] == 40
+    assert not (run_dir / "ckpts" / "step0000060.ckpt").exists()
 
 
 def test_nonfinite_loss_can_skip_the_step(tmp_path):
     cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "system.nan_at_step=45", "system.nonfinite_loss=skip",
                                             *QUIET])
-    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
-    checkpoint = load_checkpoint(trial / "ckpts" / "last.ckpt")
+    run_dir = run_experiment("train", cfg, [FIT_IMAGE], [])
+    checkpoint = load_checkpoint(run_dir / "ckpts" / "last.ckpt")
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values())
 
 
 def test_cli_train_validate_test_and_errors(tmp_path, capsys):
     args = ["train", str(FIT_IMAGE), f"output_root={tmp_path}", "tag=cli", *QUIET, "trainer.max_steps=20"]
     assert main(args) == 0
-    trial = tmp_path / "fit-image" / "cli"
-    assert main(["validate", str(trial / "configs" / "parsed.yaml"), "--resume", str(trial / "ckpts" / "last.ckpt")]) == 0
-    assert (trial / "save" / "it20-val" / "0000.png").is_file()
-    last = trial / "ckpts" / "last.ckpt"
+    run_dir = tmp_path / "fit-image" / "cli"
+    assert main(["validate", str(run_dir / "configs" / "parsed.yaml"), "--resume", str(run_dir / "ckpts" / "last.ckpt")]) == 0
+    assert (run_dir / "save" / "it20-val" / "0000.png").is_file()
+    last = run_dir / "ckpts" / "last.ckpt"
     assert main(["test", str(FIT_IMAGE), "--resume", str(last), "trainer.enable_progress_bar=false"]) == 0
-    assert (trial / "save" / "it20-test.mp4").is_file()
+    assert (run_dir / "save" / "it20-test.mp4").is_file()
     capsys.readouterr()
     assert main(["train", str(FIT_IMAGE), "system.hiden=3"]) == 2
     err = capsys.readouterr().err
@@ -168,8 +168,8 @@ def test_progress_file_follows_the_run(tmp_path):
     from lift3d.progress import read_progress
 
     cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=progress", *QUIET])
-    trial = run_experiment("train", cfg, [FIT_IMAGE], [])
-    record = read_progress(trial)
+    run_dir = run_experiment("train", cfg, [FIT_IMAGE], [])
+    record = read_progress(run_dir)
     assert record["status"] == "finished" and record["step"] == 60 and record["max_steps"] == 60
     assert record["latest_image"].endswith("it60-val/0001.png") or record["latest_image"].endswith("it60-val/0000.png")
     failed = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=fails", "system.nan_at_step=5", *QUIET])

@@ -79,7 +79,7 @@ def test_lod_bundle_layout_and_splat_transform_reads_every_level(tmp_path):
                 inside = ours["means"][span["offset"]: span["offset"] + span["count"]].numpy()
                 assert np.all(inside >= np.array(leaf["bound"]["min"]) - 1e-3)
                 assert np.all(inside <= np.array(leaf["bound"]["max"]) + 1e-3)
-    # the coarse levels keep the scene's extent and colour
+    # the coarse levels keep the scene's extent and color
     level2 = load_sog_lod(path, 2)
     assert abs(float(level2["means"][:, 0].max() - params["means"][:, 0].max())) < 1.0
     assert abs(float(level2["sh0"].mean() - params["sh0"].mean())) < 0.05

@@ -89,8 +89,8 @@ def test_torch_and_gsplat_agree(n, opaque, size):
     print(json.dumps({"case": f"n={n} opaque={opaque} size={size}", **report}))
 
 
-def test_gsplat_without_depth_gives_the_same_colours_and_gradients():
-    """Training steps render with_depth=False (gsplat's RGB mode): the same colours, alpha and gradients."""
+def test_gsplat_without_depth_gives_the_same_colors_and_gradients():
+    """Training steps render with_depth=False (gsplat's RGB mode): the same colors, alpha and gradients."""
     device = _require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=5, opaque=False, device=device), _cameras(160, 120, device=device)
     results = []

@@ -1,4 +1,4 @@
-"""EWA projection: pinhole centres, 2D covariances against a numerical Jacobian, culling, bounding boxes."""
+"""EWA projection: pinhole centers, 2D covariances against a numerical Jacobian, culling, bounding boxes."""
 
 import numpy as np
 import torch
@@ -32,12 +32,12 @@ def test_rotation_matrices_are_rotations_of_any_norm_quaternion():
     assert torch.allclose(quat_to_rotmat(torch.tensor([[2.0, 0, 0, 0]])), torch.eye(3)[None])
 
 
-def test_centres_follow_the_opengl_camera_axes():
+def test_centers_follow_the_opengl_camera_axes():
     cam = _camera()
     c2w = cam.c2w[0]
-    centre, right, up = c2w[:3, 3], c2w[:3, 0], c2w[:3, 1]
+    center, right, up = c2w[:3, 3], c2w[:3, 0], c2w[:3, 1]
     forward = -c2w[:3, 2]
-    points = torch.stack([centre + 3 * forward, centre + 3 * forward + 0.2 * right, centre + 3 * forward + 0.2 * up])
+    points = torch.stack([center + 3 * forward, center + 3 * forward + 0.2 * right, center + 3 * forward + 0.2 * up])
     proj = _project(points, torch.tensor([[1.0, 0, 0, 0]] * 3, dtype=torch.float64),
                     torch.full((3, 3), 0.01, dtype=torch.float64),
                     torch.full((3,), 0.5, dtype=torch.float64), cam)
@@ -76,7 +76,7 @@ def test_jacobian_is_clamped_outside_1_3x_the_field_of_view():
     cam = _camera()
     w2c, K = cam.w2c_opencv()[0], cam.intrinsics[0]
     c2w = cam.c2w[0]
-    # in front of the camera but far to the side: its centre projects outside the image
+    # in front of the camera but far to the side: its center projects outside the image
     point = c2w[:3, 3] - 2.0 * c2w[:3, 2] + 1.7 * c2w[:3, 0]
     quat, scale = torch.tensor([0.9, 0.1, 0.3, -0.2], dtype=torch.float64), torch.tensor([0.4, 0.6, 0.5], dtype=torch.float64)
     proj = _project(point[None], quat[None], scale[None], torch.tensor([0.9], dtype=torch.float64), cam)
@@ -89,13 +89,13 @@ def test_jacobian_is_clamped_outside_1_3x_the_field_of_view():
 def test_culling_rules():
     cam = _camera()
     c2w = cam.c2w[0]
-    centre, forward, right = c2w[:3, 3], -c2w[:3, 2], c2w[:3, 0]
+    center, forward, right = c2w[:3, 3], -c2w[:3, 2], c2w[:3, 0]
     means = torch.stack([
-        centre + 3 * forward,  # visible
-        centre - 1 * forward,  # behind the camera
-        centre + 0.005 * forward,  # closer than the near plane
-        centre + 3 * forward + 10 * right,  # far outside the image
-        centre + 3 * forward,  # too transparent
+        center + 3 * forward,  # visible
+        center - 1 * forward,  # behind the camera
+        center + 0.005 * forward,  # closer than the near plane
+        center + 3 * forward + 10 * right,  # far outside the image
+        center + 3 * forward,  # too transparent
     ])  # fmt: skip
     n = len(means)
     opacities = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.9 * ALPHA_THRESHOLD], dtype=torch.float64)

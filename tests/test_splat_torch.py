@@ -40,7 +40,7 @@ def _reference(scene: Splats, cameras: Cameras, background: torch.Tensor, degree
     out_rgb, out_alpha, out_depth, stopped = [], [], [], 0
     w2c = cameras.w2c_opencv()
     for c in range(len(cameras)):
-        colors = sh_to_color(degree, scene.sh, scene.means - cameras.c2w[c, :3, 3])  # view-dependent colour per Gaussian
+        colors = sh_to_color(degree, scene.sh, scene.means - cameras.c2w[c, :3, 3])  # view-dependent color per Gaussian
         z = (scene.means @ w2c[c, :3, :3].T + w2c[c, :3, 3])[:, 2:]
         rgbz, alpha, s = render_reference(scene.means.numpy(), scene.quats.numpy(), scene.scales.numpy(),
                                           scene.opacities.numpy(), torch.cat([colors, z], 1).numpy(), w2c[c].numpy(),
@@ -154,9 +154,9 @@ def test_front_end_options(caplog):
     colors = torch.rand(30, 3, dtype=F64)
     flat = rasterize(scene, cameras, colors=colors, backend="torch")
     assert not torch.allclose(flat["rgb"], plain["rgb"])
-    assert torch.allclose(flat["alpha"], plain["alpha"])  # colours do not change coverage
-    colours_only = rasterize(scene, cameras, backend="torch", with_depth=False)
-    assert "depth" not in colours_only and torch.equal(colours_only["rgb"], plain["rgb"])
+    assert torch.allclose(flat["alpha"], plain["alpha"])  # colors do not change coverage
+    colors_only = rasterize(scene, cameras, backend="torch", with_depth=False)
+    assert "depth" not in colors_only and torch.equal(colors_only["rgb"], plain["rgb"])
     half = rasterize(scene, cameras, width=10, height=7, backend="torch")
     assert half["rgb"].shape == (2, 7, 10, 3)
     with pytest.raises(ValueError, match="backend must be one of"):

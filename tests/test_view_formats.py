@@ -31,7 +31,7 @@ from tests.validators import splat_transform
 
 def _splat(path, params):
     tensors = GaussianTensors(params["means"], params["log_scales"].exp(), unit(params["quats"]),
-                              torch.sigmoid(params["opacity_logits"]), colours=rgb_from_sh_dc(params["sh0"]))
+                              torch.sigmoid(params["opacity_logits"]), colors=rgb_from_sh_dc(params["sh0"]))
     return write_splat(path, tensors)
 
 

@@ -36,8 +36,8 @@ def test_every_render_mode_of_a_gaussian_file_shows_the_object(tmp_path):
     pictures = {mode: render_picture(model, cams, mode, "cpu") for mode in RENDER_MODES}
     for mode, picture in pictures.items():
         assert picture.shape == (32, 48, 3) and picture.dtype == np.uint8
-        centre, corner = picture[12:20, 20:28].astype(float).mean(), picture[:4, :4].astype(float).mean()
-        assert centre > corner + 20, f"{mode}: the object does not stand out ({centre:.0f} vs {corner:.0f})"
+        center, corner = picture[12:20, 20:28].astype(float).mean(), picture[:4, :4].astype(float).mean()
+        assert center > corner + 20, f"{mode}: the object does not stand out ({center:.0f} vs {corner:.0f})"
     for a, b in (("rgb", "depth"), ("rgb", "normal"), ("depth", "alpha")):
         assert np.abs(pictures[a].astype(int) - pictures[b].astype(int)).mean() > 5, f"{a} and {b} look the same"
 
@@ -90,8 +90,8 @@ def _tiny_run(tmp_path, viewer: bool, steps: int):
                  "system.gaussians.init_points=300", "system.export.formats=[]", f"viewer.enabled={str(viewer).lower()}",
                  "viewer.port=0", "viewer.max_side=32", "viewer.preview_max_side=16"]
     cfg = load_config(recipe_config("reconstruct-gaussians-sample"), overrides=overrides)
-    trial = tmp_path / "run"
-    return cfg, build_trainer(cfg, trial, train=True, callbacks=training_callbacks(cfg, trial)), trial
+    run_dir = tmp_path / "run"
+    return cfg, build_trainer(cfg, run_dir, train=True, callbacks=training_callbacks(cfg, run_dir)), run_dir
 
 
 def test_the_viewer_callback_exists_only_with_the_flag(tmp_path):
@@ -157,8 +157,8 @@ def test_view_model_of_a_finished_run_renders_and_has_its_training_cameras(tmp_p
     overrides = [f"data.root={sample_scene_path()}", f"output_root={tmp_path}", "use_timestamp=false", "trainer.max_steps=3",
                  "trainer.enable_progress_bar=false", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false",
                  "checkpoint.every_n_train_steps=0", "system.export.formats=[]", *extra]
-    trial = run_experiment("train", load_config(recipe_config(recipe), overrides=overrides))
-    model = load_view_model(trial)
+    run_dir = run_experiment("train", load_config(recipe_config(recipe), overrides=overrides))
+    model = load_view_model(run_dir)
     assert model.training_views is not None and len(model.training_views.cameras) == len(model.training_views.thumbnails) > 0
     assert model.training_views.thumbnails[0].dtype == np.uint8 and model.training_views.thumbnails[0].shape[-1] == 3
     cams = viewer_cameras(_camera(10, distance=4.0), math.radians(40), 24, 16)

@@ -44,10 +44,10 @@ def _canvas(page) -> np.ndarray:
 
 
 def _object_fraction(pixels: np.ndarray) -> float:
-    """Share of pixels unlike the background (the most common colour of the frame's border)."""
+    """Share of pixels unlike the background (the most common color of the frame's border)."""
     border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
-    colours, counts = np.unique(border, axis=0, return_counts=True)
-    background = colours[counts.argmax()]
+    colors, counts = np.unique(border, axis=0, return_counts=True)
+    background = colors[counts.argmax()]
     return float((np.abs(pixels - background).max(axis=-1) > 40).mean())
 
 

@@ -112,7 +112,7 @@ def test_spline_path_passes_through_every_keyframe_and_bends_between():
     for frame, key in ((0, 0), (2, 1), (4, 2)):
         assert torch.allclose(frames[frame, :3, 3], c2w[key, :3, 3])
     assert torch.allclose(linear[1, :3, 3], torch.tensor([0.5, 0.5, 0], dtype=torch.float64))
-    # mirrored end neighbour P0' = 2*P0 - P1 = (-1,-1,0): y = 0.5*(2*0 + (1+1)*0.5 + (-2-0+4-0)*0.25 + (1+0-3+0)*0.125) = 0.625
+    # mirrored end neighbor P0' = 2*P0 - P1 = (-1,-1,0): y = 0.5*(2*0 + (1+1)*0.5 + (-2-0+4-0)*0.25 + (1+0-3+0)*0.125) = 0.625
     assert float(frames[1, 1, 3]) == pytest.approx(0.625)
 
 
@@ -171,7 +171,7 @@ def test_render_budget_keeps_renders_to_their_share():
 def test_framing_camera_looks_at_the_points_from_outside_them():
     from lift3d.viewer.models import framing_camera
 
-    points = torch.rand(2000, 3) * torch.tensor([2.0, 2.0, 2.0]) + torch.tensor([10.0, -4.0, 1.0])  # box centred at (11, -3, 2)
+    points = torch.rand(2000, 3) * torch.tensor([2.0, 2.0, 2.0]) + torch.tensor([10.0, -4.0, 1.0])  # box centered at (11, -3, 2)
     position, look = framing_camera(points, elevation_deg=0.0)
     assert torch.allclose(torch.tensor(look), torch.tensor([11.0, -3.0, 2.0]), atol=0.1)
     # half-diagonal of the 2-98% box ~ 0.96 * sqrt(3); the camera is 2.4 of those along +x at elevation 0

@@ -41,8 +41,8 @@ def test_reconstruct_nerf_on_cuda(tmp_path, data_dir):
     overrides = [f"data.root={data_dir / 'lego_tiny'}", f"output_root={tmp_path}", *TINY, "trainer.max_steps=300",
                  "trainer.val_check_interval=300", "trainer.accelerator=gpu"]
     cfg = load_config(recipe_config("reconstruct-nerf"), overrides=overrides)
-    trial = run_experiment("train", cfg, [], overrides)
-    metrics = json.loads((trial / "save" / "metrics.json").read_text())
+    run_dir = run_experiment("train", cfg, [], overrides)
+    metrics = json.loads((run_dir / "save" / "metrics.json").read_text())
     assert metrics["val"]["psnr"] > 25.0
 
 

@@ -162,9 +162,9 @@ def test_importance_samples_tile_each_ray_and_gather_where_the_density_is():
     fixed = importance_samples(o, d, t_near, t_far, 16, 0, field.density, off, random=False)
     hit = t_far > t_near
     mids = (0.5 * (fixed["lo"] + fixed["hi"])).reshape(-1, 16)
-    centres = t_near[:, None] + (torch.arange(16) + 0.5) / 16 * (t_far - t_near).clamp_min(0)[:, None]
+    centers = t_near[:, None] + (torch.arange(16) + 0.5) / 16 * (t_far - t_near).clamp_min(0)[:, None]
     torch.testing.assert_close(fixed["lo"].reshape(-1, 16)[:, 0], t_near)
-    torch.testing.assert_close(mids[hit, 1:-1], centres[hit, 1:-1], atol=1e-6, rtol=0)  # bin centres without jitter
+    torch.testing.assert_close(mids[hit, 1:-1], centers[hit, 1:-1], atol=1e-6, rtol=0)  # bin centers without jitter
     assert fixed["valid"] is None and fixed["ray_ok"] is None
     torch.manual_seed(0)
     both = importance_samples(o, d, t_near, t_far, 16, 32, field.density, off, random=True)

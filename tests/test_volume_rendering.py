@@ -9,7 +9,7 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.registry import find
 from lift3d.render.volume.compositing import accumulate, exclusive_segment_cumsum, render_weights
 from lift3d.render.volume.occupancy import cell_coordinates
-from lift3d.render.volume.regularisers import depth_variance
+from lift3d.render.volume.regularizers import depth_variance
 from lift3d.render.volume.sampling import compact, ray_box, sample_pdf
 from tests.nerf_fields import (
     AnalyticField,
@@ -238,8 +238,8 @@ def test_occupancy_grid_update_finds_the_ball():
     renderer.train()
     renderer.update_step(0, 0)
     grid = renderer.occupancy
-    centres = grid.cell_points(torch.arange(16**3), jitter=False)
-    distance = centres.norm(dim=-1)
+    centers = grid.cell_points(torch.arange(16**3), jitter=False)
+    distance = centers.norm(dim=-1)
     assert grid.occupied[distance < 0.3].all()
     assert not grid.occupied[distance > 0.8].any()
 

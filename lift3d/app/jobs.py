@@ -31,7 +31,7 @@ from lift3d.progress import read_progress
 log = logging.getLogger("lift3d")
 
 QUEUED, RUNNING, EXPORTING = "queued", "running", "exporting"
-FINISHED, FAILED, CANCELLED = "finished", "failed", "cancelled"
+FINISHED, FAILED, CANCELLED = "finished", "failed", "canceled"
 ACTIVE = (QUEUED, RUNNING, EXPORTING)
 
 def default_slots() -> list[str]:
@@ -51,13 +51,13 @@ class JobSpec:
 
     config: Path  # the recipe YAML
     overrides: list[str]  # dotlist overrides (the prompt or scene and the page's options)
-    output_root: Path  # trials go to <output_root>/<name>/<tag>@<time>/
+    output_root: Path  # runs go to <output_root>/<name>/<tag>@<time>/
     recipe: str = ""  # friendly recipe name, for display
-    title: str = ""  # the prompt or the scene, for display and the trial tag
+    title: str = ""  # the prompt or the scene, for display and the run tag
     export: bool = True  # run `lift3d export` after training
     export_formats: list[str] | None = None  # `--format` list (None: the recipe's own)
     poses_from: str = ""  # photos or a video to run `lift3d poses` on before training (structure from motion)
-    edit_of: str = ""  # a finished reconstruction's trial folder: run `lift3d edit` on it, the title as the instruction
+    edit_of: str = ""  # a finished reconstruction's run folder: run `lift3d edit` on it, the title as the instruction
     editor: str = "instruct-pix2pix"  # with edit_of: `lift3d edit --editor` (instruct-pix2pix or analytic)
     owner: str = ""  # the page session that started it (a secret token); the page shows the job only to it
 
@@ -73,11 +73,11 @@ class Job:
 
     id: str
     spec: JobSpec
-    tag: str  # the trial tag: <output_root>/<name>/<tag>@<time>/
+    tag: str  # the run tag: <output_root>/<name>/<tag>@<time>/
     state: str = QUEUED
     device: str | None = None  # the slot it ran on (cuda:N or cpu)
-    trial_dir: Path | None = None
-    progress: dict[str, Any] = field(default_factory=dict)  # the trial's last progress.json record
+    run_dir: Path | None = None
+    progress: dict[str, Any] = field(default_factory=dict)  # the run's last progress.json record
     error: str | None = None  # why it failed
     note: str | None = None  # a remark: the cancel point, an export that failed
     created: float = field(default_factory=time.time)
@@ -91,7 +91,7 @@ class Job:
         return self.state in ACTIVE
 
     def results(self) -> Results:
-        return result_files(self.trial_dir)
+        return result_files(self.run_dir)
 
 
 class JobQueue:
@@ -137,7 +137,7 @@ class JobQueue:
             job.cancel_event.set()
             if job.state == QUEUED:
                 self._pending.remove(job)
-                job.state, job.ended, job.note = CANCELLED, time.time(), "cancelled before it started"
+                job.state, job.ended, job.note = CANCELLED, time.time(), "canceled before it started"
             self._cond.notify_all()
         return True
 
@@ -223,16 +223,16 @@ class JobQueue:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{job.tag}-{stage}.log"
 
-    def _find_trial(self, job: Job) -> Path | None:
+    def _find_run(self, job: Job) -> Path | None:
         root = job.spec.output_root
         found = [p for p in root.glob(f"*/{job.tag}") if p.is_dir()] + [p for p in root.glob(f"*/{job.tag}@*") if p.is_dir()]
         return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
     def _refresh(self, job: Job) -> None:
-        if job.trial_dir is None:
-            job.trial_dir = self._find_trial(job)
-        if job.trial_dir is not None:
-            job.progress = read_progress(job.trial_dir) or job.progress
+        if job.run_dir is None:
+            job.run_dir = self._find_run(job)
+        if job.run_dir is not None:
+            job.progress = read_progress(job.run_dir) or job.progress
 
     def _follow(self, job: Job, command: list[str], log_path: Path, slot: str) -> int:
         """Run ``command``, refreshing the job's progress; on cancel signal INT, then TERM, then KILL."""
@@ -274,7 +274,7 @@ class JobQueue:
         code = self._follow(job, command, job.log_path, slot)
         status = job.progress.get("status")
         if job.cancel_event.is_set():
-            self._cancelled(job)
+            self._canceled(job)
             return
         if code != 0 or status == "failed":
             job.state = FAILED
@@ -284,16 +284,16 @@ class JobQueue:
         if spec.export:
             self._export(job, slot)
         if job.cancel_event.is_set():
-            self._cancelled(job)
+            self._canceled(job)
             return
         job.state = FINISHED
 
     def _poses(self, job: Job, slot: str) -> bool:
-        """Structure from motion before training; False (the job failed or was cancelled) when it did not work."""
+        """Structure from motion before training; False (the job failed or was canceled) when it did not work."""
         job.log_path = self._log_path(job, "poses")
         code = self._follow(job, self._lift3d("poses", job.spec.poses_from), job.log_path, slot)
         if job.cancel_event.is_set():
-            self._cancelled(job)
+            self._canceled(job)
             return False
         if code != 0:
             job.state = FAILED
@@ -302,21 +302,21 @@ class JobQueue:
         return True
 
     def _export(self, job: Job, slot: str) -> None:
-        checkpoint = job.trial_dir / "ckpts" / "last.ckpt" if job.trial_dir else None
+        checkpoint = job.run_dir / "ckpts" / "last.ckpt" if job.run_dir else None
         if checkpoint is None or not checkpoint.is_file():
             job.note = "training finished without a last checkpoint, so nothing was exported"
             return
         job.state = EXPORTING
         formats = ["--format", *job.spec.export_formats] if job.spec.export_formats else []
-        command = self._lift3d("export", str(job.trial_dir / "configs" / "parsed.yaml"), "--resume", str(checkpoint), *formats,
+        command = self._lift3d("export", str(job.run_dir / "configs" / "parsed.yaml"), "--resume", str(checkpoint), *formats,
                                "--allow-imports")  # the app's own run, from its operator's recipe: its plugins may load
         export_log = self._log_path(job, "export")
         if self._follow(job, command, export_log, slot) != 0 and not job.cancel_event.is_set():
             job.note = f"training finished, but the export failed: {error_from_log(export_log)}"
 
-    def _cancelled(self, job: Job) -> None:
-        """Mark the job cancelled, its note saying at which step and what it kept (read from its ckpts/)."""
+    def _canceled(self, job: Job) -> None:
+        """Mark the job canceled, its note saying at which step and what it kept (read from its ckpts/)."""
         self._refresh(job)
         step = job.progress.get("step")
-        job.note = f"cancelled{f' at step {step}' if step is not None else ''}; {describe_kept(job.trial_dir, step)}"
+        job.note = f"canceled{f' at step {step}' if step is not None else ''}; {describe_kept(job.run_dir, step)}"
         job.state = CANCELLED

@@ -86,7 +86,7 @@ DEFAULT_RECIPES: tuple[AppRecipe, ...] = (
               description="One photo of an object to a NeRF (and its mesh), distilled from Zero123."),
     AppRecipe("Image to 3D: TripoSR (feed-forward, seconds)", ("triposr",), input=IMAGE, input_keys=("data.image",),
               options={"seed": ("seed",), "model_path": ("system.generator.pretrained_model_name_or_path",)},
-              description="One photo of an object to a textured mesh in one forward pass of TripoSR (MIT licence)."),
+              description="One photo of an object to a textured mesh in one forward pass of TripoSR (MIT license)."),
     AppRecipe("Photos to 3D: Gaussian splatting", ("reconstruct-gaussians",), input=PHOTOS, input_keys=("data.root",),
               options=_RECONSTRUCT, description="3D Gaussian Splatting fitted to posed photos."),
     AppRecipe("Photos to 3D: NeRF", ("reconstruct-nerf",), input=PHOTOS, input_keys=("data.root",),

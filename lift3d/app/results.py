@@ -1,4 +1,4 @@
-"""What a trial folder holds for the page: its exported assets and videos, the checkpoint an interrupted run
+"""What a run folder holds for the page: its exported assets and videos, the checkpoint an interrupted run
 kept, and the error a crashed run logged."""
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ _TEST_VIDEO = re.compile(r"^it(\d+)-test\.mp4$")
 
 @dataclass
 class Results:
-    """What a trial's ``save/`` holds for the page."""
+    """What a run's ``save/`` holds for the page."""
 
     model: Path | None  # the asset for the 3D viewer (.glb first, then Gaussian/mesh .ply, ...)
     video: Path | None  # the latest test orbit video
     files: list[Path]  # every exported file (assets and videos), for download
 
 
-def result_files(trial_dir: Path | None) -> Results:
-    """Exported assets and videos under ``trial_dir/save`` (validation and test frame folders left out)."""
-    save = trial_dir / "save" if trial_dir else None
+def result_files(run_dir: Path | None) -> Results:
+    """Exported assets and videos under ``run_dir/save`` (validation and test frame folders left out)."""
+    save = run_dir / "save" if run_dir else None
     if save is None or not save.is_dir():
         return Results(None, None, [])
     files = sorted(
@@ -60,10 +60,10 @@ def checkpoint_step(path: Path) -> int | None:
         return None
 
 
-def kept_checkpoint(trial_dir: Path | None) -> tuple[Path, int] | None:
-    """The newest checkpoint in ``trial_dir/ckpts`` by step (``last.ckpt`` on a tie, as export reads it) and its
+def kept_checkpoint(run_dir: Path | None) -> tuple[Path, int] | None:
+    """The newest checkpoint in ``run_dir/ckpts`` by step (``last.ckpt`` on a tie, as export reads it) and its
     step; None when the run kept none."""
-    folder = trial_dir / "ckpts" if trial_dir else None
+    folder = run_dir / "ckpts" if run_dir else None
     if folder is None or not folder.is_dir():
         return None
     found = [(step, path.name == "last.ckpt", path) for path in folder.glob("*.ckpt") if path.is_file()
@@ -74,9 +74,9 @@ def kept_checkpoint(trial_dir: Path | None) -> tuple[Path, int] | None:
     return path, step
 
 
-def describe_kept(trial_dir: Path | None, step: int | None) -> str:
+def describe_kept(run_dir: Path | None, step: int | None) -> str:
     """What an interrupted run kept, for the page: the checkpoint (as ckpts/NAME) and its step, or that there is none."""
-    kept = kept_checkpoint(trial_dir)
+    kept = kept_checkpoint(run_dir)
     if kept is None:
         return "no checkpoint was kept (the run had not written one yet)"
     path, at = kept

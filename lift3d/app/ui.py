@@ -42,7 +42,7 @@ OPTION_LABELS = {
 }
 
 
-EDITORS = {"InstructPix2Pix": "instruct-pix2pix", "Colour transform (offline)": "analytic"}  # label -> lift3d edit --editor
+EDITORS = {"InstructPix2Pix": "instruct-pix2pix", "Color transform (offline)": "analytic"}  # label -> lift3d edit --editor
 
 
 def _describe(recipe: OfferedRecipe | None) -> str:
@@ -207,16 +207,16 @@ class AppState:
         job = self._job(owner, job_id)
         text = " ".join((instruction or "").split())
         recipe = next((r for r in self.recipes if job is not None and r.label == job.spec.recipe), None)
-        trial = job.trial_dir if job is not None else None
-        if job is None or job.state != FINISHED or trial is None or not (trial / "ckpts" / "last.ckpt").is_file():
+        run_dir = job.run_dir if job is not None else None
+        if job is None or job.state != FINISHED or run_dir is None or not (run_dir / "ckpts" / "last.ckpt").is_file():
             return gr.skip(), message_html("edit a finished reconstruction: run a Photos to 3D recipe to the end first", "error")
         if (recipe is None or recipe.input != PHOTOS) and not job.spec.edit_of:
             return gr.skip(), message_html(f"'{job.spec.recipe}' is not a reconstruction: only Photos to 3D results can be "
                                            "edited", "error")
         if not text:
             return gr.skip(), message_html("type an edit instruction first, e.g. 'make it look like bronze'", "error")
-        spec = JobSpec(trial / "configs" / "parsed.yaml", [], self.output_root, recipe=f"Edit of {job.spec.recipe}",
-                       title=text, export=job.spec.export, export_formats=job.spec.export_formats, edit_of=str(trial),
+        spec = JobSpec(run_dir / "configs" / "parsed.yaml", [], self.output_root, recipe=f"Edit of {job.spec.recipe}",
+                       title=text, export=job.spec.export, export_formats=job.spec.export_formats, edit_of=str(run_dir),
                        editor=editor if editor in EDITORS.values() else "instruct-pix2pix", owner=job.spec.owner)
         edit = self.queue.submit(spec)
         return edit.id, message_html(f"Run {edit.id}: editing run {job.id} ({text})", "info")
@@ -236,7 +236,7 @@ class AppState:
             return message_html(f"Run {job.id} {job.note or job.state}", "info")
         step = job.progress.get("step")
         return message_html(f"Stopping run {job.id}{f' at step {step}' if step is not None else ''} (the panel says what it "
-                            f"kept once it stops); so far: {describe_kept(job.trial_dir, None)}", "info")
+                            f"kept once it stops); so far: {describe_kept(job.run_dir, None)}", "info")
 
     def attach(self, owner: str | None, job_id: str | None) -> tuple[str, str | None, dict]:
         """On page load: the page's owner token (a new one when the server does not know it), and the browser's job
@@ -349,7 +349,7 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, 
 
 def launch(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, host: str = "127.0.0.1", port: int = 7860,
            share: bool = False, max_upload_bytes: int = MAX_UPLOAD_BYTES) -> None:
-    """Serve the app until interrupted; running jobs are then cancelled (their last checkpoints stay). The output
+    """Serve the app until interrupted; running jobs are then canceled (their last checkpoints stay). The output
     folder is not served: result files reach a page only through ``AppState.publish``."""
     output_root = Path(output_root).resolve()
     output_root.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public Gradio share link (off by default)")
     parser.add_argument("--output-root", default="outputs", metavar="DIR",
-                        help="where runs write their trials (default: outputs)")
+                        help="where runs write their runs (default: outputs)")
     parser.add_argument("--recipes", nargs="+", default=[], metavar="YAML",
                         help="extra app recipe files (a YAML list of label/config/input/options entries); "
                              "$LIFT3D_APP_RECIPES adds more")
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM shuts down like Ctrl-C: jobs are cancelled, their checkpoints stay
+    raise KeyboardInterrupt  # SIGTERM shuts down like Ctrl-C: jobs are canceled, their checkpoints stay
 
 
 def run(args: argparse.Namespace) -> int:

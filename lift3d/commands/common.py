@@ -107,14 +107,14 @@ def add_viewer_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the viewer's interface (default 127.0.0.1; 0.0.0.0 for the LAN)")
 
 
-def training_callbacks(cfg: Any, trial_dir: Path) -> list[Any]:
+def training_callbacks(cfg: Any, run_dir: Path) -> list[Any]:
     """The callbacks the commands add to a training run (the runner's ``callbacks``): the live viewer when
     ``viewer.enabled`` (--viewer). Off, the viewer is not even imported, so it costs nothing."""
     if not cfg.viewer.enabled:
         return []
     from lift3d.viewer.training import ViewerCallback
 
-    return [ViewerCallback(cfg.viewer, trial_dir)]
+    return [ViewerCallback(cfg.viewer, run_dir)]
 
 
 def viewer_overrides(args: argparse.Namespace) -> list[str]:

@@ -27,14 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("config", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. trainer.max_steps=3000 system.editor.guidance_scale=10")
     parser.add_argument("--editor", choices=list(EDITORS), default="instruct-pix2pix",
-                        help="instruct-pix2pix (diffusion weights) or analytic (an offline colour transform; default: "
+                        help="instruct-pix2pix (diffusion weights) or analytic (an offline color transform; default: "
                              "instruct-pix2pix)")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
     add_allow_imports_argument(parser)
 
 
 def source_run(path: str) -> tuple[Path, Path, Path]:
-    """(trial folder, its configs/parsed.yaml, the checkpoint to start from) of RUN: a run folder (its
+    """(run folder, its configs/parsed.yaml, the checkpoint to start from) of RUN: a run folder (its
     ckpts/last.ckpt) or a checkpoint inside one; anything else is a clear error."""
     from lift3d.config import ConfigError
 
@@ -43,25 +43,25 @@ def source_run(path: str) -> tuple[Path, Path, Path]:
         raise FileNotFoundError(f"no run at {given}: give the folder lift3d reconstruct wrote, e.g. "
                                 "outputs/reconstruct-gaussians/<scene>@<time>")
     if given.is_file():
-        trial, checkpoint = given.resolve().parent.parent, given.resolve()
+        run_dir, checkpoint = given.resolve().parent.parent, given.resolve()
         if given.suffix != ".ckpt" or given.parent.name != "ckpts":
             raise ConfigError(f"{given} is not a run folder or a checkpoint in one (<run>/ckpts/x.ckpt): give the folder "
                               "lift3d reconstruct wrote")
     else:
-        trial = given.resolve()
-        if not (trial / "configs" / "parsed.yaml").is_file() and (newest := newest_reconstruction(trial)) is not None:
+        run_dir = given.resolve()
+        if not (run_dir / "configs" / "parsed.yaml").is_file() and (newest := newest_reconstruction(run_dir)) is not None:
             print(f"lift3d: {given} holds runs: editing the newest reconstruction, {newest.name}", flush=True)
-            trial = newest
-        checkpoint = trial / "ckpts" / "last.ckpt"
-    parsed = trial / "configs" / "parsed.yaml"
+            run_dir = newest
+        checkpoint = run_dir / "ckpts" / "last.ckpt"
+    parsed = run_dir / "configs" / "parsed.yaml"
     if not parsed.is_file():
         raise ConfigError(f"{given} is not a lift3d run folder (it has no configs/parsed.yaml): give the folder "
                           "lift3d reconstruct wrote, e.g. outputs/reconstruct-gaussians/<scene>@<time> (or the folder "
                           "above it, for its newest reconstruction)")
     if not checkpoint.is_file():
-        raise ConfigError(f"{trial} has no checkpoint to start from ({checkpoint} is missing): let the reconstruction "
+        raise ConfigError(f"{run_dir} has no checkpoint to start from ({checkpoint} is missing): let the reconstruction "
                           "finish, or give one of its checkpoints (RUN/ckpts/stepNNNNNNN.ckpt)")
-    return trial, parsed, checkpoint
+    return run_dir, parsed, checkpoint
 
 
 def newest_reconstruction(folder: Path) -> Path | None:
@@ -99,16 +99,16 @@ def source_layer(parsed: Path, folder: Path) -> tuple[Path, dict[str, Any], str]
     return layer, source, METHODS[kind]
 
 
-def edit_overrides(trial: Path, checkpoint: Path, instruction: str) -> list[str]:
+def edit_overrides(run_dir: Path, checkpoint: Path, instruction: str) -> list[str]:
     """Where the edit run goes (next to the source run: same output root and name, tag ``<scene>-edit-<words>``),
     what it starts from and the instruction (quoted, so any characters survive the dotlist parser)."""
     from lift3d.commands.generate import prompt_tag
     from lift3d.config import ConfigError
 
     if not instruction.strip() or "=" in instruction.split()[0]:  # missing, or an override where it goes
-        raise ConfigError(f"give the edit instruction after the run, e.g. lift3d edit {trial} \"make it look like bronze\"")
-    scene = str(trial.name).split("@")[0] or "run"
-    return [f"output_root={json.dumps(str(trial.parent.parent))}", f"name={json.dumps(trial.parent.name)}",
+        raise ConfigError(f"give the edit instruction after the run, e.g. lift3d edit {run_dir} \"make it look like bronze\"")
+    scene = str(run_dir.name).split("@")[0] or "run"
+    return [f"output_root={json.dumps(str(run_dir.parent.parent))}", f"name={json.dumps(run_dir.parent.name)}",
             f"tag={scene}-edit-{prompt_tag(instruction, limit=40)}",
             f"system.geometry_convert_from={json.dumps(str(checkpoint))}",
             f"system.editor.prompt={json.dumps(instruction)}"]
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
 
-    trial, parsed, checkpoint = source_run(args.run)
+    run_dir, parsed, checkpoint = source_run(args.run)
     from lift3d.config.layers import allow_run_imports, refuse_imports
 
     if args.allow_imports:
@@ -144,14 +144,14 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="lift3d-edit-") as folder:
         layer, _, method = source_layer(parsed, Path(folder))
         recipe = recipe_config(f"edit-{method}{EDITORS[args.editor]}")
-        overrides = edit_overrides(trial, checkpoint, args.instruction) + overrides
+        overrides = edit_overrides(run_dir, checkpoint, args.instruction) + overrides
         cfg = load_config(layer, recipe, overrides=overrides)
         if args.editor == "analytic":
-            print("lift3d: the analytic editor applies the colour transform of the recipe "
+            print("lift3d: the analytic editor applies the color transform of the recipe "
                   f"({recipe.name}); the instruction only names the run", flush=True)
         elif gpus is None and not torch.cuda.is_available():
             print("lift3d: no CUDA GPU: InstructPix2Pix edits will be slow on the CPU", flush=True)
-        print(f"lift3d: editing {trial} ({method}) with {args.editor}: \"{args.instruction}\"", flush=True)
+        print(f"lift3d: editing {run_dir} ({method}) with {args.editor}: \"{args.instruction}\"", flush=True)
         new_trial = run_experiment("train", cfg, [layer, recipe], overrides, callbacks=training_callbacks)
     print("\n".join(_summary(new_trial)))
     return 0

@@ -10,7 +10,7 @@ from lift3d.commands.common import add_config_arguments, load_experiment
 
 log = logging.getLogger("lift3d.export")
 
-HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the trial's save/, or convert a 3DGS "
+HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the run's save/, or convert a 3DGS "
         ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
         "format)")
 GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
@@ -50,7 +50,7 @@ def raise_failed_exports() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lift3d.runs.run_dirs import load_system, make_trial_dir, trial_dir_of_checkpoint
+    from lift3d.runs.run_dirs import load_system, make_run_dir, run_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
     if args.format:  # --format takes every later word: hand key=value overrides back to the config
@@ -66,11 +66,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {path}  {_size(path.stat().st_size)}")
         return 0
     cfg, _, _ = load_experiment(args)
-    trial = trial_dir_of_checkpoint(cfg.resume) or make_trial_dir(cfg)
+    run_dir = run_dir_of_checkpoint(cfg.resume) or make_run_dir(cfg)
     system = load_system(cfg, cfg.resume)
-    written = system.export(OutputSaver(trial / "save"), args.format)
+    written = system.export(OutputSaver(run_dir / "save"), args.format)
     raise_failed_exports()
-    print(f"lift3d: exported {len(written)} file(s) into {trial / 'save'}:")
+    print(f"lift3d: exported {len(written)} file(s) into {run_dir / 'save'}:")
     for path in written:
         print(f"  {path}  {_size(path.stat().st_size)}")
     return 0

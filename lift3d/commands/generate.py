@@ -80,7 +80,7 @@ def prompt_tag(prompt: str, limit: int = 48) -> str:
 
 def generate_overrides(prompt: str, overrides: list[str]) -> list[str]:
     """The overrides ``lift3d generate`` adds before the user's (which win): the prompt (quoted, so any
-    characters survive the dotlist parser) and a trial tag made from it."""
+    characters survive the dotlist parser) and a run tag made from it."""
     from lift3d.config import ConfigError
 
     if not prompt.strip():
@@ -136,16 +136,16 @@ def without_mesh_exports(config: Path) -> list[str]:
 
 
 def train_stage(config: Path, overrides: list[str], announce: str) -> Path:
-    """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the trial folder."""
+    """Load ``config`` with ``overrides``, print ``announce`` (formatted with the step count), train; the run folder."""
     from lift3d.commands.common import training_callbacks
     from lift3d.config import load_config
     from lift3d.runs.runner import run_experiment
 
     cfg = load_config(config, overrides=overrides)
     print(f"lift3d: {announce.format(steps=cfg.trainer.max_steps)}", flush=True)
-    trial = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
-    print(f"lift3d: results in {trial}")
-    return trial
+    run_dir = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
+    print(f"lift3d: results in {run_dir}")
+    return run_dir
 
 
 def analytic_twin(recipe: str, image: bool) -> str:
@@ -175,8 +175,8 @@ def cuda_notice(recipe: str, image: bool) -> str | None:
             f"{recipe_config(twin)} data.reference_scene={sample_scene_path()}")
 
 
-def print_assets(trial: Path) -> None:
-    for path in sorted((trial / "save").glob("it*.*")):
+def print_assets(run_dir: Path) -> None:
+    for path in sorted((run_dir / "save").glob("it*.*")):
         print(f"  {path}")
 
 
@@ -220,16 +220,16 @@ def run_image(args: argparse.Namespace, gpus: list[int] | None) -> int:
     refining = bool(refine) and args.refine_steps != 0
     # a feed-forward start keeps its .glb: a second's preview while the refinement runs
     trimmed = without_mesh_exports(config) if refining and method not in FEED_FORWARD else []
-    trial = train_stage(config, [*base, *devices, *trimmed, *user], announce)
+    run_dir = train_stage(config, [*base, *devices, *trimmed, *user], announce)
     if refining:
         config = recipe_config(refine)
         plain = load_config(config)
         steps = refine_steps(args.refine_steps)
-        overrides = [*base, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps,
+        overrides = [*base, *devices, f"system.geometry_convert_from={run_dir / 'ckpts' / 'last.ckpt'}", *steps,
                      *[item for item in user if _applies_to(item, plain) or _same_field(item, method)], *args.refine_set]
         stage = "refinement" if method in FEED_FORWARD else "mesh stage"
-        trial = train_stage(config, overrides, f"{stage} {config.name} ({{steps}} steps) from {trial}")
-    print_assets(trial)
+        run_dir = train_stage(config, overrides, f"{stage} {config.name} ({{steps}} steps) from {run_dir}")
+    print_assets(run_dir)
     return 0
 
 
@@ -270,14 +270,14 @@ def run(args: argparse.Namespace) -> int:
     announce = f"generating {args.prompt!r} with {method} ({config.name}, {{steps}} steps)"
     refined = method in TEXT_REFINE and args.refine_steps != 0
     trimmed = without_mesh_exports(config) if refined else []
-    trial = train_stage(config, [*trimmed, *overrides, *devices], announce)
+    run_dir = train_stage(config, [*trimmed, *overrides, *devices], announce)
     if refined:
-        trial = refine_text_stage(TEXT_REFINE[method], trial, overrides, devices, args)
-    print_assets(trial)
+        run_dir = refine_text_stage(TEXT_REFINE[method], run_dir, overrides, devices, args)
+    print_assets(run_dir)
     return 0
 
 
-def refine_text_stage(recipe: str, trial: Path, overrides: list[str], devices: list[str], args: argparse.Namespace) -> Path:
+def refine_text_stage(recipe: str, run_dir: Path, overrides: list[str], devices: list[str], args: argparse.Namespace) -> Path:
     """The mesh stage of a two-stage text method, from the first stage's last checkpoint. It takes the overrides
     that fit its config, except the first stage's guidance settings (another model: only the prompts carry over),
     then ``--refine-steps`` and ``--refine-set``."""
@@ -288,8 +288,8 @@ def refine_text_stage(recipe: str, trial: Path, overrides: list[str], devices: l
     plain = load_config(config)
     carried = [item for item in overrides if _applies_to(item, plain) and _carries_to_refine(item)]
     steps = refine_steps(args.refine_steps)
-    later = [*carried, *devices, f"system.geometry_convert_from={trial / 'ckpts' / 'last.ckpt'}", *steps, *args.refine_set]
-    return train_stage(config, later, f"mesh stage {config.name} ({{steps}} steps) from {trial}")
+    later = [*carried, *devices, f"system.geometry_convert_from={run_dir / 'ckpts' / 'last.ckpt'}", *steps, *args.refine_set]
+    return train_stage(config, later, f"mesh stage {config.name} ({{steps}} steps) from {run_dir}")
 
 
 def _carries_to_refine(override: str) -> bool:

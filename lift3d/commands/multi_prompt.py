@@ -5,7 +5,7 @@ One asset per process (``lift3d generate PROMPT --gpus 0`` with ``CUDA_VISIBLE_D
 keeps runs independent: a failing or out-of-memory prompt costs only itself, memory is returned between
 assets, and throughput scales with the number of GPUs (no communication between them). Prompts go
 round-robin (prompt i on GPU i mod n); a JSON summary records each prompt's GPU, status, seconds and
-trial folder.
+run folder.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS_PREFIX = "lift3d: results in "  # what `lift3d generate` prints last: the trial folder
+RESULTS_PREFIX = "lift3d: results in "  # what `lift3d generate` prints last: the run folder
 
 
 def read_prompts(path: str | Path) -> list[str]:
@@ -65,7 +65,7 @@ def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None]
     """Run ``commands`` (one asset each) sharded over ``devices``, one process per device at a time.
 
     Each process sees only its GPU (``CUDA_VISIBLE_DEVICES``); its output goes to ``log_dir/<index>.log``.
-    Returns one record per command (in input order): device, return code, seconds, trial folder, log."""
+    Returns one record per command (in input order): device, return code, seconds, run folder, log."""
     log_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = [{} for _ in commands]
 
@@ -78,13 +78,13 @@ def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None]
             started = time.perf_counter()
             with open(log, "w", encoding="utf-8") as stream:
                 code = subprocess.run(list(commands[index]), stdout=stream, stderr=subprocess.STDOUT, env=env).returncode
-            trial = None
+            run_dir = None
             for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.startswith(RESULTS_PREFIX):
-                    trial = line[len(RESULTS_PREFIX):].strip()
+                    run_dir = line[len(RESULTS_PREFIX):].strip()
             results[index] = {"index": index, "device": device, "returncode": code,
                               "status": "finished" if code == 0 else "failed",
-                              "seconds": round(time.perf_counter() - started, 1), "trial_dir": trial, "log": str(log)}
+                              "seconds": round(time.perf_counter() - started, 1), "run_dir": run_dir, "log": str(log)}
 
     threads = [threading.Thread(target=work, args=(device, indices), daemon=True)
                for device, indices in zip(devices, shard(len(commands), len(devices))) if indices]
@@ -108,7 +108,7 @@ def generate_many(prompts_file: str | Path, method: str, overrides: Sequence[str
     for prompt, record in zip(prompts, results):
         record["prompt"] = prompt
         where = record["device"] or "cpu"
-        print(f"  [{record['status']}] {prompt!r} on {where} in {record['seconds']}s -> {record['trial_dir']}")
+        print(f"  [{record['status']}] {prompt!r} on {where} in {record['seconds']}s -> {record['run_dir']}")
     summary.parent.mkdir(parents=True, exist_ok=True)
     record = {"method": method, "overrides": list(overrides), "devices": devices, "results": results}
     summary.write_text(json.dumps(record, indent=1))
@@ -118,7 +118,7 @@ def generate_many(prompts_file: str | Path, method: str, overrides: Sequence[str
 
 # ---------------------------------------------------------------------------------------------- CLI glue
 PROMPTS_HELP = ("a text file with one prompt per line (# comments): one asset per prompt, sharded across the GPUs "
-                "(--gpus, else every visible GPU); writes generate-<time>.json with each prompt's trial folder")
+                "(--gpus, else every visible GPU); writes generate-<time>.json with each prompt's run folder")
 
 
 def run_prompt_list(args: Any) -> int:

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
     parser.add_argument("path", help="a folder of photos (or with an images/ folder of photos), or a video file")
     parser.add_argument("--matcher", choices=MATCHERS, default="auto",
-                        help="exhaustive (every pair; small sets), sequential (neighbours; video) or auto (default)")
+                        help="exhaustive (every pair; small sets), sequential (neighbors; video) or auto (default)")
     parser.add_argument("--frames", type=int, default=0, metavar="N",
                         help="video: how many frames to take (default: 100 with a CUDA GPU, 40 without)")
     parser.add_argument("--force", action="store_true", help="run again even if the folder already has poses")

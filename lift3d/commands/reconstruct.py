@@ -60,9 +60,9 @@ def is_unbounded(layout: str) -> bool:
     return not is_object_centric(layout)
 
 
-def _summary(trial: Path) -> list[str]:
-    save = trial / "save"
-    lines = [f"lift3d: results in {trial}"]
+def _summary(run_dir: Path) -> list[str]:
+    save = run_dir / "save"
+    lines = [f"lift3d: results in {run_dir}"]
     metrics = save / "metrics.json"
     if metrics.is_file():
         record = json.loads(metrics.read_text())
@@ -112,6 +112,6 @@ def run(args: argparse.Namespace) -> int:
         extra += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
     overrides = extra + overrides
     cfg = load_config(config, overrides=overrides)
-    trial = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
-    print("\n".join(_summary(trial)))
+    run_dir = run_experiment("train", cfg, [config], overrides, callbacks=training_callbacks)
+    print("\n".join(_summary(run_dir)))
     return 0

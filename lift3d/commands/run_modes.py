@@ -29,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from lift3d.runs.runner import run_experiment
 
     cfg, paths, overrides = load_experiment(args, viewer_overrides(args))
-    trial = run_experiment(args.command, cfg, paths, overrides, callbacks=training_callbacks)
-    print(f"lift3d: results in {trial}")
+    run_dir = run_experiment(args.command, cfg, paths, overrides, callbacks=training_callbacks)
+    print(f"lift3d: results in {run_dir}")
     return 0

@@ -34,7 +34,7 @@ __all__ = ["CheckpointConfig", "ConfigError", "ExperimentConfig", "TrainerConfig
 class TrainerConfig:
     """Options handed to ``lightning.Trainer``."""
 
-    max_steps: int = 1000  # optimisation steps in the run
+    max_steps: int = 1000  # optimization steps in the run
     val_check_interval: int = 500  # run validation every N training steps (0: never during training)
     log_every_n_steps: int = 10  # how often logged scalars are written
     precision: str = "32-true"  # Lightning precision: 32-true, 16-mixed, bf16-mixed
@@ -53,7 +53,7 @@ class TrainerConfig:
 
 @dataclass
 class CheckpointConfig:
-    """When checkpoints are written into the trial's ``ckpts/``."""
+    """When checkpoints are written into the run's ``ckpts/``."""
 
     every_n_train_steps: int = 1000  # periodic checkpoint interval in steps (0: only last.ckpt)
     save_last: bool = True  # keep ckpts/last.ckpt up to date at every checkpoint
@@ -79,10 +79,10 @@ class ExperimentConfig:
     """One run: which data, which system, how to train, where outputs go."""
 
     name: str = "default"  # experiment name: outputs/<name>/...
-    tag: str = ""  # trial tag: outputs/<name>/<tag>@<timestamp>/ ("run" when empty)
+    tag: str = ""  # run tag: outputs/<name>/<tag>@<timestamp>/ ("run" when empty)
     seed: int = 0  # base seed; each rank uses seed + rank
-    output_root: str = "outputs"  # where trials are written
-    use_timestamp: bool = True  # append @YYYYmmdd-HHMMSS to the trial folder
+    output_root: str = "outputs"  # where runs are written
+    use_timestamp: bool = True  # append @YYYYmmdd-HHMMSS to the run folder
     resume: str | None = None  # checkpoint to resume from or to evaluate
     imports: list = field(default_factory=list)  # plugin modules (dotted names or .py paths) to import first
     data_type: str = ""  # registered data module name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -40,11 +41,16 @@ class Sources:
     layers: list[tuple[str, DictConfig]] = field(default_factory=list)
 
     def where(self, full_key: str) -> str:
+        index = self.last_layer(full_key)
+        return "the defaults" if index < 0 else self.layers[index][0]
+
+    def last_layer(self, full_key: str) -> int:
+        """The index of the last layer that sets ``full_key`` (-1: none)."""
         missing = object()
-        for label, layer in reversed(self.layers):
-            if OmegaConf.select(layer, full_key, default=missing, throw_on_missing=False) is not missing:
-                return label
-        return "the defaults"
+        for index in range(len(self.layers) - 1, -1, -1):
+            if OmegaConf.select(self.layers[index][1], full_key, default=missing, throw_on_missing=False) is not missing:
+                return index
+        return -1
 
 
 def join_key(path: str, key: str) -> str:
@@ -83,6 +89,7 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
         raise ConfigError(f"'{path or '<root>'}' (in {sources.where(path)}) must be a mapping for {owner}, got {node!r}")
     types = _field_types(schema)
     fields = {f.name: f for f in dataclasses.fields(schema)}
+    migrate_renamed_keys(schema, node, path, sources)
     for key in node:
         if key not in fields:
             raise _unknown_key_error(str(key), list(fields), path, sources, owner)
@@ -110,6 +117,45 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
         full = join_key(path, key) if key else path
         reason = str(error).splitlines()[0]
         raise ConfigError(f"'{full}' (in {sources.where(full)}) is invalid for {owner}: {reason}") from None
+
+
+def migrate_renamed_keys(schema: type, node: Any, path: str = "", sources: Sources | None = None) -> None:
+    """Move values written under a key the schema renamed (its ``RENAMED``: old name -> new name) to the new key, with
+    a warning naming both; old names keep loading for one release. Where both are set, the later layer wins (a user's
+    old-name override over a recipe's new name); both in one layer is an error."""
+    sources = sources or Sources()
+    for old, new in getattr(schema, "RENAMED", {}).items():
+        if old not in node:
+            continue
+        full_old, full_new = join_key(path, old), join_key(path, new)
+        if new in node and sources.last_layer(full_old) == sources.last_layer(full_new):
+            raise ConfigError(f"'{full_old}' (in {sources.where(full_old)}) is the old name of '{full_new}', and both are "
+                              f"set: keep only {full_new}")
+        old_wins = new not in node or sources.last_layer(full_old) > sources.last_layer(full_new)
+        warnings.warn(f"config key '{full_old}' (in {sources.where(full_old)}) is now '{full_new}': the old name works "
+                      "until the next release", FutureWarning, stacklevel=2)
+        with _writable(node):
+            if old_wins:
+                node[new] = node[old]
+            del node[old]
+
+
+class _writable:
+    """Lifts OmegaConf's struct / read-only flags on a node while keys are moved."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    def __enter__(self) -> None:
+        if isinstance(self.node, DictConfig):
+            self.flags = (self.node._get_node_flag("struct"), self.node._get_node_flag("readonly"))
+            OmegaConf.set_struct(self.node, False)
+            OmegaConf.set_readonly(self.node, False)
+
+    def __exit__(self, *exc: Any) -> None:
+        if isinstance(self.node, DictConfig):
+            OmegaConf.set_struct(self.node, self.flags[0])
+            OmegaConf.set_readonly(self.node, self.flags[1])
 
 
 def _shallow(node: Any, types: dict[str, Any]) -> dict:

@@ -1,7 +1,7 @@
 """What every scene reader returns: the frames of a capture (image file, pose, lens) before any pixel is read.
 
 Readers (one per format in ``lift3d.data.formats``) only parse their files into a ``Capture``;
-``lift3d.data.scene`` then loads, undistorts, normalises and splits it the same way for every format.
+``lift3d.data.scene`` then loads, undistorts, normalizes and splits it the same way for every format.
 Poses are camera-to-world with OpenGL camera axes (``lift3d.cameras``), in the reader's world frame.
 """
 
@@ -23,7 +23,7 @@ class SceneFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Lens:
-    """A camera's intrinsics in pixels (pixel centres at i + 0.5, as COLMAP and lift3d) and its distortion.
+    """A camera's intrinsics in pixels (pixel centers at i + 0.5, as COLMAP and lift3d) and its distortion.
 
     ``kind`` is ``pinhole`` (no distortion), ``opencv`` (``coeffs`` = k1 k2 p1 p2 [k3 [k4 k5 k6]], OpenCV's
     radial-tangential model) or ``fisheye`` (``coeffs`` = k1 k2 k3 k4, OpenCV's equidistant model).
@@ -47,7 +47,7 @@ class Lens:
         return self.kind != "pinhole" and any(abs(c) > 0.0 for c in self.coeffs)
 
     def matrix(self) -> np.ndarray:
-        """The 3x3 pinhole matrix (lift3d's pixel-centre convention)."""
+        """The 3x3 pinhole matrix (lift3d's pixel-center convention)."""
         return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
 
     def scaled(self, width: int, height: int) -> Lens:

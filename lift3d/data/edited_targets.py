@@ -1,7 +1,7 @@
 """The training targets of an edited reconstruction: one image per training view that starts as the photo
 and is replaced, view by view, while the scene trains on it (Instruct-NeRF2NeRF's iterative dataset update).
 
-The posed-images data module reads its training colours from this store when it has one, for whole-image
+The posed-images data module reads its training colors from this store when it has one, for whole-image
 batches (Gaussians) and ray batches (NeRF) alike; the editing system writes edited views into it.
 """
 
@@ -17,7 +17,7 @@ def to_bytes(images: Tensor) -> Tensor:
 
 
 class EditedTargets:
-    """Per-view target colours [N, H, W, 3] (uint8, composited on the training background), the photos they
+    """Per-view target colors [N, H, W, 3] (uint8, composited on the training background), the photos they
     started from, and how many times each view has been edited.
 
     Photos with alpha masks (object captures) keep their background: an edit is composited over the training
@@ -41,7 +41,7 @@ class EditedTargets:
         return self.rgb[index].float() / 255.0
 
     def pixels(self, flat_index: Tensor) -> Tensor:
-        """Current target colours [P, 3] at flat pixel indices into [N * H * W] (ray batches)."""
+        """Current target colors [P, 3] at flat pixel indices into [N * H * W] (ray batches)."""
         return self.rgb.reshape(-1, 3)[flat_index].float() / 255.0
 
     def photo(self, view: int) -> Tensor:

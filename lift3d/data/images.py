@@ -37,8 +37,8 @@ def _open(path: Path) -> Image.Image:
     return image
 
 
-def _read_16bit_colour(path: Path) -> np.ndarray | None:
-    """A 16-bit-per-channel colour PNG/TIFF read at full depth through OpenCV (Pillow reduces them), as 8 bits."""
+def _read_16bit_color(path: Path) -> np.ndarray | None:
+    """A 16-bit-per-channel color PNG/TIFF read at full depth through OpenCV (Pillow reduces them), as 8 bits."""
     import cv2
 
     data = cv2.imread(str(path), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
@@ -49,7 +49,7 @@ def _read_16bit_colour(path: Path) -> np.ndarray | None:
 
 
 def _is_deep(path: Path, image: Image.Image) -> bool:
-    """Whether a colour image stores more than 8 bits a channel (a PNG's header says; TIFFs are asked of OpenCV)."""
+    """Whether a color image stores more than 8 bits a channel (a PNG's header says; TIFFs are asked of OpenCV)."""
     if image.format == "PNG":
         with open(path, "rb") as f:
             header = f.read(25)
@@ -63,7 +63,7 @@ def load_rgba(path: str | Path, downscale: int = 1) -> np.ndarray:
     path = Path(path)
     image = _open(path)
     exif_orientation = image.getexif().get(0x0112, 1)
-    deep = _read_16bit_colour(path) if image.mode in ("RGB", "RGBA") and _is_deep(path, image) else None
+    deep = _read_16bit_color(path) if image.mode in ("RGB", "RGBA") and _is_deep(path, image) else None
     if deep is not None:
         image = Image.fromarray(deep)
     if exif_orientation in _UPRIGHT:

@@ -1,7 +1,7 @@
-"""Putting a captured scene in lift3d's frame: +z up, centred where the cameras look, at a known scale.
+"""Putting a captured scene in lift3d's frame: +z up, centered where the cameras look, at a known scale.
 
 Pure functions on camera-to-world matrices (OpenGL axes) and points. The transform is a similarity
-``x -> scale * R @ (x - centre)``, returned as one 4x4 matrix so it can be recorded and inverted.
+``x -> scale * R @ (x - center)``, returned as one 4x4 matrix so it can be recorded and inverted.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def focus_point(c2w: np.ndarray) -> tuple[np.ndarray, bool]:
-    """The point nearest (least squares) to every camera's optical axis, and whether it is a sound centre:
+    """The point nearest (least squares) to every camera's optical axis, and whether it is a sound center:
     the axes are not nearly parallel and the point lies in front of most cameras (an inward-looking capture)."""
     origins, forwards = c2w[:, :3, 3], -c2w[:, :3, 2]
     forwards = forwards / np.linalg.norm(forwards, axis=1, keepdims=True)
@@ -44,14 +44,14 @@ def normalizing_transform(c2w: np.ndarray, camera_distance: float = 4.0) -> tupl
     if np.linalg.norm(up) < 1e-6:
         up = np.array([0.0, 0.0, 1.0])
     R = rotation_between(up, np.array([0.0, 0.0, 1.0]))
-    centre, focused = focus_point(c2w)
-    distance = float(np.linalg.norm(c2w[:, :3, 3] - centre, axis=1).mean())
+    center, focused = focus_point(c2w)
+    distance = float(np.linalg.norm(c2w[:, :3, 3] - center, axis=1).mean())
     scale = camera_distance / distance if distance > 1e-9 else 1.0
     T = np.eye(4)
     T[:3, :3] = scale * R
-    T[:3, 3] = -scale * R @ centre
-    record = {"centre": centre.tolist(), "scale": scale, "up": (up / np.linalg.norm(up)).tolist(),
-              "centre_is": "focus point of the cameras" if focused else "mean camera position (forward-facing capture)"}
+    T[:3, 3] = -scale * R @ center
+    record = {"center": center.tolist(), "scale": scale, "up": (up / np.linalg.norm(up)).tolist(),
+              "center_is": "focus point of the cameras" if focused else "mean camera position (forward-facing capture)"}
     return T, record
 
 

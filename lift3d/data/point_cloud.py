@@ -10,7 +10,7 @@ from lift3d.data.capture import SceneFormatError
 
 
 def read_point_cloud(path: str | Path, error: type[Exception] = SceneFormatError) -> tuple[np.ndarray, np.ndarray]:
-    """Points [P, 3] float32 and colours [P, 3] float32 in 0..1 (grey when absent) of a PLY point cloud;
+    """Points [P, 3] float32 and colors [P, 3] float32 in 0..1 (gray when absent) of a PLY point cloud;
     ``error`` is raised for a file without x, y, z (callers name their own kind of error)."""
     from plyfile import PlyData
 

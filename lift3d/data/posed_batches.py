@@ -30,7 +30,7 @@ class TrainingBatches:
     cfg: Any
     train: PosedScene
     background: Tensor
-    targets: EditedTargets | None  # set by editable_targets(): training colours then come from it
+    targets: EditedTargets | None  # set by editable_targets(): training colors then come from it
     _rays: tuple[Tensor, Tensor] | None  # every training pixel's ray, made on first use (host ray batches)
     _kept_pixels: KeptPixels | None  # the pixels a ray batch may draw (None: every pixel): not padding, not ignored
     _resident: ResidentImages | ResidentRays | None  # the photos on the training device (images_on_device)
@@ -38,7 +38,7 @@ class TrainingBatches:
 
     def editable_targets(self) -> EditedTargets:
         """The store of training targets an editing run rewrites (created on first call from the photos on the
-        training background); from then on every training batch reads its colours from it."""
+        training background); from then on every training batch reads its colors from it."""
         if self.targets is None:
             if self.cfg.random_background:
                 raise SceneFormatError("editing a reconstruction needs a fixed training background (edited views are "
@@ -61,7 +61,7 @@ class TrainingBatches:
         return self.finish_image_batch(self._pick_images(step, generator))
 
     def _pick(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """The training views of ``step`` and their background colours: what every image batch is built from.
+        """The training views of ``step`` and their background colors: what every image batch is built from.
 
         Under DDP every rank draws the step's one shuffled order of the photos (the run's seed, not the rank's) and
         takes its own ``batch_size`` of it, so no photo is drawn twice in a step while there are enough of them, and
@@ -161,7 +161,7 @@ class TrainingBatches:
 
     def _pick_rays(self, step: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """The training pixels of ``step`` (flat indices into every photo's pixels, drawn among the kept ones: never
-        padding or ignored pixels) and their background colour [1, 3]: what every ray batch is built from."""
+        padding or ignored pixels) and their background color [1, 3]: what every ray batch is built from."""
         kept = self._kept_pixels
         pick = torch.randint(0, self.train.rgba[..., 0].numel() if kept is None else len(kept), (self.cfg.rays_per_batch,),
                              generator=generator)
@@ -184,7 +184,7 @@ class TrainingBatches:
         return torch.div(pick, height * width, rounding_mode="floor")
 
     def _resident_rays(self, step: int) -> dict[str, Any]:
-        """The ray batch of ``step`` gathered on the device from the resident rays and colours: the same pixels,
+        """The ray batch of ``step`` gathered on the device from the resident rays and colors: the same pixels,
         background and values as the loader's host batches (``_sample_rays``), with no copy per step."""
         r = self._resident
         assert isinstance(r, ResidentRays)

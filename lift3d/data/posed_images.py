@@ -1,8 +1,8 @@
 """Posed photos from any capture format of ``lift3d.data.formats``, served as whole images or ray batches for
 training (``lift3d.data.posed_batches``) and as the held-out views for validation.
 
-This module owns what training sees: one split of train/val frames, undistorted to pinhole, in a normalised
-frame (+z up, centred where the cameras look) unless the format is object-centric (renders already in that frame).
+This module owns what training sees: one split of train/val frames, undistorted to pinhole, in a normalized
+frame (+z up, centered where the cameras look) unless the format is object-centric (renders already in that frame).
 
 Photos of several sizes train padded to one size (``lift3d.data.scene``): image batches carry ``loss_mask``
 [B, H, W, 1] (1 = compare the pixel), which is also how ignore-masks (``mask_mode``) reach the loss; ray batches
@@ -17,7 +17,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ __all__ = ["IMAGE_SUFFIXES", "PosedImagesDataModule", "PosedScene", "SceneFormat
 
 
 def scene_extent(cameras: Cameras) -> float:
-    """Radius of the camera centres around their mean, x1.1 (the 3DGS scene-extent heuristic)."""
+    """Radius of the camera centers around their mean, x1.1 (the 3DGS scene-extent heuristic)."""
     positions = cameras.positions
     return float((positions - positions.mean(0)).norm(dim=-1).max()) * 1.1
 
@@ -52,6 +52,9 @@ def scene_extent(cameras: Cameras) -> float:
 class PosedImagesConfig:
     """A scene folder (any supported layout) and how views are served."""
 
+    # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"max_image_side": "max_side"}
+
     root: str = ""  # scene folder in a posed capture format (lift3d.data.formats: `lift3d reconstruct --help` lists them)
     format: str = "auto"  # auto (from the folder's contents) or a format's name (data.format=? lists them)
     train_split: str = "train"  # split used for training
@@ -59,17 +62,17 @@ class PosedImagesConfig:
     test_split: str = "orbit"  # a split name, or "orbit" for a turntable around the scene (video)
     holdout_every: int = 8  # layouts without splits: every n-th frame (name order) is a val frame (Mip-NeRF 360)
     downscale: int = 1  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
-    max_image_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
+    max_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
     undistort: bool = True  # undistort lenses with distortion to pinhole once at load (false: train on them as pinhole)
     # masks (mask files or the photos' alpha): alpha (object cut-outs), ignore (masked pixels left out of loss and
     # metrics), auto (the format says: nerfstudio mask_path means ignore)
     mask_mode: str = "auto"
-    # cameras (centre, +z up, scale from the cameras), none, or auto (none for object-centric formats: Blender)
+    # cameras (center, +z up, scale from the cameras), none, or auto (none for object-centric formats: Blender)
     normalize: str = "auto"
-    camera_distance: float = 4.0  # normalize: the cameras' mean distance from the scene centre afterwards
+    camera_distance: float = 4.0  # normalize: the cameras' mean distance from the scene center afterwards
     triangulate: bool = False  # a real capture whose layout brings no sparse points: triangulate some at its poses (pycolmap)
     background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB composited behind transparent pixels
-    random_background: bool = False  # train on a random background colour per step (3DGS option)
+    random_background: bool = False  # train on a random background color per step (3DGS option)
     batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
     batch_size: int = 1  # photos per step in image mode, per DDP rank (one render, one all-reduce); mixed sizes: loss_mask
     # keep the photos on the GPU and build each batch (images or rays) there (auto: on CUDA; never: copy every step)
@@ -88,7 +91,7 @@ def check_values(cfg: PosedImagesConfig) -> None:
         value = getattr(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"data.{key} must be a whole number of at least 1, got {value!r}")
-    for key in ("holdout_every", "max_image_side"):
+    for key in ("holdout_every", "max_side"):
         value = getattr(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"data.{key} must be a whole number of at least 0 (0: off), got {value!r}")
@@ -159,16 +162,16 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
         self._rays: tuple[Tensor, Tensor] | None = None
         # flat indices of the training pixels a ray batch may draw (None: every pixel): not padding, not ignored
         self._kept_pixels = None if self.train.keep is None else KeptPixels(self.train)
-        self.targets: EditedTargets | None = None  # set by editable_targets(): training colours then come from it
+        self.targets: EditedTargets | None = None  # set by editable_targets(): training colors then come from it
         self._resident: ResidentImages | ResidentRays | None = None  # the photos on the training device
         self._log_summary(downscale)
 
     def _downscale_for(self, capture: Capture) -> int:
-        """The configured downscale, raised until the longest side fits ``max_image_side``."""
-        if self.cfg.max_image_side <= 0:
+        """The configured downscale, raised until the longest side fits ``max_side``."""
+        if self.cfg.max_side <= 0:
             return self.cfg.downscale
         side = max(max(f.lens.width, f.lens.height) for f in capture.frames)
-        return max(self.cfg.downscale, math.ceil(side / self.cfg.max_image_side))
+        return max(self.cfg.downscale, math.ceil(side / self.cfg.max_side))
 
     def _has_masks(self) -> bool:
         return bool((self.train.rgba[..., 3] < 255).any())
@@ -199,12 +202,12 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
                  images, f" (downscaled x{downscale})" if downscale > 1 else "")
         if self.normalization_record:
             r = self.normalization_record
-            log.info("normalised the scene: centre %s (%s), scale %.4g, up %s -> +z", np.round(r["centre"], 3).tolist(),
-                     r["centre_is"], r["scale"], np.round(r["up"], 3).tolist())
+            log.info("normalized the scene: center %s (%s), scale %.4g, up %s -> +z", np.round(r["center"], 3).tolist(),
+                     r["center_is"], r["scale"], np.round(r["up"], 3).tolist())
 
-    def write_records(self, trial_dir: Path) -> Path:
+    def write_records(self, run_dir: Path) -> Path:
         """``configs/scene.json`` in the run's folder: the layout read, the frames of every split, the
-        normalising transform and what the lenses became."""
+        normalizing transform and what the lenses became."""
         names = {split: [self.capture.frames[i].name or Path(self.capture.frames[i].image).name for i in indices]
                  for split, indices in self.splits.items()}
         record = {"root": str(self.capture.root), "format": self.capture.format, "splits": names,
@@ -213,12 +216,12 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
                   "image_size": [self.train.cameras.width, self.train.cameras.height], "mask_mode": self.mask_mode}
         if self.train.mixed_sizes:
             record["image_sizes"] = {path: list(self.train.size(i)) for i, path in enumerate(self.train.paths)}
-        path = Path(trial_dir) / "configs" / "scene.json"
+        path = Path(run_dir) / "configs" / "scene.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1))
         return path
 
-    # ----- scene facts systems use (bounds, initialisation)
+    # ----- scene facts systems use (bounds, initialization)
     @property
     def extent(self) -> float:
         return scene_extent(self.train.cameras)

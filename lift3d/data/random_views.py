@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 class RandomViewsConfig:
     """Ranges are in degrees (angles) and scene units (distances)."""
 
+    # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"n_view": "n_views", "eval_fovy": "eval_fovy_deg",
+                                         "eval_elevation": "eval_elevation_deg"}
+
     height: Any = 64  # render height, or a list: one per resolution milestone stage
     width: Any = 64  # render width, or a list like height
     batch_size: Any = 1  # views per step, or a list like height
@@ -41,9 +45,9 @@ class RandomViewsConfig:
     camera_distance_range: list = field(default_factory=lambda: [1.5, 2.0])  # distance from the origin
     fovy_range: list = field(default_factory=lambda: [40.0, 70.0])  # vertical field of view, degrees
     batch_uniform_azimuth: bool = True  # stratify azimuths over a batch so views cover the circle
-    # views per object: > 1 yields groups of n_view consecutive views 360/n_view degrees apart in azimuth (random
+    # views per object: > 1 yields groups of n_views consecutive views 360/n_views degrees apart in azimuth (random
     # base) sharing elevation, distance, fovy and perturbations, as MVDream trains on (4); batch_size must be a multiple
-    n_view: int = 1
+    n_views: int = 1
     # camera distance = camera_distance_range value / tan(fovy / 2): the object fills the same part of every view
     # (threestudio's relative_radius for MVDream)
     relative_distance: bool = False
@@ -56,9 +60,9 @@ class RandomViewsConfig:
     eval_height: int = 256  # validation/test render height
     eval_width: int = 256  # validation/test render width
     eval_batch_size: int = 1  # views per evaluation batch
-    eval_elevation: float = 15.0  # elevation of the evaluation orbit, degrees
+    eval_elevation_deg: float = 15.0  # elevation of the evaluation orbit, degrees
     eval_camera_distance: float = 1.5  # distance of the evaluation orbit
-    eval_fovy: float = 70.0  # field of view of evaluation views, degrees
+    eval_fovy_deg: float = 70.0  # field of view of evaluation views, degrees
     n_val_views: int = 4  # views per validation check (evenly spaced in azimuth)
     n_test_views: int = 120  # views of the test orbit video
     # posed-image scene folder: its train cameras set the elevation, distance and fovy ranges (and the eval orbit's
@@ -94,9 +98,9 @@ def sample_random_views(cfg: RandomViewsConfig, step: int, generator: torch.Gene
     """One training batch of random views at ``step`` (a pure function of cfg, step and generator)."""
     stage = bisect.bisect_right(list(cfg.resolution_milestones), step)
     height, width, batch = _stage(cfg.height, stage), _stage(cfg.width, stage), _stage(cfg.batch_size, stage)
-    views = int(cfg.n_view)
+    views = int(cfg.n_views)
     if views < 1 or batch % views:
-        raise ValueError(f"data.batch_size ({batch}) must be a multiple of data.n_view ({views})")
+        raise ValueError(f"data.batch_size ({batch}) must be a multiple of data.n_views ({views})")
     objects = batch // views
 
     def per_object(values: Tensor) -> Tensor:  # one draw per object, shared by its views
@@ -191,7 +195,7 @@ def match_reference_cameras(cfg: RandomViewsConfig) -> RandomViewsConfig:
         camera_distance_range=[float(distance.min()), float(distance.max())],
         fovy_range=[float(fovy.min()), float(fovy.max())],
         eval_camera_distance=float(distance.mean()),
-        eval_fovy=float(fovy.mean()),
+        eval_fovy_deg=float(fovy.mean()),
     )
     log.info(
         "random views match %s: elevation %.1f..%.1f deg, distance %.3f..%.3f, fovy %.1f..%.1f deg",
@@ -248,11 +252,11 @@ class RandomViewsDataModule(BaseDataModule):
             self.cfg = match_reference_cameras(self.cfg)
         check_counts(self.cfg)
         sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
-        if self.cfg.n_view < 1 or any(int(size) % self.cfg.n_view for size in sizes):
+        if self.cfg.n_views < 1 or any(int(size) % self.cfg.n_views for size in sizes):
             from lift3d.config import ConfigError
 
-            raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_view ({self.cfg.n_view}): "
-                             "each object is seen from n_view views")
+            raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_views ({self.cfg.n_views}): "
+                             "each object is seen from n_views views")
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         return sample_random_views(self.cfg, step, generator)
@@ -262,7 +266,8 @@ class RandomViewsDataModule(BaseDataModule):
 
     def _orbit(self, n_views: int) -> DataLoader:
         cfg = self.cfg
-        views = orbit_views(n_views, cfg.eval_elevation, cfg.eval_camera_distance, cfg.eval_fovy, cfg.eval_width, cfg.eval_height)
+        views = orbit_views(n_views, cfg.eval_elevation_deg, cfg.eval_camera_distance, cfg.eval_fovy_deg, cfg.eval_width,
+                            cfg.eval_height)
         return view_loader(views, cfg.eval_batch_size)
 
     def val_dataloader(self) -> DataLoader:

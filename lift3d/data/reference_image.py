@@ -1,7 +1,7 @@
-"""One photo made into the reference view of image-to-3D: the object cut out, centred and scaled.
+"""One photo made into the reference view of image-to-3D: the object cut out, centered and scaled.
 
 Pure functions on arrays. The cut-out comes from the photo's alpha when it has one, else from ``rembg``
-(the optional extra ``lift3d[segment]``), else from the plain background colour (the colour of the
+(the optional extra ``lift3d[segment]``), else from the plain background color (the color of the
 border, flooded in from the edges), which works for studio shots and renders.
 """
 
@@ -39,13 +39,13 @@ def rembg_alpha(rgb: np.ndarray) -> np.ndarray:
 
 def plain_background_alpha(rgb: np.ndarray, tolerance: float = 0.12) -> np.ndarray:
     """The object mask [H, W] uint8 of a photo on a plain background: pixels reachable from the border through
-    colours within ``tolerance`` (0..1, RGB distance) of the border's median colour are background."""
+    colors within ``tolerance`` (0..1, RGB distance) of the border's median color are background."""
     from scipy import ndimage
 
     image = rgb.astype(np.float32) / 255.0
     border = np.concatenate([image[0], image[-1], image[:, 0], image[:, -1]])
-    colour = np.median(border, axis=0)
-    close = np.linalg.norm(image - colour, axis=-1) < tolerance
+    color = np.median(border, axis=0)
+    close = np.linalg.norm(image - color, axis=-1) < tolerance
     labels, _ = ndimage.label(close)
     edge_labels = np.unique(np.concatenate([labels[0], labels[-1], labels[:, 0], labels[:, -1]]))
     background = np.isin(labels, edge_labels[edge_labels > 0])
@@ -73,7 +73,7 @@ def cut_out(rgba: np.ndarray, method: str = "auto") -> np.ndarray:
             alpha = rembg_alpha(rgb)
         except SegmentationMissingError:
             log.info("rembg is not installed (pip install 'lift3d[segment]'): cutting the object out of its plain "
-                     "background colour instead")
+                     "background color instead")
             alpha = plain_background_alpha(rgb)
     if not (alpha > 127).any():
         raise ReferenceImageError("no object found in the reference image: give an RGBA cut-out, or a photo of the object on a "
@@ -81,21 +81,21 @@ def cut_out(rgba: np.ndarray, method: str = "auto") -> np.ndarray:
     return np.concatenate([rgb, alpha[..., None]], axis=-1)
 
 
-def recentre(rgba: np.ndarray, size: int, object_size: float) -> np.ndarray:
-    """The cut-out [H, W, 4] as a ``size`` x ``size`` image whose object (alpha > 0.5) is centred and spans
+def recenter(rgba: np.ndarray, size: int, object_size: float) -> np.ndarray:
+    """The cut-out [H, W, 4] as a ``size`` x ``size`` image whose object (alpha > 0.5) is centered and spans
     ``object_size`` of the side (DreamGaussian's preprocessing); ``object_size`` 0 only resizes."""
     if object_size <= 0:
         return np.asarray(Image.fromarray(rgba, "RGBA").resize((size, size), Image.Resampling.LANCZOS))
     ys, xs = np.nonzero(rgba[..., 3] > 127)
     if len(xs) == 0:
-        raise ReferenceImageError("the reference image's alpha is empty: there is no object to centre")
+        raise ReferenceImageError("the reference image's alpha is empty: there is no object to center")
     y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1
     crop = rgba[y0:y1, x0:x1]
     side = max(y1 - y0, x1 - x0)
     inner = max(1, round(size * object_size))
     scale = inner / side
     h, w = max(1, round((y1 - y0) * scale)), max(1, round((x1 - x0) * scale))
-    # resize premultiplied colours so the transparent surround does not bleed into the edges
+    # resize premultiplied colors so the transparent surround does not bleed into the edges
     premultiplied = crop.astype(np.float32)
     premultiplied[..., :3] *= premultiplied[..., 3:] / 255.0
     resized = np.stack([np.asarray(Image.fromarray(premultiplied[..., c]).resize((w, h), Image.Resampling.LANCZOS))

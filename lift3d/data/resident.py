@@ -67,7 +67,7 @@ class ResidentImages:
 
 
 class ResidentRays:
-    """Ray batches built on the training device: every training pixel's ray and colour kept there, and the pixels
+    """Ray batches built on the training device: every training pixel's ray and color kept there, and the pixels
     of each step drawn ahead in blocks (``DrawnAhead``): a step's batch is a few gathers, with no host work or
     copy per step (on a GPU, the host's sampling, compositing and copying cost more than the NeRF step's kernels)."""
 

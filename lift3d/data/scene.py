@@ -1,4 +1,4 @@
-"""A scene folder in any supported layout -> posed, undistorted, normalised images split into train and val.
+"""A scene folder in any supported layout -> posed, undistorted, normalized images split into train and val.
 
 ``detect`` finds the folder's format in the table of ``lift3d.data.formats``; ``read_capture`` runs its reader;
 ``FrameLoader`` reads the pixels (EXIF-upright, undistorted to pinhole once, downscaled) into a
@@ -168,7 +168,7 @@ class FrameLoader:
             log.info(message)
 
     def load(self, indices: list[int], c2w: np.ndarray) -> PosedScene:
-        """Frames ``indices`` with poses ``c2w`` [len(capture), 4, 4] (already normalised)."""
+        """Frames ``indices`` with poses ``c2w`` [len(capture), 4, 4] (already normalized)."""
         images, intrinsics, paths, keeps = [], [], [], []
         for i in indices:
             frame = self.capture.frames[i]

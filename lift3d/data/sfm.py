@@ -35,8 +35,8 @@ class SfmOptions:
 
     matcher: str = "auto"  # auto: sequential for video frames or more than exhaustive_limit photos, else exhaustive
     exhaustive_limit: int = 150  # auto: above this many photos, match sequentially (exhaustive is quadratic)
-    camera_model: str = "SIMPLE_RADIAL"  # COLMAP's default for unknown phones: focal, centre, one radial term
-    max_image_size: int = 1600  # SIFT runs on images at most this large (COLMAP's default is 3200)
+    camera_model: str = "SIMPLE_RADIAL"  # COLMAP's default for unknown phones: focal, center, one radial term
+    max_side: int = 1600  # SIFT runs on images at most this large (COLMAP's default is 3200)
     max_num_features: int = 8192  # SIFT features kept per image
     min_registered: float = 0.5  # stop with an error when fewer than this share of the photos (and < 3) register
     force: bool = False  # redo SfM even when a model exists
@@ -121,7 +121,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
         task = progress.add_task("features", total=len(names))
         extraction = pycolmap.FeatureExtractionOptions()
         extraction.num_threads = options.num_threads
-        extraction.max_image_size = options.max_image_size
+        extraction.max_image_size = options.max_side
         extraction.sift.max_num_features = options.max_num_features
         for group in groups:
             _extract_group(pycolmap, database, feed, group, options.camera_model, extraction,
@@ -215,7 +215,7 @@ def _too_few_message(registered: set[str], names: list[str], images: Path, datab
     clauses, fixes = describe(explain(names, registered, read_evidence(database), groups), registered, groups)
     if not clauses:  # every photo registered, and still too few
         clauses, fixes = "too few photos to reconstruct", [REASONS["weak"][1]]
-    if sequential and fixes[-1] == REASONS["weak"][1]:  # neighbours only were compared: comparing all may find more
+    if sequential and fixes[-1] == REASONS["weak"][1]:  # neighbors only were compared: comparing all may find more
         fixes.append("try --matcher exhaustive (every pair is compared)")
     return (f"structure from motion registered only {len(registered)} of {len(names)} photos in {images}: "
             f"{clauses}. Fix: " + "; ".join(dict.fromkeys(fixes)) + ".")
@@ -233,8 +233,8 @@ def cache_folder(kind: str, key: str) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lift3d" / kind / key
 
 
-def triangulate_points(capture, max_image_size: int = 800, max_num_features: int = 2048):
-    """Sparse points (and colours) of a capture whose poses are known but that brings no points
+def triangulate_points(capture, max_side: int = 800, max_num_features: int = 2048):
+    """Sparse points (and colors) of a capture whose poses are known but that brings no points
     (instant-ngp, most nerfstudio folders): SIFT features, exhaustive matching and COLMAP's triangulation
     at the given poses (one COLMAP camera per distinct lens), cached (``cache_folder``). Returns
     ``(points [P, 3], colors [P, 3] uint8)`` in the capture's world frame, or None when pycolmap is missing
@@ -259,7 +259,7 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
     lenses = list(dict.fromkeys(f.lens for f in frames))
     # keyed by what the points depend on: file names and sizes (not times: a copied scene keeps its cache), poses, lenses
     digest = hashlib.sha1(repr((names, [f.image.stat().st_size for f in frames], [f.c2w.round(6).tolist() for f in frames],
-                                [lenses.index(f.lens) for f in frames], lenses, max_image_size,
+                                [lenses.index(f.lens) for f in frames], lenses, max_side,
                                 max_num_features)).encode()).hexdigest()[:16]
     folder = cache_folder("triangulated", digest)
     cached = folder / "points.npz"
@@ -283,7 +283,7 @@ def triangulate_points(capture, max_image_size: int = 800, max_num_features: int
     with _progress() as progress:
         task = progress.add_task("sparse points", total=len(lenses) + 2)
         extraction = pycolmap.FeatureExtractionOptions()
-        extraction.max_image_size, extraction.sift.max_num_features = max_image_size, max_num_features
+        extraction.max_image_size, extraction.sift.max_num_features = max_side, max_num_features
         cameras = {}
         for lens in lenses:
             model_name, n_coeffs = _COLMAP_LENS[lens.kind]

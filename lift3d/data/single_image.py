@@ -3,7 +3,7 @@
 Every training batch is a random-views batch (``lift3d.data.random_views``) with the reference added:
 ``ref_cameras`` (one camera), ``ref_rgb [1, H, W, 3]`` (the cut-out composited on ``reference_background``),
 ``ref_mask [1, H, W, 1]`` and ``ref_background [1, 3]``. The reference comes from a photo (``image``: cut
-out, centred, scaled; its camera at ``elevation_deg``/``azimuth_deg``/``distance``/``fovy_deg``) or, for
+out, centered, scaled; its camera at ``elevation_deg``/``azimuth_deg``/``distance``/``fovy_deg``) or, for
 the offline twin, from a posed scene's train frame (``reference_scene`` + ``reference_frame``).
 """
 
@@ -29,12 +29,12 @@ class SingleImageConfig(RandomViewsConfig):
     """The reference photo and its assumed camera, on top of the random novel views."""
 
     image: str = ""  # the reference photo (RGBA: its alpha is the object; RGB: the background is removed)
-    background_removal: str = "auto"  # auto (alpha, else rembg if installed, else plain colour), alpha, rembg, plain, none
-    object_size: float = 0.8  # the object is centred and scaled to this share of the reference image's side (0: as is)
+    background_removal: str = "auto"  # auto (alpha, else rembg if installed, else plain color), alpha, rembg, plain, none
+    object_size: float = 0.8  # the object is centered and scaled to this share of the reference image's side (0: as is)
     reference_size: int = 256  # side of the (square) reference image in pixels
     elevation_deg: float = 0.0  # the photo's camera elevation above the object's horizon (lift3d generate --elevation)
     azimuth_deg: float = 0.0  # the photo's camera azimuth (the object's front)
-    distance: float = 2.5  # the photo's camera distance from the object's centre
+    distance: float = 2.5  # the photo's camera distance from the object's center
     fovy_deg: float = 49.1  # the photo's vertical field of view, degrees (Zero123's training renders)
     reference_frame: int = -1  # no image: this train frame of reference_scene is the reference (the offline twin)
 
@@ -55,14 +55,14 @@ class ReferenceView:
 
 
 def photo_reference(cfg: SingleImageConfig) -> ReferenceView:
-    """The reference of ``cfg.image``: cut out, centred, at the configured camera."""
+    """The reference of ``cfg.image``: cut out, centered, at the configured camera."""
     from lift3d.data.images import load_rgba
-    from lift3d.data.reference_image import cut_out, recentre
+    from lift3d.data.reference_image import cut_out, recenter
 
     path = Path(cfg.image).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"the reference image {path} does not exist")
-    rgba = recentre(cut_out(load_rgba(path), cfg.background_removal), cfg.reference_size, cfg.object_size)
+    rgba = recenter(cut_out(load_rgba(path), cfg.background_removal), cfg.reference_size, cfg.object_size)
     elevation, azimuth = torch.deg2rad(torch.tensor([cfg.elevation_deg])), torch.deg2rad(torch.tensor([cfg.azimuth_deg]))
     position = spherical_to_position(elevation, azimuth, torch.tensor([cfg.distance]))
     c2w = look_at(position, torch.zeros(1, 3), torch.tensor([[0.0, 0.0, 1.0]]))

@@ -6,7 +6,7 @@ view (``camera_angle_x/y``) or in pixels (``fl_x fl_y cx cy``, globally or per f
 distortion ``k1..k4 p1 p2``. nerfstudio adds ``camera_model`` (PINHOLE, OPENCV, OPENCV_FISHEYE),
 ``mask_path``, ``ply_file_path`` (sparse points), ``applied_transform`` and ``*_filenames`` splits;
 instant-ngp adds ``aabb_scale``, ``scale``/``offset`` (its own unit-cube mapping, not needed here:
-lift3d normalises the scene itself) and ``is_fisheye``.
+lift3d normalizes the scene itself) and ``is_fisheye``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each distinct lens gets one remap table; the new pinhole camera keeps the focal length OpenCV chooses
 for a view with no invalid pixels (``alpha=0`` / ``balance=0``), and the image is then cropped to the
-largest rectangle of valid pixels, so no black border is ever trained on. Pixel centres: lift3d and
+largest rectangle of valid pixels, so no black border is ever trained on. Pixel centers: lift3d and
 COLMAP put them at i + 0.5, OpenCV at i, so principal points shift by half a pixel on the way.
 """
 
@@ -89,7 +89,7 @@ def plan_undistortion(lens: Lens) -> Undistortion:
 
 
 def distort_points(lens: Lens, points: np.ndarray) -> np.ndarray:
-    """Pixel positions [N, 2] (lift3d convention) where the distorted camera sees the normalised image-plane
+    """Pixel positions [N, 2] (lift3d convention) where the distorted camera sees the normalized image-plane
     points [N, 2] (x/z, y/z, OpenCV axes) — OpenCV's projection, for tests and diagnostics."""
     import cv2
 

@@ -31,14 +31,14 @@ def default_frame_count() -> int:
 
 
 def sharpness(rgb: np.ndarray) -> float:
-    """Variance of the Laplacian of the grey image (higher is sharper), on at most 640 px a side."""
+    """Variance of the Laplacian of the gray image (higher is sharper), on at most 640 px a side."""
     import cv2
 
-    grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-    scale = 640 / max(grey.shape)
+    gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+    scale = 640 / max(gray.shape)
     if scale < 1:
-        grey = cv2.resize(grey, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
-    return float(cv2.Laplacian(grey, cv2.CV_64F).var())
+        gray = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    return float(cv2.Laplacian(gray, cv2.CV_64F).var())
 
 
 def _frame_count(reader) -> int:

@@ -1,4 +1,4 @@
-"""Exporters: meshes from NeRF fields and Gaussians, textured .glb / .obj, vertex-colour .ply, Gaussian files,
+"""Exporters: meshes from NeRF fields and Gaussians, textured .glb / .obj, vertex-color .ply, Gaussian files,
 turntable video.
 
 A system says what it can provide in ``export_sources() -> ExportSources``; ``BaseSystem.export`` hands that to
@@ -15,21 +15,21 @@ A NeRF system::
     def export_sources(self):
         cfg = self.cfg.export
         return ExportSources(
-            mesh=lambda: mesh_from_field(self.field.density, self.field.bbox, cfg, colour_fn=self.field.albedo,
+            mesh=lambda: mesh_from_field(self.field.density, self.field.bbox, cfg, color_fn=self.field.albedo,
                                          occupancy=self.occupancy_grid.mask, device=self.device),
-            colour_fn=self.field.albedo,  # points [N, 3] -> albedo [N, 3], baked into the texture
+            color_fn=self.field.albedo,  # points [N, 3] -> albedo [N, 3], baked into the texture
             render_fn=lambda cameras: self.render_views({"cameras": cameras}),
             device=self.device,
         )
 
-A Gaussian system (activated tensors; colours from SH degree 0)::
+A Gaussian system (activated tensors; colors from SH degree 0)::
 
-        g = GaussianTensors(means, scales, quats_wxyz, opacities, colours=rgb_from_sh_dc(sh_dc))
+        g = GaussianTensors(means, scales, quats_wxyz, opacities, colors=rgb_from_sh_dc(sh_dc))
         return gaussian_sources(g, cfg, write_3dgs_ply=lambda path, **kept: save_ply(path, model, **kept),
                                 gaussian_params=model.parameters_dict,
                                 render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device)
 
-A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colours=...)`` and a ``colour_fn``.
+A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colors=...)`` and a ``color_fn``.
 
 Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
 (needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
@@ -42,18 +42,18 @@ sources cannot make is an error naming what they can make; ``ply`` alone is refu
 None (grid resolution, face target, turntable frames, rate and size) take ``DEVICE_DEFAULTS`` for the device.
 
 The parts are plain functions on tensors and arrays: ``extract_mesh`` (grid sampling in blocks,
-marching cubes, automatic threshold, clean-up, decimation, colours), ``GaussianField`` (density and
-colour of Gaussians), ``RenderedColours`` (colours back-projected from renders), ``bake_texture``
+marching cubes, automatic threshold, clean-up, decimation, colors), ``GaussianField`` (density and
+color of Gaussians), ``RenderedColors`` (colors back-projected from renders), ``bake_texture``
 (xatlas atlas + baking), ``write_glb`` / ``write_obj`` / ``write_ply``, ``write_orbit_video``; ``write_splat`` /
 ``read_splat`` are re-exported from ``lift3d.gaussians.formats.splat``.
 """
 
-from lift3d.export.backproject import RenderedColours
+from lift3d.export.backproject import RenderedColors
 from lift3d.export.config import ExportConfig
 from lift3d.export.formats import FORMATS, ExportSources, export_formats
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.mesh import Mesh, extract_mesh
-from lift3d.export.sources import gaussian_colour_fn, gaussian_sources, mesh_from_field
+from lift3d.export.sources import gaussian_color_fn, gaussian_sources, mesh_from_field
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import orbit_cameras, write_orbit_video
 from lift3d.export.writers import write_glb, write_obj, write_ply
@@ -66,12 +66,12 @@ __all__ = [
     "GaussianField",
     "GaussianTensors",
     "Mesh",
-    "RenderedColours",
+    "RenderedColors",
     "bake_texture",
     "export_formats",
     "extract_mesh",
     "gaussian_bbox",
-    "gaussian_colour_fn",
+    "gaussian_color_fn",
     "gaussian_sources",
     "mesh_from_field",
     "orbit_cameras",

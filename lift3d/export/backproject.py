@@ -1,8 +1,8 @@
-"""Colours for surface points taken from renders: project each point into a set of rendered views and
-average the colour of the views that see it (its depth matches the rendered depth there), weighting
+"""Colors for surface points taken from renders: project each point into a set of rendered views and
+average the color of the views that see it (its depth matches the rendered depth there), weighting
 each view by cos^2 of the angle between its ray and the surface normal (the renderer's ``normal`` if
 it gives one, else the normal of the rendered depth map), so grazing views count little. Pixels
-within one pixel of a silhouette are left out: their colour mixes in the background.
+within one pixel of a silhouette are left out: their color mixes in the background.
 
 Works with any representation that renders (Gaussians, NeRF): ``render_fn(cameras)`` returns the
 renderer outputs of CONTRIBUTING.md (``rgb`` [B, H, W, 3], ``depth`` [B, H, W, 1] camera-space z,
@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.cameras import Cameras, w2c_opencv
-from lift3d.export.grid import ColourFn
+from lift3d.export.grid import ColorFn
 
 RenderFn = Callable[[Cameras], dict[str, Tensor]]  # cameras -> {"rgb": [B,H,W,3], "depth": [B,H,W,1], "alpha": ...}
 
 
-class RenderedColours:
-    """A colour function [N, 3] -> [N, 3] read from renders of ``cameras``, made once up front."""
+class RenderedColors:
+    """A color function [N, 3] -> [N, 3] read from renders of ``cameras``, made once up front."""
 
     def __init__(
         self,
@@ -33,7 +33,7 @@ class RenderedColours:
         batch_size: int = 4,
         depth_tolerance: float = 0.02,
         min_alpha: float = 0.5,
-        fallback: ColourFn | None = None,
+        fallback: ColorFn | None = None,
     ) -> None:
         rgb, depth, weight = [], [], []
         with torch.no_grad():
@@ -42,7 +42,7 @@ class RenderedColours:
                 out = render_fn(view)
                 for key in ("rgb", "depth"):
                     if key not in out:
-                        raise KeyError(f"back-projecting colours needs '{key}' from the renderer; it returned {sorted(out)}")
+                        raise KeyError(f"back-projecting colors needs '{key}' from the renderer; it returned {sorted(out)}")
                 rgb.append(out["rgb"].detach().float())
                 depth.append(out["depth"].detach().float()[..., 0])
                 weight.append(view_weights(view, out, min_alpha))
@@ -54,11 +54,11 @@ class RenderedColours:
         self.intrinsics = cameras.intrinsics.float().to(self.rgb.device)
         self.width, self.height = cameras.width, cameras.height
         self.depth_tolerance = depth_tolerance  # relative: |z - rendered depth| <= tolerance * z
-        self.fallback = fallback  # colours of points no view sees (None: mid grey)
+        self.fallback = fallback  # colors of points no view sees (None: mid gray)
 
     @torch.no_grad()
     def __call__(self, points: Tensor) -> Tensor:
-        """Mean colour [N, 3] over the views that see each of ``points`` [N, 3]."""
+        """Mean color [N, 3] over the views that see each of ``points`` [N, 3]."""
         device = self.rgb.device
         p = points.to(device).float()
         cam = torch.einsum("bij,nj->bni", self.w2c[:, :3, :3], p) + self.w2c[:, None, :3, 3]  # [B, N, 3] OpenCV
@@ -72,12 +72,12 @@ class RenderedColours:
         views = torch.arange(len(self.w2c), device=device)[:, None].expand_as(col_c)
         seen_depth = self.depth[views, row_c, col_c]
         visible = inside & self.seen[views, row_c, col_c] & ((z - seen_depth).abs() <= self.depth_tolerance * z)
-        # bilinear colour at the projected position (pixel centres at i + 0.5); every tap is on the surface
+        # bilinear color at the projected position (pixel centers at i + 0.5); every tap is on the surface
         grid = torch.stack([u / self.width * 2 - 1, v / self.height * 2 - 1], dim=-1)[:, :, None, :]  # [B, N, 1, 2]
-        colours = F.grid_sample(self.rgb, grid, mode="bilinear", padding_mode="border", align_corners=False)[..., 0]  # [B, 3, N]
+        colors = F.grid_sample(self.rgb, grid, mode="bilinear", padding_mode="border", align_corners=False)[..., 0]  # [B, 3, N]
         weight = torch.where(visible, self.weight[views, row_c, col_c], torch.zeros_like(z))
         total = weight.sum(0)
-        out = torch.einsum("bn,bcn->nc", weight, colours) / total.clamp_min(1e-12)[:, None]
+        out = torch.einsum("bn,bcn->nc", weight, colors) / total.clamp_min(1e-12)[:, None]
         unseen = total <= 0
         if bool(unseen.any()):
             out[unseen] = self.fallback(points[unseen]).to(out) if self.fallback is not None else 0.5
@@ -86,7 +86,7 @@ class RenderedColours:
 
 def view_weights(cameras: Cameras, out: dict[str, Tensor], min_alpha: float) -> Tensor:
     """Per-pixel weights [B, H, W] of rendered views: cos^2 between the pixel's ray and the surface normal
-    there, 0 where the pixel or one of its 8 neighbours is less opaque than ``min_alpha``."""
+    there, 0 where the pixel or one of its 8 neighbors is less opaque than ``min_alpha``."""
     depth = out["depth"].detach().float()[..., 0]
     alpha = out["alpha"].detach().float()[..., 0] if "alpha" in out else torch.ones_like(depth)
     solid = (alpha >= min_alpha).float()[:, None]

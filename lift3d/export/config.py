@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import torch
 
@@ -25,6 +26,10 @@ def for_device(cfg: ExportConfig, device: torch.device | str) -> ExportConfig:
 class ExportConfig:
     """How assets are exported; systems embed it as ``export`` in their config."""
 
+    # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"gaussian_max_count": "max_gaussians", "gaussian_min_opacity": "min_opacity",
+                                         "gaussian_colours": "gaussian_colors"}
+
     formats: list = field(default_factory=lambda: ["glb"])  # formats written when `lift3d export` gets no --format
     stem: str = ""  # file-name stem of the exports ("": it<step>)
     resolution: int | None = None  # mesh: marching-cubes samples along the longest side of the box (None: DEVICE_DEFAULTS)
@@ -33,17 +38,17 @@ class ExportConfig:
     fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
     keep_components: int = 1  # mesh: keep the k largest connected parts (0: all)
     target_faces: int | None = None  # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
-    texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colours in .glb/.obj)
+    texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
     texture_padding: int = 2  # mesh: texels between UV charts
     up_axis: str = "y"  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
-    chunk: int = 262144  # points per density or colour query
+    chunk: int = 262144  # points per density or color query
     gaussian_cutoff_sigma: float = 3.0  # Gaussians: each reaches this many standard deviations when meshed
-    gaussian_colours: str = "query"  # Gaussians' mesh colours: query (their own colours) or render (back-projected)
-    backproject_views: int = 16  # render colours: views around the object (half at +30 deg, half at -15 deg)
+    gaussian_colors: str = "query"  # Gaussians' mesh colors: query (their own colors) or render (back-projected)
+    backproject_views: int = 16  # render colors: views around the object (half at +30 deg, half at -15 deg)
     video_frames: int | None = None  # turntable: frames in a full turn (None: DEVICE_DEFAULTS)
     video_fps: int | None = None  # turntable: frames per second (None: DEVICE_DEFAULTS)
     video_elevation_deg: float = 15.0  # turntable: camera elevation above the xy-plane
-    video_framing: str = "content"  # turntable: content (orbit the content's centre, its bounds in view) or fixed
+    video_framing: str = "content"  # turntable: content (orbit the content's center, its bounds in view) or fixed
     video_fill: float = 0.9  # turntable, framing=content: share of the frame's half-height the content's bounds span
     video_distance: float = 3.0  # turntable: camera distance from the origin (framing=fixed, or a run without content points)
     video_fovy_deg: float = 40.0  # turntable: vertical field of view
@@ -51,13 +56,13 @@ class ExportConfig:
     video_height: int | None = None  # turntable: frame height in pixels (None: DEVICE_DEFAULTS)
     render_batch: int = 4  # views per render call (turntable and back-projection)
     # Gaussian files (3dgs-ply, splat, spz, sog, gltf-splat): drop Gaussians fainter than this (0: keep all)
-    gaussian_min_opacity: float = 0.0
-    gaussian_max_count: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
+    min_opacity: float = 0.0
+    max_gaussians: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
     # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
     gaussian_sh_degree: int = -1
     sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
     spz_version: int = 4  # spz: 4 (ZSTD streams, Niantic's current) or 3 (one gzip stream, for readers that predate 4)
-    lod_levels: int = 3  # sog-lod: levels of detail (each coarser one merges neighbouring Gaussians in pairs: about half)
+    lod_levels: int = 3  # sog-lod: levels of detail (each coarser one merges neighboring Gaussians in pairs: about half)
 
     def __post_init__(self) -> None:
         """Sizes and counts that no export can use are refused when the system is built, not after training."""
@@ -67,8 +72,8 @@ class ExportConfig:
         check_minimums("system.export", self, {
             "resolution": (2, 256), "chunk": (8, 262144), "video_frames": (1, 120), "video_fps": (1, 30),
             "render_batch": (1, 4), "backproject_views": (1, 16), "texture_size": (0, 1024), "texture_padding": (0, 2),
-            "target_faces": (0, 100000), "keep_components": (0, 1), "gaussian_max_count": (0, 0),
-            "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "gaussian_min_opacity": (0.0, 0.0),
+            "target_faces": (0, 100000), "keep_components": (0, 1), "max_gaussians": (0, 0),
+            "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "min_opacity": (0.0, 0.0),
         })
         width, height = (DEVICE_DEFAULTS[k][0] if v is None else v for k, v in (("video_width", self.video_width),
                                                                                ("video_height", self.video_height)))

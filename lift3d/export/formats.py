@@ -15,7 +15,7 @@ from lift3d.aftercare import WriterUnavailable, attempt, require_ffmpeg, require
 from lift3d.export.backproject import RenderFn
 from lift3d.export.config import DEVICE_DEFAULTS, ExportConfig, for_device
 from lift3d.export.gaussian_density import GaussianTensors
-from lift3d.export.grid import ColourFn
+from lift3d.export.grid import ColorFn
 from lift3d.export.html import write_html
 from lift3d.export.mesh import Mesh, decimated_to
 from lift3d.export.naming import export_name
@@ -35,14 +35,14 @@ log = logging.getLogger(__name__)
 
 # format name -> (what it needs, what it is)
 FORMATS: dict[str, tuple[str, str]] = {
-    "glb": ("mesh", "binary glTF mesh, albedo texture embedded (vertex colours when texture_size=0)"),
+    "glb": ("mesh", "binary glTF mesh, albedo texture embedded (vertex colors when texture_size=0)"),
     "obj": ("mesh", "Wavefront .obj + .mtl + texture .png"),
-    "mesh-ply": ("mesh", ".ply mesh with vertex colours"),
+    "mesh-ply": ("mesh", ".ply mesh with vertex colors"),
     "3dgs-ply": ("write_3dgs_ply", "3D Gaussians in the 3DGS .ply layout"),
     "splat": ("gaussians", "3D Gaussians in the compact .splat layout"),
     "html": ("gaussians", "one self-contained web page showing the Gaussians (WebGL, orbit controls, works offline)"),
     "spz": ("gaussian_params", "3D Gaussians in Niantic's compressed .spz (SH bands kept)"),
-    "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantised, SH palette)"),
+    "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantized, SH palette)"),
     "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
     "ksplat": ("gaussian_params", "3D Gaussians in GaussianSplats3D's .ksplat (16-bit, SH bands up to 2)"),
     "sog-lod": ("gaussian_params", "levels of detail as PlayCanvas's streamed SOG (-lod/lod-meta.json, a SOG per level)"),
@@ -86,9 +86,9 @@ FORMATS_USING = {"resolution": MESH_FORMATS, "target_faces": MESH_FORMATS, "vide
 class ExportSources:
     """What a system can hand to the exporters; leave out what it cannot (its formats are refused)."""
 
-    mesh: Callable[[], Mesh] | None = None  # builds the (vertex-coloured) mesh; called at most once, only if needed
-    colour_fn: ColourFn | None = None  # albedo at points [N, 3] -> [N, 3], baked into textures
-    gaussians: GaussianTensors | None = None  # activated Gaussians with colours, for .splat
+    mesh: Callable[[], Mesh] | None = None  # builds the (vertex-colored) mesh; called at most once, only if needed
+    color_fn: ColorFn | None = None  # albedo at points [N, 3] -> [N, 3], baked into textures
+    gaussians: GaussianTensors | None = None  # activated Gaussians with colors, for .splat
     write_3dgs_ply: Callable[..., Any] | None = None  # the model's 3DGS .ply writer: (path, keep=mask, sh_degree=int)
     # pre-activation parameters, every SH band (spz, sog, gltf-splat)
     gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None
@@ -113,7 +113,7 @@ def check_formats(formats: Sequence[str], sources: ExportSources) -> list[str]:
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
         if fmt == "ply":
-            raise ExportFormatError("format 'ply' is ambiguous: use mesh-ply (a mesh with vertex colours) or 3dgs-ply "
+            raise ExportFormatError("format 'ply' is ambiguous: use mesh-ply (a mesh with vertex colors) or 3dgs-ply "
                                     "(3D Gaussians)")
         if fmt not in FORMATS:
             known = ", ".join(f"{k} ({v[1]})" for k, v in FORMATS.items())
@@ -145,15 +145,15 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if "mesh" not in cache:
             cache["mesh"] = sources.mesh()
             if sources.mesh_to_budget:
-                cache["mesh"] = decimated_to(cache["mesh"], cfg.target_faces, sources.colour_fn, cfg.chunk, sources.device)
+                cache["mesh"] = decimated_to(cache["mesh"], cfg.target_faces, sources.color_fn, cfg.chunk, sources.device)
         return cache["mesh"]
 
     def mesh_for_files() -> Mesh:
-        """Textured when a colour field and a texture size are given, else the vertex-coloured mesh."""
-        if sources.colour_fn is None or cfg.texture_size <= 0:
+        """Textured when a color field and a texture size are given, else the vertex-colored mesh."""
+        if sources.color_fn is None or cfg.texture_size <= 0:
             return mesh()
         if "textured" not in cache:
-            cache["textured"] = bake_texture(mesh(), sources.colour_fn, cfg.texture_size, cfg.texture_padding,
+            cache["textured"] = bake_texture(mesh(), sources.color_fn, cfg.texture_size, cfg.texture_padding,
                                              chunk=cfg.chunk, device=sources.device)
         return cache["textured"]
 
@@ -162,7 +162,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
     def kept_gaussians() -> torch.Tensor | None:
         """The Gaussians the files keep (None: all), by the export's opacity floor and count cap; chosen once."""
         if "keep" not in cache and sources.gaussians is not None:
-            cache["keep"] = gaussian_keep_mask(sources.gaussians, cfg.gaussian_min_opacity, cfg.gaussian_max_count)
+            cache["keep"] = gaussian_keep_mask(sources.gaussians, cfg.min_opacity, cfg.max_gaussians)
         return cache.get("keep")
 
     frame = sources.file_frame
@@ -173,7 +173,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if frame is None:
             return m
         normals = None if m.normals is None else frame.directions_to_file(m.normals)
-        return Mesh(frame.to_file(m.vertices), m.faces, m.vertex_colours, normals, m.uvs, m.texture)
+        return Mesh(frame.to_file(m.vertices), m.faces, m.vertex_colors, normals, m.uvs, m.texture)
 
     def write(fmt: str) -> list[Path]:
         path = saver.path(export_name(stem, fmt))

@@ -1,8 +1,8 @@
-"""A set of 3D Gaussians as a density and colour field, so it can be meshed like a NeRF.
+"""A set of 3D Gaussians as a density and color field, so it can be meshed like a NeRF.
 
 density(x) = sum_i o_i exp(-1/2 (x - mu_i)^T Sigma_i^-1 (x - mu_i)), Sigma_i = R_i diag(s_i^2) R_i^T:
-each Gaussian's opacity spread by its kernel (what DreamGaussian meshes). colour(x) is the
-density-weighted mean of the Gaussians' colours there. Queries come in compact blocks of points
+each Gaussian's opacity spread by its kernel (what DreamGaussian meshes). color(x) is the
+density-weighted mean of the Gaussians' colors there. Queries come in compact blocks of points
 (``grid.sample_grid``), and each block only sees the Gaussians whose ``cutoff_sigma`` box overlaps it
 (the blockwise evaluation DreamGaussian uses), evaluated in slices of Gaussians to bound memory.
 """
@@ -17,7 +17,7 @@ from lift3d.gaussians.tensors import GaussianTensors
 
 
 def quat_to_rotmat(quats: Tensor) -> Tensor:
-    """Rotation matrices [N, 3, 3] from wxyz quaternions [N, 4] (normalised first)."""
+    """Rotation matrices [N, 3, 3] from wxyz quaternions [N, 4] (normalized first)."""
     q = quats / quats.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     w, x, y, z = q.unbind(-1)
     return torch.stack(
@@ -41,7 +41,7 @@ def gaussian_bbox(gaussians: GaussianTensors, cutoff_sigma: float = 3.0) -> np.n
 
 def gaussian_mesh_box(gaussians: GaussianTensors, cutoff_sigma: float = 3.0, margin: float = 0.25) -> np.ndarray:
     """The box [2, 3] to mesh Gaussians in: ``gaussian_bbox`` clipped to where the content is (the 2-98 percentile box
-    of the centres, ``lift3d.framing.content_box``) grown by ``margin`` of its size on every side. An object keeps its
+    of the centers, ``lift3d.framing.content_box``) grown by ``margin`` of its size on every side. An object keeps its
     whole box; a scene's far background, which would stretch the grid and leave the object a few voxels wide, is cut."""
     from lift3d.framing import content_box
 
@@ -68,7 +68,7 @@ def _extents(g: GaussianTensors, cutoff_sigma: float) -> Tensor:
 
 
 class GaussianField:
-    """Density and colour of a Gaussian set at any query points, each point meeting only the Gaussians
+    """Density and color of a Gaussian set at any query points, each point meeting only the Gaussians
     that can reach it.
 
     DreamGaussian evaluates the grid block by block against the Gaussians overlapping each block; here
@@ -118,7 +118,7 @@ class GaussianField:
         self._cells, cell_counts = torch.unique_consecutive(keys[order], return_counts=True)
         self._cell_counts = cell_counts
         self._cell_starts = torch.cumsum(cell_counts, 0) - cell_counts
-        self._tree = None  # k-d tree of the centres, built on first need
+        self._tree = None  # k-d tree of the centers, built on first need
 
     def _cell_index(self, points: Tensor) -> Tensor:
         idx = ((points - self._origin) / self._cell).floor().long()
@@ -132,18 +132,18 @@ class GaussianField:
         g = self.gaussians
         if g.means.device == torch.device(device):
             return self
-        tensors = (g.means, g.scales, g.quats, g.opacities, g.colours)
+        tensors = (g.means, g.scales, g.quats, g.opacities, g.colors)
         moved = GaussianTensors(*(None if t is None else t.to(device) for t in tensors))
         return GaussianField(moved, self.cutoff_sigma, self.max_pairs, self._cell)
 
-    def _accumulate(self, points: Tensor, with_colour: bool) -> tuple[Tensor, Tensor | None]:
+    def _accumulate(self, points: Tensor, with_color: bool) -> tuple[Tensor, Tensor | None]:
         g = self.gaussians
         points = points.to(g.means)
         n = points.shape[0]
         density = torch.zeros(n, dtype=points.dtype, device=points.device)
-        colour = torch.zeros(n, 3, dtype=points.dtype, device=points.device) if with_colour else None
+        color = torch.zeros(n, 3, dtype=points.dtype, device=points.device) if with_color else None
         if n == 0:
-            return density, colour
+            return density, color
         keys = self._linear(self._cell_index(points))
         pos = torch.searchsorted(self._cells, keys).clamp_max(len(self._cells) - 1)
         inside = ((points >= self._origin) & (points <= self._origin + self._dims * self._cell)).all(dim=1)
@@ -167,34 +167,34 @@ class GaussianField:
                 m2 = (d * d).sum(-1)
                 w = torch.where(m2 <= cutoff2, g.opacities[gid] * torch.exp(-0.5 * m2), torch.zeros_like(m2))
                 density.index_add_(0, owner, w)
-                if colour is not None:
-                    colour.index_add_(0, owner, w[:, None] * g.colours[gid])
+                if color is not None:
+                    color.index_add_(0, owner, w[:, None] * g.colors[gid])
             first = last
-        return density, colour
+        return density, color
 
     @torch.no_grad()
     def density(self, points: Tensor) -> Tensor:
         """Opacity-weighted kernel sum [M] at ``points`` [M, 3] (0 beyond ``cutoff_sigma`` of every Gaussian)."""
-        return self._accumulate(points, with_colour=False)[0]
+        return self._accumulate(points, with_color=False)[0]
 
     @torch.no_grad()
-    def colour(self, points: Tensor) -> Tensor:
-        """Density-weighted mean colour [M, 3] at ``points`` [M, 3]; where no Gaussian reaches, the colour
-        of the Gaussian with the nearest centre."""
-        if self.gaussians.colours is None:
-            raise ValueError("these Gaussians have no colours: pass GaussianTensors(colours=[N, 3] RGB) to query colours")
-        density, colour = self._accumulate(points, with_colour=True)
-        out = colour / density.clamp_min(1e-12)[:, None]
+    def color(self, points: Tensor) -> Tensor:
+        """Density-weighted mean color [M, 3] at ``points`` [M, 3]; where no Gaussian reaches, the color
+        of the Gaussian with the nearest center."""
+        if self.gaussians.colors is None:
+            raise ValueError("these Gaussians have no colors: pass GaussianTensors(colors=[N, 3] RGB) to query colors")
+        density, color = self._accumulate(points, with_color=True)
+        out = color / density.clamp_min(1e-12)[:, None]
         empty = density <= 1e-12
         if bool(empty.any()):
-            out[empty] = self._nearest_colour(points[empty].to(out))
+            out[empty] = self._nearest_color(points[empty].to(out))
         return out.clamp(0.0, 1.0)
 
-    def _nearest_colour(self, points: Tensor) -> Tensor:
+    def _nearest_color(self, points: Tensor) -> Tensor:
         from scipy.spatial import cKDTree
 
         if self._tree is None:
             self._tree = cKDTree(self.gaussians.means.cpu().numpy())
         _, index = self._tree.query(points.cpu().numpy())
-        return self.gaussians.colours[torch.as_tensor(index, device=self.gaussians.means.device)].to(points)
+        return self.gaussians.colors[torch.as_tensor(index, device=self.gaussians.means.device)].to(points)
 

@@ -1,7 +1,7 @@
 """Sampling a scalar field on a regular grid, in spatially compact blocks, and choosing its iso-level.
 
 A field here is any ``fn(points [N, 3]) -> [N]`` on torch tensors (a NeRF's activated density, a
-Gaussian set's density); colours are ``fn(points [N, 3]) -> [N, 3]`` in 0..1. Blocks are small cubes
+Gaussian set's density); colors are ``fn(points [N, 3]) -> [N, 3]`` in 0..1. Blocks are small cubes
 of the grid, so a field that culls by region (the Gaussian density does) touches only what is near.
 """
 
@@ -20,7 +20,7 @@ from lift3d.progress import Stage
 log = logging.getLogger(__name__)
 
 DensityFn = Callable[[Tensor], Tensor]  # points [N, 3] -> density [N]
-ColourFn = Callable[[Tensor], Tensor]  # points [N, 3] -> RGB [N, 3] in 0..1
+ColorFn = Callable[[Tensor], Tensor]  # points [N, 3] -> RGB [N, 3] in 0..1
 BboxLike = Tensor | np.ndarray | Sequence[Sequence[float]]  # [2, 3]: min corner, max corner
 
 
@@ -108,9 +108,9 @@ def _sample_blocks(fn: DensityFn, torch_axes: list[Tensor], out: np.ndarray, sid
 
 
 @torch.no_grad()
-def query_points(fn: ColourFn, points: np.ndarray, chunk: int = 2**18, device: torch.device | str = "cpu",
-                 what: str = "colours") -> np.ndarray:
-    """``fn`` at ``points`` [N, 3] in chunks -> float32 [N, C] (e.g. colours); ``what`` names the step in progress lines."""
+def query_points(fn: ColorFn, points: np.ndarray, chunk: int = 2**18, device: torch.device | str = "cpu",
+                 what: str = "colors") -> np.ndarray:
+    """``fn`` at ``points`` [N, 3] in chunks -> float32 [N, C] (e.g. colors); ``what`` names the step in progress lines."""
     outputs = []
     with Stage(f"{what} at {len(points)} points", math.ceil(len(points) / chunk), "chunks") as stage:
         for start in range(0, len(points), chunk):
@@ -123,12 +123,12 @@ def query_points(fn: ColourFn, points: np.ndarray, chunk: int = 2**18, device: t
 
 
 def otsu_level(values: np.ndarray, bins: int = 256) -> float:
-    """Otsu's threshold of ``values`` in [0, 1]: the cut that maximises the between-class variance."""
+    """Otsu's threshold of ``values`` in [0, 1]: the cut that maximizes the between-class variance."""
     hist, edges = np.histogram(values, bins=bins, range=(0.0, 1.0))
     p = hist.astype(np.float64) / max(hist.sum(), 1)
-    centres = 0.5 * (edges[:-1] + edges[1:])
+    centers = 0.5 * (edges[:-1] + edges[1:])
     w0 = np.cumsum(p)  # weight of the class below each cut (cut after bin i)
-    m0 = np.cumsum(p * centres)
+    m0 = np.cumsum(p * centers)
     total = m0[-1]
     with np.errstate(divide="ignore", invalid="ignore"):
         between = (total * w0 - m0) ** 2 / (w0 * (1.0 - w0))

@@ -38,11 +38,11 @@ canvas {{ width: 100%; height: 100%; display: block; touch-action: none; cursor:
 
 def write_html(path: str | Path, gaussians: GaussianTensors, title: str = "lift3d", elevation_deg: float = 15.0,
                background: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> list[Path]:
-    """Write the page for ``gaussians`` (with colours) at ``path``; returns [path]."""
+    """Write the page for ``gaussians`` (with colors) at ``path``; returns [path]."""
     path = Path(path)
     records = splat_records(gaussians)
     bounds = content_bounds(gaussians.means)
-    view = {"centre": list(bounds.centre), "distance": framing_distance(bounds.radius, FOVY_DEG, FILL),
+    view = {"center": list(bounds.center), "distance": framing_distance(bounds.radius, FOVY_DEG, FILL),
             "fovy_deg": FOVY_DEG, "elevation_deg": elevation_deg, "background": list(background)}
     css = "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in background))
     page = PAGE.format(title=html.escape(title), css_background=css, splats=base64.b64encode(records.tobytes()).decode("ascii"),

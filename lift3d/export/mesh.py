@@ -1,4 +1,4 @@
-"""Triangle meshes from density fields: grid sampling, marching cubes, clean-up, decimation, colours.
+"""Triangle meshes from density fields: grid sampling, marching cubes, clean-up, decimation, colors.
 
 Marching cubes is PyMCubes: a small compiled wheel with only numpy as a dependency (scikit-image
 would add a large stack for the same surface), fast, and its vertices come out welded (shared
@@ -19,7 +19,7 @@ from scipy.sparse.csgraph import connected_components
 
 from lift3d.export.grid import (
     BboxLike,
-    ColourFn,
+    ColorFn,
     DensityFn,
     auto_threshold,
     level_crop,
@@ -38,7 +38,7 @@ class Mesh:
 
     vertices: np.ndarray  # [V, 3] float32 positions
     faces: np.ndarray  # [F, 3] int64 vertex indices, counter-clockwise seen from outside
-    vertex_colours: np.ndarray | None = None  # [V, 3] float32 sRGB in 0..1
+    vertex_colors: np.ndarray | None = None  # [V, 3] float32 sRGB in 0..1
     normals: np.ndarray | None = None  # [V, 3] float32 unit outward vertex normals
     uvs: np.ndarray | None = None  # [V, 2] float32 texture coordinates, origin at the image's bottom-left
     texture: np.ndarray | None = None  # [H, W, 3] uint8 sRGB albedo addressed by ``uvs``
@@ -52,7 +52,7 @@ class Mesh:
             raise ValueError(f"Mesh.faces must be [F, 3], got {self.faces.shape}")
         if len(self.faces) and (self.faces.min() < 0 or self.faces.max() >= len(self.vertices)):
             raise ValueError(f"Mesh.faces index vertices outside 0..{len(self.vertices) - 1}")
-        for name, width in (("vertex_colours", 3), ("normals", 3), ("uvs", 2)):
+        for name, width in (("vertex_colors", 3), ("normals", 3), ("uvs", 2)):
             value = getattr(self, name)
             if value is not None:
                 value = np.ascontiguousarray(value, dtype=np.float32)
@@ -122,7 +122,7 @@ def remove_degenerate(mesh: Mesh, tolerance: float) -> Mesh:
     tri = mesh.vertices[first][faces].astype(np.float64)
     area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
     keep = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 2] != faces[:, 0]) & (area2 > tolerance**2)
-    per_vertex = (mesh.vertex_colours, mesh.normals, mesh.uvs)
+    per_vertex = (mesh.vertex_colors, mesh.normals, mesh.uvs)
     welded = Mesh(mesh.vertices[first], faces, *(None if a is None else a[first] for a in per_vertex), mesh.texture)
     return submesh(welded, keep)
 
@@ -213,12 +213,12 @@ def submesh(mesh: Mesh, face_mask: np.ndarray) -> Mesh:
     def pick(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else a[used]
 
-    return Mesh(mesh.vertices[used], remap[faces], pick(mesh.vertex_colours), pick(mesh.normals), pick(mesh.uvs), mesh.texture)
+    return Mesh(mesh.vertices[used], remap[faces], pick(mesh.vertex_colors), pick(mesh.normals), pick(mesh.uvs), mesh.texture)
 
 
 def decimate(mesh: Mesh, target_faces: int) -> Mesh:
     """About ``target_faces`` faces by quadric edge collapse (fast-simplification); attributes are dropped
-    (recompute normals and colours on the result)."""
+    (recompute normals and colors on the result)."""
     if target_faces <= 0 or len(mesh.faces) <= target_faces:
         return mesh
     import fast_simplification
@@ -229,22 +229,22 @@ def decimate(mesh: Mesh, target_faces: int) -> Mesh:
     return Mesh(vertices, faces)
 
 
-def decimated_to(mesh: Mesh, target_faces: int, colour_fn: ColourFn | None, chunk: int = 2**18,
+def decimated_to(mesh: Mesh, target_faces: int, color_fn: ColorFn | None, chunk: int = 2**18,
                  device: torch.device | str = "cpu") -> Mesh:
     """A mesh that came whole (a mesh stage's surface) cut to about ``target_faces`` as a meshed field is: decimated,
-    its normals and colours (``colour_fn`` at the new vertices) taken again. Kept whole when it has UVs (a layout to
-    keep), no colour function to recolour it, or no more faces than the target."""
-    if mesh.uvs is not None or colour_fn is None or target_faces <= 0 or len(mesh.faces) <= target_faces:
+    its normals and colors (``color_fn`` at the new vertices) taken again. Kept whole when it has UVs (a layout to
+    keep), no color function to recolor it, or no more faces than the target."""
+    if mesh.uvs is not None or color_fn is None or target_faces <= 0 or len(mesh.faces) <= target_faces:
         return mesh
     edges = mesh.vertices[mesh.faces] - mesh.vertices[np.roll(mesh.faces, 1, axis=1)]
     tolerance = 1e-4 * float(np.median(np.linalg.norm(edges, axis=-1)))
-    return with_colours(remove_degenerate(decimate(mesh, target_faces), tolerance).with_normals(), colour_fn, chunk, device)
+    return with_colors(remove_degenerate(decimate(mesh, target_faces), tolerance).with_normals(), color_fn, chunk, device)
 
 
-def with_colours(mesh: Mesh, colour_fn: ColourFn, chunk: int, device: torch.device | str) -> Mesh:
-    """``mesh`` with vertex colours from ``colour_fn`` at its vertices (clipped to [0, 1])."""
-    colours = query_points(colour_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colours")
-    return replace(mesh, vertex_colours=np.clip(colours[:, :3], 0.0, 1.0))
+def with_colors(mesh: Mesh, color_fn: ColorFn, chunk: int, device: torch.device | str) -> Mesh:
+    """``mesh`` with vertex colors from ``color_fn`` at its vertices (clipped to [0, 1])."""
+    colors = query_points(color_fn, mesh.vertices, chunk=chunk, device=device, what="meshing: vertex colors")
+    return replace(mesh, vertex_colors=np.clip(colors[:, :3], 0.0, 1.0))
 
 
 def extract_mesh(
@@ -254,7 +254,7 @@ def extract_mesh(
     threshold: float | None = None,
     chunk: int = 2**18,
     *,
-    colour_fn: ColourFn | None = None,
+    color_fn: ColorFn | None = None,
     occupancy: torch.Tensor | np.ndarray | None = None,
     keep_components: int = 0,
     target_faces: int = 0,
@@ -263,7 +263,7 @@ def extract_mesh(
     opacity_scale: float | None = None,
     device: torch.device | str | None = None,
 ) -> Mesh:
-    """The iso-surface of a density field as a Mesh with normals (and vertex colours from ``colour_fn``).
+    """The iso-surface of a density field as a Mesh with normals (and vertex colors from ``color_fn``).
 
     density_fn: points [N, 3] -> activated density [N] (torch, called under no_grad in cube blocks of
     at most ``chunk`` points). bbox [2, 3]: the region to mesh; ``occupancy`` [Rx, Ry, Rz] (cells tiling
@@ -293,8 +293,8 @@ def extract_mesh(
         mesh = keep_largest_components(mesh, keep_components)
         mesh = remove_degenerate(decimate(mesh, target_faces), tolerance)
         mesh = mesh.with_normals()
-    if colour_fn is not None:
-        mesh = with_colours(mesh, colour_fn, chunk, device)
+    if color_fn is not None:
+        mesh = with_colors(mesh, color_fn, chunk, device)
     log.info("extracted a mesh: %d vertices, %d faces, threshold %.4g, grid %s", len(mesh.vertices), len(mesh.faces),
              threshold, [len(a) for a in axes])
     return mesh

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from lift3d.export.backproject import RenderedColours, RenderFn
+from lift3d.export.backproject import RenderedColors, RenderFn
 from lift3d.export.config import ExportConfig, for_device
 from lift3d.export.formats import ExportSources
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_mesh_box, reaching
 from lift3d.export.grid import (
     BboxLike,
-    ColourFn,
+    ColorFn,
     DensityFn,
     as_bbox,
     auto_threshold,
@@ -34,7 +34,7 @@ CONTENT_RESOLUTION = 64  # samples along the longest side of the coarse grid who
 
 
 def mesh_from_field(
-    density_fn: DensityFn, bbox: BboxLike, cfg: ExportConfig, colour_fn: ColourFn | None = None,
+    density_fn: DensityFn, bbox: BboxLike, cfg: ExportConfig, color_fn: ColorFn | None = None,
     occupancy: torch.Tensor | None = None, device: torch.device | str | None = None,
 ) -> Mesh:
     """A NeRF-style field's mesh with the config's options (cfg.bbox overrides ``bbox``); queries run on
@@ -44,7 +44,7 @@ def mesh_from_field(
     cfg = for_device(cfg, device)
     return extract_mesh(
         density_fn, cfg.bbox if cfg.bbox is not None else bbox, cfg.resolution, cfg.threshold, cfg.chunk,
-        colour_fn=colour_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
+        color_fn=color_fn, occupancy=occupancy if cfg.bbox is None else None, keep_components=cfg.keep_components,
         target_faces=cfg.target_faces, fill_holes=cfg.fill_holes, device=device,
     )
 
@@ -76,23 +76,23 @@ def field_content_points(
     return points
 
 
-def gaussian_colour_fn(field: GaussianField, cfg: ExportConfig, render_fn: RenderFn | None = None,
-                       device: torch.device | str = "cpu") -> ColourFn:
-    """The Gaussians' colour at points [N, 3] -> [N, 3] as their mesh is coloured: their own colours
-    (cfg.gaussian_colours=query, ``field.colour``) or back-projected from renders around the object
-    (render; the renders are made on the first call, points no view sees fall back to ``field.colour``)."""
-    if cfg.gaussian_colours not in ("query", "render"):
-        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
-    if cfg.gaussian_colours == "query":
-        return field.colour
+def gaussian_color_fn(field: GaussianField, cfg: ExportConfig, render_fn: RenderFn | None = None,
+                       device: torch.device | str = "cpu") -> ColorFn:
+    """The Gaussians' color at points [N, 3] -> [N, 3] as their mesh is colored: their own colors
+    (cfg.gaussian_colors=query, ``field.color``) or back-projected from renders around the object
+    (render; the renders are made on the first call, points no view sees fall back to ``field.color``)."""
+    if cfg.gaussian_colors not in ("query", "render"):
+        raise ValueError(f"export.gaussian_colors must be query or render, got {cfg.gaussian_colors!r}")
+    if cfg.gaussian_colors == "query":
+        return field.color
     if render_fn is None:
-        raise ValueError("export.gaussian_colours=render needs the system's render function")
-    cache: dict[str, ColourFn] = {}
+        raise ValueError("export.gaussian_colors=render needs the system's render function")
+    cache: dict[str, ColorFn] = {}
 
     def rendered(points: torch.Tensor) -> torch.Tensor:
         if "fn" not in cache:
             cameras = backproject_cameras(cfg, device, lambda: field.gaussians.means)
-            cache["fn"] = RenderedColours(render_fn, cameras, cfg.render_batch, fallback=field.colour)
+            cache["fn"] = RenderedColors(render_fn, cameras, cfg.render_batch, fallback=field.color)
         return cache["fn"](points)
 
     return rendered
@@ -104,17 +104,17 @@ def gaussian_sources(
     gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None, antialiased: bool = False,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
-    coloured by querying them or (cfg.gaussian_colours=render) from renders around the object.
+    colored by querying them or (cfg.gaussian_colors=render) from renders around the object.
     Queries run on ``device`` (None: where the Gaussians are); ``field``: their density field if the
     caller already built it (with cfg.gaussian_cutoff_sigma); ``gaussian_params``: the model's pre-activation
     parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat);
     ``antialiased``: trained with the 2D (Mip-Splatting) filter, which the .spz header records."""
     device = gaussians.means.device if device is None else torch.device(device)
-    if cfg.gaussian_colours not in ("query", "render"):
-        raise ValueError(f"export.gaussian_colours must be query or render, got {cfg.gaussian_colours!r}")
-    if cfg.gaussian_colours == "render" and render_fn is None:
-        raise ValueError("export.gaussian_colours=render needs the system's render function")
-    built: dict[str, Any] = {}  # the density field and its colours, made on first need (the Gaussian files need neither)
+    if cfg.gaussian_colors not in ("query", "render"):
+        raise ValueError(f"export.gaussian_colors must be query or render, got {cfg.gaussian_colors!r}")
+    if cfg.gaussian_colors == "render" and render_fn is None:
+        raise ValueError("export.gaussian_colors=render needs the system's render function")
+    built: dict[str, Any] = {}  # the density field and its colors, made on first need (the Gaussian files need neither)
 
     def mesh_box() -> np.ndarray:
         if "box" not in built:
@@ -123,7 +123,7 @@ def gaussian_sources(
         return built["box"]
 
     def density_field() -> GaussianField:
-        """The density of the Gaussians that reach the mesh's box: the mesh and its colours are only queried there."""
+        """The density of the Gaussians that reach the mesh's box: the mesh and its colors are only queried there."""
         if "field" not in built:
             if field is None:
                 keep = reaching(gaussians, mesh_box(), cfg.gaussian_cutoff_sigma)
@@ -133,19 +133,19 @@ def gaussian_sources(
                 built["field"] = field.to(device)
         return built["field"]
 
-    def colour_fn(points: torch.Tensor) -> torch.Tensor:
-        if "colour" not in built:
-            built["colour"] = gaussian_colour_fn(density_field(), cfg, render_fn, device)
-        return built["colour"](points)
+    def color_fn(points: torch.Tensor) -> torch.Tensor:
+        if "color" not in built:
+            built["color"] = gaussian_color_fn(density_field(), cfg, render_fn, device)
+        return built["color"](points)
 
     def mesh() -> Mesh:
         chosen = for_device(cfg, device)
         return extract_mesh(
-            density_field().density, mesh_box(), chosen.resolution, cfg.threshold, cfg.chunk, colour_fn=colour_fn,
+            density_field().density, mesh_box(), chosen.resolution, cfg.threshold, cfg.chunk, color_fn=color_fn,
             keep_components=cfg.keep_components, target_faces=chosen.target_faces, fill_holes=cfg.fill_holes,
             opacity_scale=GaussianField.opacity_scale, device=device,
         )
 
-    return ExportSources(mesh=mesh, colour_fn=colour_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
+    return ExportSources(mesh=mesh, color_fn=color_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
                          gaussian_params=gaussian_params, render_fn=render_fn, device=device,
                          content_points=lambda: gaussians.means, antialiased=antialiased)

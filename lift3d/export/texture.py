@@ -1,4 +1,4 @@
-"""Textures for meshes: UV atlas with xatlas, albedo baked by querying a colour field at the surface
+"""Textures for meshes: UV atlas with xatlas, albedo baked by querying a color field at the surface
 point under every texel, seams hidden by filling empty texels from their nearest baked texel.
 
 UV convention (OBJ's and trimesh's): u to the right, v up, (0, 0) at the image's bottom-left, so texel
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from scipy import ndimage
 
-from lift3d.export.grid import ColourFn, query_points
+from lift3d.export.grid import ColorFn, query_points
 from lift3d.export.mesh import Mesh
 from lift3d.progress import Stage
 
@@ -46,17 +46,17 @@ def unwrap_uv(mesh: Mesh, texture_size: int = 1024, padding: int = 2) -> Mesh:
     e1, e2 = corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]
     unplaced = int((e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0] == 0).sum())
     if unplaced:
-        log.warning("xatlas left %d degenerate face(s) at a single UV point; they take one texel's colour", unplaced)
+        log.warning("xatlas left %d degenerate face(s) at a single UV point; they take one texel's color", unplaced)
     log.info("UV atlas: %d charts, %d -> %d vertices, %.0f%% of the texture used", atlas.chart_count, len(mesh.vertices),
              len(vmapping), 100 * float(atlas.utilization))
-    return Mesh(mesh.vertices[vmapping], faces.astype(np.int64), pick(mesh.vertex_colours), pick(mesh.normals), uvs, None)
+    return Mesh(mesh.vertices[vmapping], faces.astype(np.int64), pick(mesh.vertex_colors), pick(mesh.normals), uvs, None)
 
 
 def rasterize_uv(uvs: np.ndarray, faces: np.ndarray, size: int, chunk: int = 2**22) -> tuple[np.ndarray, np.ndarray]:
-    """Which triangle covers each texel centre of a ``size`` x ``size`` texture, and where.
+    """Which triangle covers each texel center of a ``size`` x ``size`` texture, and where.
 
     Returns face index [H, W] int64 (-1: no triangle) and barycentric weights [H, W, 3] float32.
-    Each triangle tests the texel centres of its own bounding box (all triangles at once, flattened)."""
+    Each triangle tests the texel centers of its own bounding box (all triangles at once, flattened)."""
     px = np.stack([uvs[:, 0] * size, (1.0 - uvs[:, 1]) * size], axis=1).astype(np.float64)  # [V, 2] (x, y) pixels
     tri = px[faces]  # [F, 3, 2]
     lo = np.clip(np.floor(tri.min(axis=1) - 0.5), 0, size - 1).astype(np.int64)  # first texel index that may be inside
@@ -101,7 +101,7 @@ def _barycentric(tri: np.ndarray, p: np.ndarray) -> np.ndarray:
 def fill_empty_texels(image: np.ndarray, filled: np.ndarray, max_distance: int | None = None) -> np.ndarray:
     """Copy into each empty texel (``filled`` False) the value of its nearest filled texel, up to
     ``max_distance`` texels away (None: everywhere), so bilinear filtering and mipmaps across chart
-    borders read surface colours instead of the background."""
+    borders read surface colors instead of the background."""
     if filled.all() or not filled.any():
         return image
     distance, (iy, ix) = ndimage.distance_transform_edt(~filled, return_indices=True)
@@ -114,14 +114,14 @@ def fill_empty_texels(image: np.ndarray, filled: np.ndarray, max_distance: int |
 
 def bake_texture(
     mesh: Mesh,
-    colour_fn: ColourFn,
+    color_fn: ColorFn,
     texture_size: int = 1024,
     padding: int = 2,
     dilation: int | None = None,
     chunk: int = 2**18,
     device: torch.device | str = "cpu",
 ) -> Mesh:
-    """The mesh with a UV atlas and a ``texture_size``² albedo texture: ``colour_fn`` queried at the
+    """The mesh with a UV atlas and a ``texture_size``² albedo texture: ``color_fn`` queried at the
     surface point under each covered texel; empty texels are filled from the nearest covered one
     (within ``dilation`` texels; None: all). A mesh that already has uvs keeps them."""
     if texture_size < 8:
@@ -132,13 +132,13 @@ def bake_texture(
     face_id, bary = rasterize_uv(mesh.uvs, mesh.faces, texture_size)
     covered = face_id >= 0
     if not covered.any():
-        raise ValueError("no texel centre falls inside a triangle of the UV atlas; raise texture_size")
+        raise ValueError("no texel center falls inside a triangle of the UV atlas; raise texture_size")
     tri = mesh.vertices[mesh.faces[face_id[covered]]]  # [K, 3, 3]
     points = (bary[covered][:, :, None] * tri).sum(axis=1)
-    colours = np.clip(query_points(colour_fn, points, chunk=chunk, device=device, what="texture: colours")[:, :3], 0.0, 1.0)
+    colors = np.clip(query_points(color_fn, points, chunk=chunk, device=device, what="texture: colors")[:, :3], 0.0, 1.0)
     image = np.zeros((texture_size, texture_size, 3), dtype=np.float32)
-    image[covered] = colours
+    image[covered] = colors
     image = fill_empty_texels(image, covered, dilation)
     texture = (image * 255.0 + 0.5).astype(np.uint8)
     log.info("baked a %dx%d texture (%.0f%% of texels on the surface)", texture_size, texture_size, 100 * covered.mean())
-    return replace(mesh, texture=texture, vertex_colours=None)
+    return replace(mesh, texture=texture, vertex_colors=None)

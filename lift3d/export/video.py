@@ -49,13 +49,13 @@ def framed_orbit_cameras(
     points: torch.Tensor, n_frames: int, elevation_deg: float, fovy_deg: float, width: int, height: int,
     fill: float = 0.9, start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu",
 ) -> Cameras:
-    """An orbit that frames ``points`` [N, 3] as the viewer does (``lift3d.framing``): around the centre of their
+    """An orbit that frames ``points`` [N, 3] as the viewer does (``lift3d.framing``): around the center of their
     bounds, at the distance where the bounds span ``fill`` of the frame's height (or width, in a portrait frame)."""
     bounds = content_bounds(points)
     fov_deg = min(fovy_deg, math.degrees(2 * math.atan(math.tan(math.radians(fovy_deg) / 2) * width / height)))
     distance = framing_distance(bounds.radius, fov_deg, fill)
     return orbit_cameras(n_frames, elevation_deg, distance, fovy_deg, width, height, start_azimuth_deg, device,
-                         target=bounds.centre)
+                         target=bounds.center)
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""The cameras of exports: turntable orbits and the views colours are back-projected from."""
+"""The cameras of exports: turntable orbits and the views colors are back-projected from."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lift3d.export.video import framed_orbit_cameras, orbit_cameras
 
 def turntable_cameras(cfg: ExportConfig, content_points: Callable[[], torch.Tensor] | None, n_frames: int,
                       elevation_deg: float, start_azimuth_deg: float = 0.0, device: torch.device | str = "cpu") -> Any:
-    """An orbit of ``n_frames`` cameras as the config frames it: around the content's centre at the distance its bounds
+    """An orbit of ``n_frames`` cameras as the config frames it: around the content's center at the distance its bounds
     need (``video_framing=content``, when the sources give content points; ``lift3d.framing``, the viewer's rule), else
     at ``video_distance`` around the origin."""
     cfg = for_device(cfg, device)
@@ -36,7 +36,7 @@ def framing_points(content_points: Callable[[], torch.Tensor] | None,
 
 def backproject_cameras(cfg: ExportConfig, device: torch.device | str = "cpu",
                         content_points: Callable[[], torch.Tensor] | None = None) -> Any:
-    """Views for colour back-projection: two rings around the object (elevations +30 and -15 degrees), framed as the
+    """Views for color back-projection: two rings around the object (elevations +30 and -15 degrees), framed as the
     turntable is (``turntable_cameras``)."""
     from lift3d.cameras import Cameras
 

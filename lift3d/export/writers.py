@@ -1,11 +1,11 @@
-"""Mesh files: binary glTF (.glb, texture embedded), .obj + .mtl + texture PNG, .ply with vertex colours.
+"""Mesh files: binary glTF (.glb, texture embedded), .obj + .mtl + texture PNG, .ply with vertex colors.
 
 Axes: lift3d's world is +z up; glTF is +y up, and Blender imports .glb and .obj as +y up by default,
 so with ``up_axis="y"`` (the default) points are rotated by -90 degrees about x, (x, y, z) ->
 (x, z, -y), which a +y-up importer turns back into lift3d's frame. ``up_axis="z"`` writes them as is.
 
-Colours: textures and .ply/.obj vertex colours are sRGB. glTF defines COLOR_0 as linear, so .glb
-vertex colours are converted from sRGB to linear (8 bits, normalised) before writing.
+Colors: textures and .ply/.obj vertex colors are sRGB. glTF defines COLOR_0 as linear, so .glb
+vertex colors are converted from sRGB to linear (8 bits, normalized) before writing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def oriented(mesh: Mesh, up_axis: str) -> Mesh:
     if up_axis != "y":
         raise ValueError(f"up_axis must be 'y' (glTF/Blender convention) or 'z' (lift3d's world as is), got {up_axis!r}")
     normals = None if mesh.normals is None else mesh.normals @ _Z_UP_TO_Y_UP.T
-    return Mesh(mesh.vertices @ _Z_UP_TO_Y_UP.T, mesh.faces, mesh.vertex_colours, normals, mesh.uvs, mesh.texture)
+    return Mesh(mesh.vertices @ _Z_UP_TO_Y_UP.T, mesh.faces, mesh.vertex_colors, normals, mesh.uvs, mesh.texture)
 
 
 def srgb_to_linear(c: np.ndarray) -> np.ndarray:
@@ -50,8 +50,8 @@ def _rgba(c: np.ndarray) -> np.ndarray:
     return np.concatenate([rgb, np.full((len(rgb), 1), 255, np.uint8)], axis=1)
 
 
-def to_trimesh(mesh: Mesh, name: str = "lift3d", linear_vertex_colours: bool = False) -> trimesh.Trimesh:
-    """A trimesh.Trimesh with the mesh's normals and either its texture (preferred) or vertex colours,
+def to_trimesh(mesh: Mesh, name: str = "lift3d", linear_vertex_colors: bool = False) -> trimesh.Trimesh:
+    """A trimesh.Trimesh with the mesh's normals and either its texture (preferred) or vertex colors,
     and a matte PBR material (metallic 0, roughness 1: albedo only, as lift3d bakes it)."""
     out = trimesh.Trimesh(mesh.vertices, mesh.faces, process=False, validate=False)
     if mesh.normals is not None:
@@ -62,10 +62,10 @@ def to_trimesh(mesh: Mesh, name: str = "lift3d", linear_vertex_colours: bool = F
     )
     if mesh.texture is not None:
         out.visual = trimesh.visual.TextureVisuals(uv=mesh.uvs, material=material)
-    elif mesh.vertex_colours is not None:
-        colours = srgb_to_linear(mesh.vertex_colours) if linear_vertex_colours else mesh.vertex_colours
+    elif mesh.vertex_colors is not None:
+        colors = srgb_to_linear(mesh.vertex_colors) if linear_vertex_colors else mesh.vertex_colors
         out.visual = trimesh.visual.TextureVisuals(material=material)
-        out.visual.vertex_attributes["color"] = _rgba(colours)
+        out.visual.vertex_attributes["color"] = _rgba(colors)
     else:
         out.visual = trimesh.visual.TextureVisuals(material=material)
     return out
@@ -74,7 +74,7 @@ def to_trimesh(mesh: Mesh, name: str = "lift3d", linear_vertex_colours: bool = F
 def write_glb(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
     """One self-contained .glb (texture embedded as PNG); returns [path]."""
     path = Path(path)
-    tm = to_trimesh(oriented(mesh, up_axis), name=path.stem, linear_vertex_colours=True)
+    tm = to_trimesh(oriented(mesh, up_axis), name=path.stem, linear_vertex_colors=True)
     data = trimesh.exchange.gltf.export_glb(tm, include_normals=mesh.normals is not None)
     atomic_write_bytes(path, data)
     return [path]
@@ -82,7 +82,7 @@ def write_glb(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
 
 def write_obj(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
     """``name.obj`` with normals and UVs, plus ``name.mtl`` and ``name.png`` when the mesh has a texture
-    (an untextured mesh's vertex colours go on the ``v`` lines, a common OBJ extension)."""
+    (an untextured mesh's vertex colors go on the ``v`` lines, a common OBJ extension)."""
     path = Path(path)
     mesh = oriented(mesh, up_axis)
     written = []
@@ -110,8 +110,8 @@ def write_obj(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
             written.append(out)
     else:
         tm = to_trimesh(mesh)
-        if mesh.vertex_colours is not None:
-            tm.visual = trimesh.visual.ColorVisuals(tm, vertex_colors=_rgba(mesh.vertex_colours))
+        if mesh.vertex_colors is not None:
+            tm.visual = trimesh.visual.ColorVisuals(tm, vertex_colors=_rgba(mesh.vertex_colors))
         text = trimesh.exchange.obj.export_obj(tm, include_normals=mesh.normals is not None, include_texture=False)
     atomic_write_bytes(path, text.encode())
     return [path, *written]
@@ -125,15 +125,15 @@ def write_ply(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
     fields = [("x", "f4"), ("y", "f4"), ("z", "f4")]
     if mesh.normals is not None:
         fields += [("nx", "f4"), ("ny", "f4"), ("nz", "f4")]
-    if mesh.vertex_colours is not None:
+    if mesh.vertex_colors is not None:
         fields += [("red", "u1"), ("green", "u1"), ("blue", "u1")]
     vertices = np.empty(len(mesh.vertices), dtype=fields)
     for i, axis in enumerate("xyz"):
         vertices[axis] = mesh.vertices[:, i]
         if mesh.normals is not None:
             vertices[f"n{axis}"] = mesh.normals[:, i]
-    if mesh.vertex_colours is not None:
-        rgb = _to_uint8(mesh.vertex_colours)
+    if mesh.vertex_colors is not None:
+        rgb = _to_uint8(mesh.vertex_colors)
         for i, channel in enumerate(("red", "green", "blue")):
             vertices[channel] = rgb[:, i]
     faces = np.empty(len(mesh.faces), dtype=[("vertex_indices", "i4", (3,))])

@@ -1,6 +1,6 @@
 """Scene contraction for unbounded scenes (Mip-NeRF 360, nerfacto): all of space squeezed into a cube.
 
-Points are measured in units of the field's box (its centre at 0, its faces at +-1). Inside the box they
+Points are measured in units of the field's box (its center at 0, its faces at +-1). Inside the box they
 stay where they are; outside, ``y -> (2 - 1/|y|) y / |y|`` pulls them into the shell between the box and
 twice its size, so infinity lands on the shell's outer face. ``cube`` uses the max norm (nerfacto: the
 whole cube [-2, 2]^3 is used, so a grid over it wastes no cells); ``sphere`` the Euclidean norm (Mip-NeRF
@@ -47,13 +47,13 @@ def to_unit_cube(points: Tensor, bbox: Tensor, kind: str = "none") -> Tensor:
     contracted space around it, where the box fills the middle half of each axis."""
     if kind == "none":
         return (points - bbox[0]) / (bbox[1] - bbox[0])
-    centre, half = 0.5 * (bbox[0] + bbox[1]), 0.5 * (bbox[1] - bbox[0])
-    return (contract((points - centre) / half, kind) + 2) / 4
+    center, half = 0.5 * (bbox[0] + bbox[1]), 0.5 * (bbox[1] - bbox[0])
+    return (contract((points - center) / half, kind) + 2) / 4
 
 
 def from_unit_cube(unit: Tensor, bbox: Tensor, kind: str = "none") -> Tensor:
     """The inverse of ``to_unit_cube``: [0, 1]^3 coordinates [N, 3] -> world points [N, 3]."""
     if kind == "none":
         return bbox[0] + unit * (bbox[1] - bbox[0])
-    centre, half = 0.5 * (bbox[0] + bbox[1]), 0.5 * (bbox[1] - bbox[0])
-    return centre + uncontract(unit * 4 - 2, kind) * half
+    center, half = 0.5 * (bbox[0] + bbox[1]), 0.5 * (bbox[1] - bbox[0])
+    return center + uncontract(unit * 4 - 2, kind) * half

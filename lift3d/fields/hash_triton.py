@@ -105,9 +105,9 @@ if triton is not None:
         px = tl.load(points_ptr + rows64 * 3 + 0, mask=valid, other=0.0)
         py = tl.load(points_ptr + rows64 * 3 + 1, mask=valid, other=0.0)
         pz = tl.load(points_ptr + rows64 * 3 + 2, mask=valid, other=0.0)
-        # the neighbours in the block: consecutive points (samples along a ray, a normal's finite-difference
+        # the neighbors in the block: consecutive points (samples along a ray, a normal's finite-difference
         # probes) often share a table row at coarse levels, and a run of equal rows is summed here first,
-        # so it costs one atomic add instead of one per point (atomics on one address serialise)
+        # so it costs one atomic add instead of one per point (atomics on one address serialize)
         has_prev = (lane > 0) & valid
         has_next = (lane < BLOCK - 1) & (rows + 1 < n_points)
         qx = tl.load(points_ptr + (rows64 - 1) * 3 + 0, mask=has_prev, other=0.0)

@@ -2,9 +2,9 @@
 
 This is the representation LRM-style feed-forward models (TripoSR) predict: a point (x, y, z) in the cube
 [-radius, radius]^3 reads plane 0 at (x, y), plane 1 at (x, z) and plane 2 at (y, z); the three feature
-vectors are concatenated and the MLP gives one raw density and three colour features. Density is
+vectors are concatenated and the MLP gives one raw density and three color features. Density is
 ``activation(raw + density_bias) * density_scale``; a material (``emission``: sigmoid) turns the features into
-colour. The planes are a parameter, so the field can also be refined by score distillation.
+color. The planes are a parameter, so the field can also be refined by score distillation.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class TriplaneDecoder(nn.Module):
         layers: list[nn.Module] = [nn.Linear(in_channels, n_neurons), act()]
         for _ in range(n_hidden_layers - 1):
             layers += [nn.Linear(n_neurons, n_neurons), act()]
-        layers.append(nn.Linear(n_neurons, 4))  # raw density + 3 colour features
+        layers.append(nn.Linear(n_neurons, 4))  # raw density + 3 color features
         self.layers = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -134,5 +134,5 @@ class TriplaneField(BaseModule):
         return self._in_chunks(points, lambda p: self._density(self.raw(p)[0]))
 
     def features(self, points: Tensor) -> Tensor:
-        """Colour features [N, 3] at world ``points`` [N, 3], in chunks (the material's ``albedo`` makes colour)."""
+        """Color features [N, 3] at world ``points`` [N, 3], in chunks (the material's ``albedo`` makes color)."""
         return self._in_chunks(points, lambda p: self.raw(p)[1])

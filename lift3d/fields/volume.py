@@ -1,8 +1,8 @@
 """The implicit volume field: hash grid + tiny MLP -> density and a feature vector at 3D points.
 
 Density is ``activation(raw + density_bias + blob(x))`` (the optional "density blob" puts mass at the
-centre at the start of text-to-3D, as DreamFusion and Magic3D do). Features are raw MLP outputs that
-a material turns into colour. Normals point away from increasing density, from finite differences or
+center at the start of text-to-3D, as DreamFusion and Magic3D do). Features are raw MLP outputs that
+a material turns into color. Normals point away from increasing density, from finite differences or
 from the analytic gradient. ``density(points)`` is the chunked query mesh extraction uses.
 """
 
@@ -38,7 +38,7 @@ class ImplicitVolumeConfig:
     density_activation: str = "trunc_exp"  # softplus, exp, trunc_exp (exp with bounded gradient), relu
     density_bias: float = 0.0  # added to the raw density before the activation (e.g. -1 starts thinner)
     density_blob: str = "none"  # none, gaussian (DreamFusion: blob_density * exp(-|x|^2 / (2 r^2))), linear (Magic3D)
-    blob_density: float = 10.0  # peak raw-density bias of the blob at the centre
+    blob_density: float = 10.0  # peak raw-density bias of the blob at the center
     blob_radius: float = 0.5  # blob size r, scene units
     normal_type: str = "finite_difference"  # finite_difference or analytic (autograd; finite differences in inference mode)
     finite_difference_eps: float = 0.01  # half step of the central differences, scene units
@@ -170,5 +170,5 @@ class ImplicitVolume(BaseModule):
         return self._in_chunks(points, lambda p: activation(self.cfg.density_activation, self.raw(p)[0]))
 
     def features(self, points: Tensor) -> Tensor:
-        """Features [N, C] at world ``points`` [N, 3], in chunks (a material's ``albedo`` turns them into colour)."""
+        """Features [N, C] at world ``points`` [N, 3], in chunks (a material's ``albedo`` turns them into color)."""
         return self._in_chunks(points, lambda p: self.raw(p)[1])

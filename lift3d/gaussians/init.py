@@ -1,7 +1,7 @@
-"""Initial Gaussian centres and colours: random in a sphere, carved by image masks, a point cloud, a mesh.
+"""Initial Gaussian centers and colors: random in a sphere, carved by image masks, a point cloud, a mesh.
 
 Pure functions returning ``points [N, 3]`` and ``colors [N, 3]`` in 0..1; ``knn_scales`` turns points
-into initial per-Gaussian sizes (mean distance to the 3 nearest neighbours, as 3DGS).
+into initial per-Gaussian sizes (mean distance to the 3 nearest neighbors, as 3DGS).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def carve_by_masks(
     cameras: Cameras, rgba: Tensor, n: int, radius: float, generator: torch.Generator | None = None,
     threshold: float = 0.5, max_rounds: int = 40,
 ) -> tuple[Tensor, Tensor]:
-    """Points inside the visual hull of the images' alpha masks (and their mean observed colour).
+    """Points inside the visual hull of the images' alpha masks (and their mean observed color).
 
     Samples the ball of ``radius`` and keeps points that every camera seeing them sees as foreground
     (alpha > threshold); ``rgba`` [C, H, W, 4] uint8 or float. Returns fewer than ``n`` points only if
@@ -92,7 +92,7 @@ def knn_scales(points: Tensor, k: int = 3) -> Tensor:
 
 
 def read_point_cloud(path: str | Path) -> tuple[Tensor, Tensor]:
-    """Points and colours (0..1; grey when absent) of a PLY point cloud (x, y, z[, red, green, blue]), as tensors;
+    """Points and colors (0..1; gray when absent) of a PLY point cloud (x, y, z[, red, green, blue]), as tensors;
     a file without x, y, z is a ``PlyFormatError``."""
     from lift3d.data.point_cloud import read_point_cloud as read_arrays
     from lift3d.gaussians.formats.ply import PlyFormatError
@@ -116,8 +116,8 @@ def mesh_rotation(up_axis: str) -> np.ndarray:
 
 def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") -> tuple[Tensor, Tensor]:
     """``n`` points on a mesh surface (area-weighted), turned so the file's ``up_axis`` is world +z (the
-    convention of every mesh input), coloured by what the file holds (``surface_colours``: a base-colour texture
-    and factor, vertex or face colours); grey where it holds no colour, with a warning naming the file where a colour
+    convention of every mesh input), colored by what the file holds (``surface_colors``: a base-color texture
+    and factor, vertex or face colors); gray where it holds no color, with a warning naming the file where a color
     it holds cannot be read."""
     import trimesh
 
@@ -130,23 +130,23 @@ def sample_mesh(path: str | Path, n: int, seed: int = 0, up_axis: str = "+y") ->
         raise ValueError(f"{path} holds no triangles to sample")
     surface, face_index = trimesh.sample.sample_surface(mesh, n, seed=seed)[:2]
     try:
-        colours = surface_colours(mesh, np.asarray(surface, np.float64), np.asarray(face_index, np.int64))
-    except Exception as error:  # noqa: BLE001  (a material trimesh reads but lift3d cannot use: grey, said aloud)
-        log.warning("the colours of %s could not be read (%s: %s); the Gaussians start grey", path, type(error).__name__,
+        colors = surface_colors(mesh, np.asarray(surface, np.float64), np.asarray(face_index, np.int64))
+    except Exception as error:  # noqa: BLE001  (a material trimesh reads but lift3d cannot use: gray, said aloud)
+        log.warning("the colors of %s could not be read (%s: %s); the Gaussians start gray", path, type(error).__name__,
                     str(error).splitlines()[0] if str(error) else "no message")
-        colours = None
-    if colours is None:
-        log.info("%s holds no colours (no texture, material colour or vertex colours); the Gaussians start grey", path)
-        colours = np.full((n, 3), 0.5, np.float32)
+        colors = None
+    if colors is None:
+        log.info("%s holds no colors (no texture, material color or vertex colors); the Gaussians start gray", path)
+        colors = np.full((n, 3), 0.5, np.float32)
     points = np.asarray(surface, dtype=np.float64) @ rotation.T
-    return torch.from_numpy(points.astype(np.float32)), torch.from_numpy(np.ascontiguousarray(colours, np.float32))
+    return torch.from_numpy(points.astype(np.float32)), torch.from_numpy(np.ascontiguousarray(colors, np.float32))
 
 
-def surface_colours(mesh, points: np.ndarray, face_index: np.ndarray) -> np.ndarray | None:
-    """Colours [n, 3] in 0..1 of a trimesh mesh at surface ``points`` [n, 3] on faces ``face_index`` [n]: a texture
-    visual's base-colour image (PBR ``baseColorTexture`` or a simple material's ``image``, at the points' UVs) times its
-    base-colour factor (PBR ``baseColorFactor``; a simple material without an image: its ``diffuse``), or vertex
-    colours (interpolated) or face colours. None when the mesh holds no colour; errors say what could not be read."""
+def surface_colors(mesh, points: np.ndarray, face_index: np.ndarray) -> np.ndarray | None:
+    """Colors [n, 3] in 0..1 of a trimesh mesh at surface ``points`` [n, 3] on faces ``face_index`` [n]: a texture
+    visual's base-color image (PBR ``baseColorTexture`` or a simple material's ``image``, at the points' UVs) times its
+    base-color factor (PBR ``baseColorFactor``; a simple material without an image: its ``diffuse``), or vertex
+    colors (interpolated) or face colors. None when the mesh holds no color; errors say what could not be read."""
     import trimesh
 
     visual = mesh.visual
@@ -161,22 +161,22 @@ def surface_colours(mesh, points: np.ndarray, face_index: np.ndarray) -> np.ndar
     material = getattr(visual, "material", None)
     if material is None:
         return None
-    image, factor = material_base_colour(material)
+    image, factor = material_base_color(material)
     if image is None:
         if factor is None:
-            raise ValueError(f"its material ({type(material).__name__}) has neither a base-colour image nor a colour")
+            raise ValueError(f"its material ({type(material).__name__}) has neither a base-color image nor a color")
         return np.broadcast_to(factor, (len(points), 3)).copy()
     uv = getattr(visual, "uv", None)
     if uv is None or len(uv) != len(mesh.vertices):
-        raise ValueError(f"its material has a base-colour image but the mesh has no texture coordinates (uv: "
+        raise ValueError(f"its material has a base-color image but the mesh has no texture coordinates (uv: "
                          f"{None if uv is None else len(uv)} for {len(mesh.vertices)} vertices)")
     bary = trimesh.triangles.points_to_barycentric(np.asarray(mesh.vertices)[faces], points)
     uvs = (np.asarray(uv, np.float64)[faces] * bary[:, :, None]).sum(axis=1)
-    colours = sample_image(image, uvs)
-    return colours if factor is None else colours * factor
+    colors = sample_image(image, uvs)
+    return colors if factor is None else colors * factor
 
 
-def material_base_colour(material) -> tuple[np.ndarray | None, np.ndarray | None]:
+def material_base_color(material) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(image [H, W, 3] float in 0..1 or None, factor [3] in 0..1 or None) of a trimesh material: PBR's
     ``baseColorTexture`` and ``baseColorFactor``, a simple material's ``image`` (or, without one, its ``diffuse``)."""
     from PIL import Image

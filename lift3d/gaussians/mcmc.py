@@ -2,10 +2,10 @@
 
 Instead of the 3DGS thresholds, every ``refine_every`` steps the dead Gaussians (opacity <= ``min_opacity``) are moved
 onto live ones drawn in proportion to their opacity, new Gaussians are added the same way (``grow_rate`` more each
-time, up to ``cap_max``), and the means get noise every step, scaled by the position learning rate and strongest on
+time, up to ``max_gaussians``), and the means get noise every step, scaled by the position learning rate and strongest on
 transparent Gaussians. A Gaussian drawn N times (itself plus N - 1 copies) gets the opacity and scale that keep the
 sum of the copies' images close to the original's (the paper's Eq. 9; ``relocation``). Opacity and scale
-regularisers (mean opacity, mean scale) keep Gaussians dying and small enough to be re-used; they are added to the
+regularizers (mean opacity, mean scale) keep Gaussians dying and small enough to be re-used; they are added to the
 gradients here, so the system's loss does not change.
 
 On CUDA the relocation uses gsplat's kernel when gsplat is installed; elsewhere its PyTorch twin. Under DDP every rank
@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -40,11 +40,14 @@ NOISE_STREAM = 47  # ... and of the position noise
 class MCMCConfig:
     """The Gaussian budget and schedule of MCMC densification; defaults are gsplat's MCMCStrategy and trainer."""
 
-    cap_max: int = 1_000_000  # the most Gaussians there will be (the budget)
+    # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"cap_max": "max_gaussians"}
+
+    max_gaussians: int = 1_000_000  # the most Gaussians there will be (the budget)
     refine_start: int = 500  # first step (exclusive) at which Gaussians are relocated and added
     refine_stop: int = 25000  # no relocation or addition from this step on (the noise goes on)
     refine_every: int = 100  # relocate and add every N steps
-    grow_rate: float = 0.05  # each refine step adds this fraction of the current count (up to cap_max)
+    grow_rate: float = 0.05  # each refine step adds this fraction of the current count (up to max_gaussians)
     min_opacity: float = 0.005  # Gaussians at or below this opacity are dead: relocated onto live ones
     noise_lr: float = 5e5  # position noise = this x the current position learning rate x covariance x randn
     opacity_reg: float = 0.01  # weight of the mean opacity added to the loss (as a gradient)
@@ -94,13 +97,13 @@ def relocation(opacities: Tensor, scales: Tensor, ratios: Tensor, binoms: Tensor
 
 @register("densify-mcmc")
 class MCMCStrategy(Configurable):
-    """MCMC densification: relocate dead Gaussians, add new ones up to ``cap_max``, perturb the means."""
+    """MCMC densification: relocate dead Gaussians, add new ones up to ``max_gaussians``, perturb the means."""
 
     Config = MCMCConfig
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        check_minimums("system.densify", self.cfg, {"cap_max": (1, 1_000_000), "refine_start": (0, 500),
+        check_minimums("system.densify", self.cfg, {"max_gaussians": (1, 1_000_000), "refine_start": (0, 500),
                                                     "refine_stop": (0, 25000), "refine_every": (1, 100),
                                                     "grow_rate": (0.0, 0.05), "min_opacity": (0.0, 0.005),
                                                     "noise_lr": (0.0, 5e5), "opacity_reg": (0.0, 0.01),
@@ -109,22 +112,22 @@ class MCMCStrategy(Configurable):
 
     @property
     def edits_gradients(self) -> bool:
-        """Whether ``after_backward`` adds to the gradients (the regularisers): then the optimizer must step after it,
+        """Whether ``after_backward`` adds to the gradients (the regularizers): then the optimizer must step after it,
         not inside a captured training step."""
         return self.cfg.opacity_reg > 0 or self.cfg.scale_reg > 0
 
     def active(self, step: int) -> bool:
-        """Always: the noise and the regularisers apply on every step."""
+        """Always: the noise and the regularizers apply on every step."""
         return True
 
     def after_backward(self, out: dict[str, Tensor] | None, model: GaussianModel, optimizer: torch.optim.Optimizer | None,
                        step: int, extent: float) -> dict[str, int]:
-        """One training step after its backward pass (gradients summed over DDP ranks): the regularisers' gradients,
+        """One training step after its backward pass (gradients summed over DDP ranks): the regularizers' gradients,
         relocation and addition on refine steps, then the position noise. ``out`` and ``extent`` are not needed (the
         position learning rate already carries the extent)."""
         if len(model) == 0:
             return {}
-        self.add_regulariser_gradients(model)
+        self.add_regularizer_gradients(model)
         report = self.step(model, optimizer, step)
         self.inject_noise(model, optimizer, step)
         return report
@@ -201,10 +204,10 @@ class MCMCStrategy(Configurable):
 
     @torch.no_grad()
     def add(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, generator: torch.Generator) -> int:
-        """Append ``grow_rate`` x the count of new Gaussians (up to ``cap_max``), copies of ones drawn by opacity that
+        """Append ``grow_rate`` x the count of new Gaussians (up to ``max_gaussians``), copies of ones drawn by opacity that
         share their opacity and scale with them (Eq. 9); the copies start with zero optimizer moments."""
         current = len(model)
-        n = max(0, min(self.cfg.cap_max, int((1.0 + self.cfg.grow_rate) * current)) - current)
+        n = max(0, min(self.cfg.max_gaussians, int((1.0 + self.cfg.grow_rate) * current)) - current)
         if n == 0:
             return 0
         sampled = self._draw(model, torch.arange(current, device=model.means.device), n, generator)
@@ -238,7 +241,7 @@ class MCMCStrategy(Configurable):
         model.means.add_((covariance @ noise[..., None])[..., 0])
 
     @torch.no_grad()
-    def add_regulariser_gradients(self, model: GaussianModel) -> None:
+    def add_regularizer_gradients(self, model: GaussianModel) -> None:
         """Add the gradients of opacity_reg x mean(opacity) and scale_reg x mean(scale) to the parameters' gradients."""
         c = self.cfg
         if c.opacity_reg > 0:

@@ -1,7 +1,7 @@
 """3D Gaussians as learnable parameters with the standard activations and progressive SH degree.
 
 Stored (pre-activation) parameters, the names the optimizer config and the PLY file use:
-``means`` [N, 3], ``log_scales`` [N, 3] (scale = exp), ``quats`` [N, 4] (wxyz, normalised when
+``means`` [N, 3], ``log_scales`` [N, 3] (scale = exp), ``quats`` [N, 4] (wxyz, normalized when
 rendering), ``opacity_logits`` [N] (opacity = sigmoid), ``sh0`` [N, 1, 3] (DC) and ``shN`` [N, K-1, 3].
 """
 
@@ -46,13 +46,13 @@ class GaussianModelConfig:
     init_path: str = ""  # the point cloud (init: points), mesh (init: mesh) or Gaussian file (init: ply) to start from
     init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
     init_opacity: float = 0.1  # starting opacity of every Gaussian
-    init_scale: float = 1.0  # multiplier on the nearest-neighbour starting size
-    init_color: list = field(default_factory=list)  # RGB in 0..1 for points without colour (empty: random)
+    init_scale: float = 1.0  # multiplier on the nearest-neighbor starting size
+    init_color: list = field(default_factory=list)  # RGB in 0..1 for points without color (empty: random)
 
 
 @register("gaussians")
 class GaussianModel(BaseModule):
-    """N anisotropic 3D Gaussians with SH colours; ``means``, ``quats``, ``scales``, ``opacities``, ``sh``
+    """N anisotropic 3D Gaussians with SH colors; ``means``, ``quats``, ``scales``, ``opacities``, ``sh``
     are what the rasterizer reads (``lift3d.render.splats.renderer.SplatSource``)."""
 
     Config = GaussianModelConfig
@@ -141,10 +141,10 @@ class GaussianModel(BaseModule):
         log.info("started from the %d Gaussians of %s (SH degree %d)", len(self), path, file_degree)
         return file_degree
 
-    # ----------------------------------------------------------------------------------- initialisation
+    # ----------------------------------------------------------------------------------- initialization
     @torch.no_grad()
     def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None) -> None:
-        """Gaussians at ``points`` [N, 3] with ``colors`` [N, 3] (0..1), nearest-neighbour sizes, identity
+        """Gaussians at ``points`` [N, 3] with ``colors`` [N, 3] (0..1), nearest-neighbor sizes, identity
         rotations and the configured opacity."""
         n = len(points)
         if colors is None:

@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn as nn
@@ -46,17 +46,20 @@ class DensifyConfig:
     times smaller a side (e.g. [[0, 4], [1000, 2], [3000, 1]]; [] = full size).
     """
 
+    # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"prune_opacity": "min_opacity"}
+
     refine_start: int = 500  # first step (exclusive) at which Gaussians are grown and pruned
     refine_stop: int = 15000  # no growing, pruning or opacity reset from this step on
     refine_every: int = 100  # grow and prune every N steps
-    grow_grad2d: float = 0.0002  # grow Gaussians whose mean normalised image-space gradient exceeds this
+    grow_grad2d: float = 0.0002  # grow Gaussians whose mean normalized image-space gradient exceeds this
     grow_scale3d: float = 0.01  # ... by cloning when their largest scale is <= this x scene extent, else splitting
     split_into: int = 2  # a split Gaussian becomes this many, sampled from itself
     split_shrink: float = 1.6  # ... with scales divided by this
-    prune_opacity: float = 0.005  # remove Gaussians less opaque than this
+    min_opacity: float = 0.005  # remove Gaussians less opaque than this
     prune_scale3d: float = 0.1  # after the first opacity reset, remove Gaussians larger than this x extent
     reset_every: int = 3000  # set every opacity to at most reset_opacity every N steps (0: never)
-    reset_opacity: float = 0.01  # the opacity cap of a reset (3DGS: 2 x prune_opacity)
+    reset_opacity: float = 0.01  # the opacity cap of a reset (3DGS: 2 x min_opacity)
     max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
     grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
@@ -75,7 +78,7 @@ class DensifyStrategy(Configurable):
                                                     "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
                                                     "max_gaussians": (0, 0), "grow_grad2d_abs": (0.0, 0.0008)})
         check_schedule(self.cfg.resolution_schedule)
-        self.grad2d: Tensor | None = None  # [N] sum of normalised gradient norms while visible
+        self.grad2d: Tensor | None = None  # [N] sum of normalized gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 
     # ----------------------------------------------------------------------------------- statistics
@@ -172,7 +175,7 @@ class DensifyStrategy(Configurable):
 
     def prune(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> int:
         c = self.cfg
-        remove_mask = model.opacities < c.prune_opacity
+        remove_mask = model.opacities < c.min_opacity
         if c.reset_every > 0 and step > c.reset_every:
             remove_mask |= model.scales.max(dim=-1).values > c.prune_scale3d * extent
         n = int(remove_mask.sum())
@@ -241,7 +244,7 @@ def remove(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: 
 
 def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor,
                     into: int = 2, shrink: float = 1.6, generator: torch.Generator | None = None) -> None:
-    """Replace each Gaussian in ``mask`` by ``into`` Gaussians whose centres are drawn from it and whose
+    """Replace each Gaussian in ``mask`` by ``into`` Gaussians whose centers are drawn from it and whose
     scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments. The draws come
     from ``generator`` (a CPU generator; None: the global RNG)."""
     n = int(mask.sum())

@@ -1,6 +1,6 @@
 """Rigid rotations of Gaussian parameters, for file formats whose axes differ from lift3d's world.
 
-A rotation R moves each Gaussian's mean (R mu), its orientation (q_R * q) and its view-dependent colour:
+A rotation R moves each Gaussian's mean (R mu), its orientation (q_R * q) and its view-dependent color:
 the rotated Gaussian seen along d looks like the original seen along R^T d, so each SH band l gets a
 (2l+1) x (2l+1) matrix. That matrix is solved here by least squares from the basis itself
 (``lift3d.render.splats.sh.sh_bases``) at a fixed set of directions, in float64: exact to rounding for any

@@ -1,7 +1,7 @@
 """The generator interface: a model that maps one image to a 3D representation in one forward pass.
 
 A generator is a registered part (``@register("name")``, built with ``find(name)(cfg)``) beside the guidance:
-guidance scores renders of a representation that an optimiser shapes; a generator predicts the
+guidance scores renders of a representation that an optimizer shapes; a generator predicts the
 representation outright (TripoSR: a triplane NeRF in a fraction of a second). It hands back plain data
 (``GeneratedField``: a registered field's type, its config and its weights, plus the camera the input
 image is taken to be seen from), so systems build the field with their usual ``find`` and renderers,

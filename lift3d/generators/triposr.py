@@ -1,9 +1,9 @@
-"""TripoSR (Tripo AI and Stability AI, MIT licence): one image -> a triplane NeRF in one forward pass.
+"""TripoSR (Tripo AI and Stability AI, MIT license): one image -> a triplane NeRF in one forward pass.
 
 Loads the release as published (``config.yaml`` + ``model.safetensors`` or ``model.ckpt``, from a hub id such
 as ``stabilityai/TripoSR`` or a local folder) by its own weight names, into ``TripoSRNetwork`` (plain PyTorch
 + the ``transformers`` ViT). The image is prepared as TripoSR's own scripts do: the cut-out object cropped,
-padded to a square it fills to ``foreground_ratio`` (0.85), composited on grey (0.5), resized to the config's
+padded to a square it fills to ``foreground_ratio`` (0.85), composited on gray (0.5), resized to the config's
 ``cond_image_size`` (512). The result is a ``triplane-nerf`` field (``lift3d.fields.triplane``).
 """
 
@@ -57,7 +57,7 @@ class TripoSRConfig(GeneratorConfig):
 
     pretrained_model_name_or_path: str = "stabilityai/TripoSR"  # hub id or local folder with config.yaml + weights
     foreground_ratio: float = 0.85  # share of the square input image the object spans (TripoSR's default)
-    background: float = 0.5  # grey level the cut-out is composited on (TripoSR's training renders)
+    background: float = 0.5  # gray level the cut-out is composited on (TripoSR's training renders)
     density_scale: float = 1.0  # the field's density_scale (TripoSR's densities read per scene unit)
 
 
@@ -172,7 +172,7 @@ def released_state_dict(network: TripoSRNetwork) -> dict[str, Tensor]:
 
 
 def build_network(folder_config: dict[str, Any], path: Path, local_files_only: bool) -> TripoSRNetwork:
-    """A randomly initialised network of the architecture a resolved ``config.yaml`` describes."""
+    """A randomly initialized network of the architecture a resolved ``config.yaml`` describes."""
     arch = architecture(folder_config, path)
     tokenizer = folder_config.get("image_tokenizer") or {}
     vit = vit_config(str(tokenizer.get("pretrained_model_name_or_path", "facebook/dino-vitb16")), local_files_only)
@@ -206,7 +206,7 @@ def load_triposr(name: str, local_files_only: bool = False) -> TripoSRNetwork:
 
 def prepare_image(rgba: Tensor, size: int, foreground_ratio: float = 0.85, background: float = 0.5) -> Tensor:
     """A cut-out [H, W, 4] (0..1, straight alpha) -> TripoSR's input [size, size, 3]: the object's box padded to a
-    square, then to side / ``foreground_ratio``, composited on grey ``background``, resized (antialiased bilinear)."""
+    square, then to side / ``foreground_ratio``, composited on gray ``background``, resized (antialiased bilinear)."""
     if rgba.ndim != 3 or rgba.shape[-1] != 4:
         raise ValueError(f"the generator takes an RGBA cut-out [H, W, 4], got shape {tuple(rgba.shape)}")
     if not 0 < foreground_ratio <= 1:

@@ -135,7 +135,7 @@ class Transformer1D(nn.Module):
 
 
 class ImageTokenizer(nn.Module):
-    """The DINO ViT (``model``): ImageNet-normalised images [B, 3, S, S] -> tokens [B, 1 + patches, hidden]."""
+    """The DINO ViT (``model``): ImageNet-normalized images [B, 3, S, S] -> tokens [B, 1 + patches, hidden]."""
 
     def __init__(self, vit_config: object) -> None:
         super().__init__()
@@ -146,8 +146,8 @@ class ImageTokenizer(nn.Module):
         self.register_buffer("image_std", torch.tensor(IMAGENET_STD).reshape(1, 3, 1, 1), persistent=False)
 
     def forward(self, images: Tensor) -> Tensor:
-        normalised = (images - self.image_mean.to(images.dtype)) / self.image_std.to(images.dtype)
-        return self.model(normalised, interpolate_pos_encoding=True).last_hidden_state
+        normalized = (images - self.image_mean.to(images.dtype)) / self.image_std.to(images.dtype)
+        return self.model(normalized, interpolate_pos_encoding=True).last_hidden_state
 
 
 class TriplaneTokenizer(nn.Module):
@@ -183,7 +183,7 @@ class TriplaneUpsample(nn.Module):
 
 
 class TripoSRNetwork(nn.Module):
-    """Images [B, 3, S, S] in 0..1 (object on grey) -> triplanes [B, 3, C', 2P, 2P]; ``decoder`` decodes them."""
+    """Images [B, 3, S, S] in 0..1 (object on gray) -> triplanes [B, 3, C', 2P, 2P]; ``decoder`` decodes them."""
 
     def __init__(self, arch: TripoSRArchitecture, vit_config: object) -> None:
         super().__init__()

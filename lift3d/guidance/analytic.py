@@ -54,7 +54,7 @@ class AnalyticConfig(DistillationConfig):
     max_views: int = -1  # use at most this many references, evenly spread (-1: all)
     exclude_views: list = field(default_factory=list)  # frame indices of the split left out (the image-to-3D twin's input view)
     downscale: int = 1  # read the images downscaled by this integer factor (they are resized to the render size anyway)
-    background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # colour the RGBA references are composited on
+    background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # color the RGBA references are composited on
     view_angle_deg: float = 30.0  # references within this angle of the rendered camera form the conditional set
     num_train_timesteps: int = 1000  # T of the noise schedule (Stable Diffusion's scaled-linear betas)
     beta_start: float = 0.00085  # first beta of the schedule

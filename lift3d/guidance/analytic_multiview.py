@@ -59,7 +59,7 @@ def reference_tuples(directions: Tensor, n_views: int, tolerance_deg: float) -> 
 class AnalyticMultiviewConfig(AnalyticConfig):
     """The exact denoiser over tuples of a posed-image scene's views at fixed azimuth offsets."""
 
-    n_views: int = 4  # views of one object denoised together (consecutive renders of a batch, as data.n_view)
+    n_views: int = 4  # views of one object denoised together (consecutive renders of a batch, as data.n_views)
     tuple_tolerance_deg: float = 25.0  # drop reference tuples with a member farther than this from its ideal direction
 
 

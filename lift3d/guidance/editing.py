@@ -2,7 +2,7 @@
 
 An editor turns the current render of a training view into that view's new training target, given the
 view's original photo (Instruct-NeRF2NeRF's iterative dataset update). ``instruct-pix2pix`` does it with a
-diffusion model and a text instruction; ``analytic-edit`` is its offline twin: a fixed colour transform of
+diffusion model and a text instruction; ``analytic-edit`` is its offline twin: a fixed color transform of
 the photo (a 3x3 matrix and an offset), optionally blended with the render, so the editing loop runs and
 can be measured with no weights at all.
 """
@@ -40,14 +40,14 @@ class Editor(BaseModule):
         raise NotImplementedError
 
 
-def colour_transform(images: Tensor, matrix: Tensor, offset: Tensor) -> Tensor:
+def color_transform(images: Tensor, matrix: Tensor, offset: Tensor) -> Tensor:
     """``clamp(M rgb + b, 0, 1)`` per pixel: images [..., 3], matrix [3, 3] (rows are output channels), offset [3]."""
     return (images @ matrix.to(images).T + offset.to(images)).clamp(0, 1)
 
 
 @dataclass
 class AnalyticEditConfig(EditorConfig):
-    matrix: list = field(default_factory=lambda: [list(row) for row in BRONZE_MATRIX])  # 3x3 colour matrix (rows: output r, g, b)
+    matrix: list = field(default_factory=lambda: [list(row) for row in BRONZE_MATRIX])  # 3x3 color matrix (rows: output r, g, b)
     offset: list = field(default_factory=lambda: list(BRONZE_OFFSET))  # added after the matrix (RGB, 0..1)
     render_blend: float = 0.0  # weight of the current render in the edit (0: the transformed photo alone)
 
@@ -70,6 +70,6 @@ class AnalyticEditor(Editor):
 
     @torch.no_grad()
     def edit(self, render: Tensor, photo: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        edited = colour_transform(photo.float(), self.matrix, self.offset)
+        edited = color_transform(photo.float(), self.matrix, self.offset)
         blend = self.cfg.render_blend
         return edited if blend == 0 else (1 - blend) * edited + blend * render.float().clamp(0, 1)

@@ -32,7 +32,7 @@ def mvdream_camera(c2w: Tensor) -> Tensor:
     camera-to-world matrix with OpenGL camera axes (x right, y up, looking down -z) in a +z-up world,
     the camera on the unit sphere, flattened row-major; ``normalize_camera`` scales the translation to
     unit length, so the distance to the object is not part of the condition. lift3d's ``c2w`` has the
-    same axes and world up (``lift3d.cameras``), so only the normalisation applies: lift3d's azimuth
+    same axes and world up (``lift3d.cameras``), so only the normalization applies: lift3d's azimuth
     ``a`` (from +x towards +y) is MVDream's azimuth ``a + 90`` (MVDream's 0 looks from -y), as in
     threestudio's MVDream guidance, which passes its cameras the same way.
     """
@@ -48,7 +48,7 @@ def per_object_timesteps(sample: Callable[[int, torch.device], Tensor], n: int, 
     shared by its views (as MVDream is trained and sampled)."""
     if n % views:
         raise ValueError(f"the {guidance} guidance denoises {views} views of one object together: the batch of {n} renders "
-                         f"must be a multiple of {views} (set data.n_view={views} and data.batch_size to a multiple of it)")
+                         f"must be a multiple of {views} (set data.n_views={views} and data.batch_size to a multiple of it)")
     return sample(n // views, device).repeat_interleave(views)
 
 

@@ -26,7 +26,7 @@ from lift3d.saving import atomic_write_bytes
 log = logging.getLogger(__name__)
 
 DIRECTIONS = ("front", "side", "back", "overhead", "bottom")
-NEGATIVE_DIRECTIONS = ("front", "side", "back")  # the Perp-Neg negatives, centred at azimuth 0, 90, 180
+NEGATIVE_DIRECTIONS = ("front", "side", "back")  # the Perp-Neg negatives, centered at azimuth 0, 90, 180
 TextEncoderFactory = Callable[[torch.device, torch.dtype], Callable[[list[str]], Tensor]]
 
 
@@ -100,12 +100,12 @@ def view_weights(
 def perp_neg_weights(elevation_deg: Tensor, azimuth_deg: Tensor, overhead_angle: float, weight: float, decay: float) -> Tensor:
     """Weights [B, 3] of the negative prompts ``NEGATIVE_DIRECTIONS`` (zero for overhead/bottom views).
 
-    closeness = max(0, 1 - |azimuth - centre| / 90) with centres 0, 90, 180; weight * exp(-decay * closeness).
+    closeness = max(0, 1 - |azimuth - center| / 90) with centers 0, 90, 180; weight * exp(-decay * closeness).
     A view's own direction gets a small weight that has no effect: its perpendicular part is ~0.
     """
     azimuth = wrap_degrees(azimuth_deg.float()).abs()
-    centres = torch.arange(3, device=azimuth.device) * 90.0  # 0, 90, 180 (made on the device: no host copy)
-    closeness = (1 - (azimuth[:, None] - centres).abs() / 90.0).clamp_min(0)
+    centers = torch.arange(3, device=azimuth.device) * 90.0  # 0, 90, 180 (made on the device: no host copy)
+    closeness = (1 - (azimuth[:, None] - centers).abs() / 90.0).clamp_min(0)
     weights = weight * torch.exp(-decay * closeness)
     overhead, bottom = _polar_override(elevation_deg.float(), overhead_angle)
     return torch.where((overhead | bottom)[:, None], torch.zeros_like(weights), weights)

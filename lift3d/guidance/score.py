@@ -1,4 +1,4 @@
-"""Diffusion math as pure functions: noise schedules, parameterisations, guidance, the SDS gradient.
+"""Diffusion math as pure functions: noise schedules, parameterizations, guidance, the SDS gradient.
 
 Notation: ``alpha_bar`` is the cumulative product of (1 - beta) at a timestep, so the forward process
 is ``x_t = sqrt(alpha_bar) x_0 + sqrt(1 - alpha_bar) eps``. Per-sample scalars broadcast as
@@ -32,7 +32,7 @@ def add_noise(x0: Tensor, noise: Tensor, alpha_bar: Tensor) -> Tensor:
 
 
 def to_epsilon(output: Tensor, x_t: Tensor, alpha_bar: Tensor, prediction_type: str) -> Tensor:
-    """The noise estimate [B, ...] from a model's ``output`` in its parameterisation (scheduler config)."""
+    """The noise estimate [B, ...] from a model's ``output`` in its parameterization (scheduler config)."""
     a = per_sample(alpha_bar, x_t)
     if prediction_type == "epsilon":
         return output

@@ -30,7 +30,7 @@ from lift3d.guidance.score import classifier_free_guidance, to_epsilon
 from lift3d.registry import register
 
 CAMERA_EMBEDDINGS = ("zero123", "stable-zero123")
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # CLIP's image normalisation
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # CLIP's image normalization
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 

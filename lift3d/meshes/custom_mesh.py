@@ -1,7 +1,7 @@
 """A user's mesh as the geometry of a texturing stage (threestudio's ``custom-mesh``): the shape is
-fixed, only its texture field is optimised against the prompt.
+fixed, only its texture field is optimized against the prompt.
 
-The file (.obj, .glb, .gltf, .ply, ... through trimesh) is read once, normalised into a box and
+The file (.obj, .glb, .gltf, .ply, ... through trimesh) is read once, normalized into a box and
 rotated into lift3d's frame (+z up, front towards +x); exports undo that (``file_frame``), so they overlay
 the input file. Its vertices and faces are buffers rebuilt
 from the file, so checkpoints hold only the texture field.
@@ -25,8 +25,8 @@ from lift3d.registry import find, register
 @dataclass
 class CustomMeshConfig:
     path: str = ""  # the mesh file (.obj, .glb, .gltf, .ply, ...)
-    normalize: bool = True  # centre the bounding box at the origin and scale its largest half side to half_extent
-    half_extent: float = 0.5  # half side of the normalised box, scene units
+    normalize: bool = True  # center the bounding box at the origin and scale its largest half side to half_extent
+    half_extent: float = 0.5  # half side of the normalized box, scene units
     up_axis: str = "+y"  # the file's up axis (+y for glTF and most OBJ exports), mapped to world +z
     front_axis: str = "+z"  # the file's front axis, mapped to world +x (seen by the camera at azimuth 0)
     keep_uvs: bool = True  # exports bake into the file's own UVs when it has them (false: a new xatlas atlas)
@@ -39,13 +39,13 @@ class CustomMeshGeometry(BaseModule):
     """A fixed triangle mesh from a file with a learned texture field; ``forward()`` gives the mesh."""
 
     Config = CustomMeshConfig
-    fixed_geometry = True  # no trainable shape: the regularisers of the shape are constant
+    fixed_geometry = True  # no trainable shape: the regularizers of the shape are constant
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
         if not c.path:
-            raise ValueError("custom-mesh needs geometry.path: the .obj/.glb file whose texture is optimised")
+            raise ValueError("custom-mesh needs geometry.path: the .obj/.glb file whose texture is optimized")
         if not c.texture_type:
             raise ValueError("custom-mesh needs a texture field (geometry.texture_type, e.g. hash-grid-texture)")
         mesh, self.file_frame = load_mesh_in_frame(c.path, normalize=c.normalize, half_extent=c.half_extent,
@@ -79,7 +79,7 @@ class CustomMeshGeometry(BaseModule):
 
     @torch.no_grad()
     def texture_samples(self, n: int, seed: int = 0) -> tuple[Tensor, Tensor] | None:
-        """``n`` surface points [n, 3] (area-weighted) with the file's texture colour there [n, 3]; None when the
+        """``n`` surface points [n, 3] (area-weighted) with the file's texture color there [n, 3]; None when the
         file has no texture. A texturing stage fits its texture field to them before distilling."""
         if self.file_texture is None:
             return None
@@ -89,8 +89,8 @@ class CustomMeshGeometry(BaseModule):
         uv = interpolate_corners(self.file_uv.cpu()[self.file_uv_faces.cpu()], *draws) % 1.0  # repeat, as viewers wrap
         image = self.file_texture.cpu().permute(2, 0, 1)[None].float()  # [1, 3, H, W], row 0 at the top (v = 1)
         grid = torch.stack([uv[:, 0] * 2 - 1, (1 - uv[:, 1]) * 2 - 1], dim=-1)[None, None]  # [1, 1, n, 2]
-        colours = torch.nn.functional.grid_sample(image, grid, mode="bilinear", align_corners=False)[0, :, 0].T
-        return points.to(self.vertices), colours.clamp(0, 1).to(self.vertices)
+        colors = torch.nn.functional.grid_sample(image, grid, mode="bilinear", align_corners=False)[0, :, 0].T
+        return points.to(self.vertices), colors.clamp(0, 1).to(self.vertices)
 
     def isosurface(self) -> Mesh:
         return self()

@@ -1,7 +1,7 @@
 """DMTet geometry: a deformable tetrahedral grid with a signed distance per vertex, turned into a
 triangle mesh by marching tetrahedra at every step (Shen et al. 2021; Magic3D's refinement stage).
 
-The grid is made by ``tetgrid`` at ``grid_resolution`` cubes per axis. Colour comes from an optional
+The grid is made by ``tetgrid`` at ``grid_resolution`` cubes per axis. Color comes from an optional
 texture field (any registered part whose ``forward(points [N, 3]) -> [N, C]``), queried at surface
 points by the renderer's ``color_fn``. A previous NeRF stage converts in through
 ``initialize_from_density`` (the isosurface threshold carried over).
@@ -86,8 +86,8 @@ class DMTetGeometry(BaseModule):
         vertices, faces = marching_tets(self.deformed_vertices(), self.sdf, self.tets)
         if faces.shape[0] == 0:
             raise RuntimeError(
-                "dmtet: the SDF has no zero crossing on the grid, so the mesh is empty; initialise it "
-                "(shape_init: sphere, or initialize_from_density from a NeRF stage) or lower the SDF regularisers"
+                "dmtet: the SDF has no zero crossing on the grid, so the mesh is empty; initialize it "
+                "(shape_init: sphere, or initialize_from_density from a NeRF stage) or lower the SDF regularizers"
             )
         mesh = Mesh(vertices, faces)
         if self.cfg.fix_geometry:

@@ -1,5 +1,5 @@
 """Load a user's mesh (.obj, .glb, .gltf, .ply, ...) through trimesh as a ``Mesh`` for texturing stages:
-welded positions, UVs with their own index buffer, the base-colour texture, normalised to a box."""
+welded positions, UVs with their own index buffer, the base-color texture, normalized to a box."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from lift3d.meshes.mesh import Mesh
 
 @dataclass(frozen=True)
 class FileFrame:
-    """How a mesh file's coordinates became lift3d's: world = (rotation @ p - centre) * scale. Exports of a user's
+    """How a mesh file's coordinates became lift3d's: world = (rotation @ p - center) * scale. Exports of a user's
     mesh apply the inverse, so they overlay the input file exactly."""
 
     rotation: np.ndarray  # [3, 3] the file's up/front axes to world +z/+x
-    centre: np.ndarray  # [3] the rotated bounding box's centre (zero when not normalised)
-    scale: float  # 1 when not normalised
+    center: np.ndarray  # [3] the rotated bounding box's center (zero when not normalized)
+    scale: float  # 1 when not normalized
 
     def to_file(self, points: np.ndarray) -> np.ndarray:
         """World points [N, 3] back in the file's coordinates."""
-        return (np.asarray(points, np.float64) / self.scale + self.centre) @ self.rotation
+        return (np.asarray(points, np.float64) / self.scale + self.center) @ self.rotation
 
     def directions_to_file(self, directions: np.ndarray) -> np.ndarray:
         """World directions [N, 3] (normals) in the file's axes."""
@@ -47,7 +47,7 @@ def axis_rotation(up_axis: str = "+y", front_axis: str = "+z") -> np.ndarray:
 
 
 def _texture_image(visual) -> np.ndarray | None:
-    """The base-colour image of a trimesh TextureVisuals' material, as float [H, W, C] in 0..1."""
+    """The base-color image of a trimesh TextureVisuals' material, as float [H, W, C] in 0..1."""
     material = getattr(visual, "material", None)
     image = None
     for name in ("baseColorTexture", "image"):
@@ -77,9 +77,9 @@ def load_mesh_in_frame(
 ) -> tuple[Mesh, FileFrame]:
     """Read a mesh file into a ``Mesh`` (float32, CPU) and the ``FileFrame`` that placed it.
 
-    With ``normalize`` the bounding box is centred at the origin and scaled so its largest half side is
+    With ``normalize`` the bounding box is centered at the origin and scaled so its largest half side is
     ``half_extent`` (0.5: the unit box). Vertices split by trimesh at UV seams are welded back by
-    position (so the surface stays closed for rendering and regularisers) while UVs keep their own
+    position (so the surface stays closed for rendering and regularizers) while UVs keep their own
     index buffer. ``texture_path`` supplies (or overrides) the texture image, e.g. for an OBJ without
     an .mtl file.
     """
@@ -101,11 +101,11 @@ def load_mesh_in_frame(
     welded, inverse = np.unique(positions, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     faces = inverse[split_faces]
-    centre, scale = np.zeros(3), 1.0
+    center, scale = np.zeros(3), 1.0
     if normalize:
         low, high = welded.min(0), welded.max(0)
-        centre, scale = (low + high) / 2, half_extent / max((high - low).max() / 2, 1e-12)
-        welded = (welded - centre) * scale
+        center, scale = (low + high) / 2, half_extent / max((high - low).max() / 2, 1e-12)
+        welded = (welded - center) * scale
 
     visual = loaded.visual
     uv = getattr(visual, "uv", None) if getattr(visual, "kind", None) == "texture" else None
@@ -126,7 +126,7 @@ def load_mesh_in_frame(
 
     if uv is not None and texture is None and not uv_without_texture:
         uv = None  # UVs without a texture are of no use to the renderer (a texturing stage may bake into them)
-    frame = FileFrame(rotation, centre, float(scale))
+    frame = FileFrame(rotation, center, float(scale))
     return Mesh(
         vertices=tensor(welded, torch.float32),
         faces=tensor(faces, torch.long),

@@ -9,7 +9,7 @@ from torch import Tensor
 
 
 def face_normals(vertices: Tensor, faces: Tensor, unit: bool = True) -> Tensor:
-    """Normals [F, 3] of counter-clockwise triangles (right-hand rule); unnormalised ones are 2 x area long."""
+    """Normals [F, 3] of counter-clockwise triangles (right-hand rule); unnormalized ones are 2 x area long."""
     v0, v1, v2 = vertices[faces[:, 0]], vertices[faces[:, 1]], vertices[faces[:, 2]]
     n = torch.cross(v1 - v0, v2 - v0, dim=-1)
     return n / n.norm(dim=-1, keepdim=True).clamp_min(1e-20) if unit else n
@@ -26,7 +26,7 @@ def vertex_normals(vertices: Tensor, faces: Tensor) -> Tensor:
 
 @dataclass
 class Mesh:
-    """A triangle mesh in world space, with optional UV texture and per-vertex colours.
+    """A triangle mesh in world space, with optional UV texture and per-vertex colors.
 
     ``faces`` index welded ``vertices`` (so UV seams do not split the surface); UVs have their own
     index buffer ``uv_faces`` (as in OBJ files), so each face corner can carry its own UV.

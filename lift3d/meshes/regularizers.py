@@ -1,4 +1,4 @@
-"""Mesh regularisers for optimising surfaces (DMTet, vertex fitting): smoothness of normals and of
+"""Mesh regularizers for optimizing surfaces (DMTet, vertex fitting): smoothness of normals and of
 vertex positions, and the SDF sign-flip penalty that keeps DMTet from growing floaters."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def normal_consistency(vertices: Tensor, faces: Tensor, topology: EdgeTopology |
 
 
 def laplacian_smoothing(vertices: Tensor, faces: Tensor, topology: EdgeTopology | None = None) -> Tensor:
-    """Mean squared length of the uniform Laplacian ``v - mean(neighbours of v)`` over vertices that
-    have neighbours (0 for the interior of a regular planar grid); a scalar."""
+    """Mean squared length of the uniform Laplacian ``v - mean(neighbors of v)`` over vertices that
+    have neighbors (0 for the interior of a regular planar grid); a scalar."""
     topology = edge_topology(faces) if topology is None else topology
     i, j = topology.edges[:, 0], topology.edges[:, 1]
     summed = torch.zeros_like(vertices).index_add(0, i, vertices[j]).index_add(0, j, vertices[i])

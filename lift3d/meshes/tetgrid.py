@@ -1,6 +1,6 @@
 """A tetrahedral grid generated in code (no downloaded tet files): each cube of a regular grid is split
 into the 6 tetrahedra of its Kuhn (Freudenthal) triangulation, which all share the cube's main
-diagonal, so neighbouring cubes split their shared faces the same way and the grid is conforming."""
+diagonal, so neighboring cubes split their shared faces the same way and the grid is conforming."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def tet_edges(tets: Tensor) -> Tensor:
 
 def grid_edges(resolution: int, device: torch.device | str | None = None) -> Tensor:
     """Unique edges [E, 2] of ``tet_grid(resolution)`` built directly: in a Kuhn grid each vertex links
-    to its +x, +y, +z, face-diagonal and body-diagonal neighbours (corner sets nested in one cube)."""
+    to its +x, +y, +z, face-diagonal and body-diagonal neighbors (corner sets nested in one cube)."""
     n = resolution + 1
     index = torch.arange(n**3, device=device).view(n, n, n)
     edges = []

@@ -1,9 +1,9 @@
 """A texture field for mesh geometries: a hash grid and a small MLP from world points to material
-features (Magic3D's and ProlificDreamer's mesh stages colour the surface this way, not with a UV image).
+features (Magic3D's and ProlificDreamer's mesh stages color the surface this way, not with a UV image).
 
-Features are pre-activation, as a NeRF field's are: the material turns them into colour (e.g.
+Features are pre-activation, as a NeRF field's are: the material turns them into color (e.g.
 ``sigmoid(features[:, :3])``), so a mesh stage can share the materials of the NeRF stage before it.
-``fit_texture`` regresses the field onto colours given at points (a previous stage's albedo).
+``fit_texture`` regresses the field onto colors given at points (a previous stage's albedo).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def fit_texture(
     optimizer = torch.optim.Adam(params, lr=lr)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     loss = torch.zeros(())
-    with torch.enable_grad(), Stage(f"texture: fitting the texture field to {points.shape[0]} surface colours", steps,
+    with torch.enable_grad(), Stage(f"texture: fitting the texture field to {points.shape[0]} surface colors", steps,
                                     "steps") as stage:
         for _ in range(steps):
             index = torch.randint(0, points.shape[0], (min(batch_size, points.shape[0]),), generator=generator).to(points.device)
@@ -94,7 +94,7 @@ def fit_texture(
 def surface_samples(vertices: Tensor, faces: Tensor, n: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """``n`` draws uniform by area on the triangles ``faces`` [F, 3] of ``vertices`` [V, 3] (seeded): the face [n]
     and the weights (u, v) [n, 1] each of the triangle's second and third corner, so other per-corner values
-    (UVs, colours) can be interpolated at the same points."""
+    (UVs, colors) can be interpolated at the same points."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     tri = vertices.detach()[faces]  # [F, 3, 3]
     area = torch.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0], dim=-1).norm(dim=-1)

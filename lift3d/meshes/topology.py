@@ -1,4 +1,4 @@
-"""Edge connectivity of triangle meshes: shared by the antialiasing pass and the regularisers."""
+"""Edge connectivity of triangle meshes: shared by the antialiasing pass and the regularizers."""
 
 from __future__ import annotations
 

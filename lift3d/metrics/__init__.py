@@ -30,7 +30,7 @@ _taps: dict[tuple, Tensor] = {}
 
 
 def _gaussian_taps(size: int, sigma: float, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """The [size] normalised 1-D Gaussian, built once per shape, device and dtype (a training loss calls SSIM every
+    """The [size] normalized 1-D Gaussian, built once per shape, device and dtype (a training loss calls SSIM every
     step; rebuilding it cost seven small kernel launches each time)."""
     key = (size, sigma, device, dtype)
     taps = _taps.get(key)
@@ -45,7 +45,7 @@ _windows: dict[tuple, Tensor] = {}
 
 
 def _gaussian_window(size: int, sigma: float, channels: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """The [channels, 1, size, size] normalised Gaussian kernel (the outer product of the 1-D one), built once."""
+    """The [channels, 1, size, size] normalized Gaussian kernel (the outer product of the 1-D one), built once."""
     key = (size, sigma, channels, device, dtype)
     window = _windows.get(key)
     if window is None:

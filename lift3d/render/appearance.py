@@ -1,8 +1,8 @@
-"""Per-photo appearance: a colour transform per training photo, applied to the render before the photometric loss.
+"""Per-photo appearance: a color transform per training photo, applied to the render before the photometric loss.
 
 Photos of a real capture differ in exposure, white balance and tone (auto-exposure, several cameras, clouds).
-A model that must match every photo with one radiance either averages them (a flat, blurred colour) or bakes the
-differences into floaters in front of the cameras. Each training photo ``i`` gets an affine colour transform
+A model that must match every photo with one radiance either averages them (a flat, blurred color) or bakes the
+differences into floaters in front of the cameras. Each training photo ``i`` gets an affine color transform
 ``rgb' = M_i rgb + b_i`` (3x3 matrix and offset, NeRF-W / nerfstudio / gsplat's ``app_opt`` in their simplest
 form), stored as its offset from the identity so that weight decay pulls it back to the identity; the scene is
 then learnt in the look of the average photo.
@@ -30,7 +30,7 @@ EVAL_MODES = ("left-half", "mean")
 
 @dataclass
 class AppearanceConfig:
-    """Whether training photos get their own colour transform, and how held-out photos are then scored.
+    """Whether training photos get their own color transform, and how held-out photos are then scored.
 
     ``enabled=auto`` (what the reconstruct recipes set) is on for real captures (COLMAP, nerfstudio / instant-ngp,
     photo folders, videos) and off for Blender-layout objects. ``eval=left-half`` fits an affine transform on a
@@ -57,7 +57,7 @@ def apply_affine(rgb: Tensor, affine: Tensor) -> Tensor:
 
 
 def clip_straight_through(rgb: Tensor) -> Tensor:
-    """``rgb`` clipped to 0..1 as a camera clips its colours, with gradients passed as if unclipped: a pixel pushed
+    """``rgb`` clipped to 0..1 as a camera clips its colors, with gradients passed as if unclipped: a pixel pushed
     past 1 by a bright photo's gain matches that photo's saturated 1, while a render above 1 that should be darker
     still gets a gradient (a plain clamp would give it none)."""
     return rgb + (rgb.clamp(0.0, 1.0) - rgb).detach()
@@ -78,14 +78,14 @@ def fit_affine(prediction: Tensor, target: Tensor, ridge: float = 1e-3) -> Tenso
 def held_out_scores(prediction: Tensor, target: Tensor, mode: str = "left-half", ridge: float = 1e-3,
                     mask: Tensor | None = None) -> Tensor:
     """PSNR and SSIM [B, 2] of renders ``prediction`` [B, H, W, 3] of held-out photos ``target`` [B, H, W, 3] when
-    training photos had their own colour transforms, over the pixels of ``mask`` [B, H, W, 1] when given (a photo's
+    training photos had their own color transforms, over the pixels of ``mask`` [B, H, W, 1] when given (a photo's
     own pixels in a padded batch, less ignored ones). The protocol (``mode``):
 
-    - ``left-half`` (NeRF-W's): an affine colour transform is fitted in closed form (least squares of render against
+    - ``left-half`` (NeRF-W's): an affine color transform is fitted in closed form (least squares of render against
       photo, a ``ridge`` pull towards the identity) on the left half of each held-out photo (the columns left of
       the middle of its pixels), applied to the render, and PSNR / SSIM are computed on the right half only: no
       pixel scored informed the fit.
-    - ``mean``: the mean training transform, which is the identity (``PhotoAppearance`` centres them), that is the
+    - ``mean``: the mean training transform, which is the identity (``PhotoAppearance`` centers them), that is the
       render as it is, scored on the whole photo; nothing of the held-out photo is used.
 
     Renders are clipped to 0..1 before the fit and after the transform, as the plain scores are."""
@@ -123,10 +123,10 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
 
 # ----------------------------------------------------------------------------------- the state
 class PhotoAppearance(BaseModule):
-    """One affine colour transform per training photo, as its offset ``delta`` [N, 3, 4] from the identity (zero:
+    """One affine color transform per training photo, as its offset ``delta`` [N, 3, 4] from the identity (zero:
     the identity; weight decay on the optimizer group ``appearance`` pulls it back there). Empty (N = 0) until
     ``resize`` is called with the number of training photos, and then the identity everywhere: an empty one
-    changes nothing and has no parameters to optimise."""
+    changes nothing and has no parameters to optimize."""
 
     Config = AppearanceConfig
 
@@ -157,9 +157,9 @@ class PhotoAppearance(BaseModule):
     def affines(self, index: Tensor) -> Tensor:
         """The transforms [B, 3, 4] of training photos ``index`` [B]: the identity plus each photo's offset less the
         mean offset. The mean transform is the identity by construction, so the scene keeps the look of the average
-        photo (without it, every transform and the scene's colours could drift together with no change in the loss)."""
-        centred = self.delta.index_select(0, index.to(self.delta.device).long()) - self.delta.mean(0)
-        return centred + torch.eye(3, 4, device=self.delta.device)
+        photo (without it, every transform and the scene's colors could drift together with no change in the loss)."""
+        centered = self.delta.index_select(0, index.to(self.delta.device).long()) - self.delta.mean(0)
+        return centered + torch.eye(3, 4, device=self.delta.device)
 
     def forward(self, rgb: Tensor, index: Tensor | None) -> Tensor:
         """Renders ``rgb`` [B, ..., 3] of training photos ``index`` [B] in those photos' look (clipped to 0..1 as the

@@ -1,7 +1,7 @@
-"""Backgrounds: the colour seen where rays leave the scene, as a function of the ray direction.
+"""Backgrounds: the color seen where rays leave the scene, as a function of the ray direction.
 
 Called as ``background(dirs [B, ..., 3]) -> [B, ..., 3]``. The leading dimension is the batch of views:
-random-colour augmentation draws one colour per view (per call for a flat ray batch passed as [1, N, 3]).
+random-color augmentation draws one color per view (per call for a flat ray batch passed as [1, N, 3]).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lift3d.registry import register
 
 
 def random_color_augment(colors: Tensor, probability: float, group: int = 1) -> Tensor:
-    """With ``probability`` per view (leading dim), replace the view's background by one random colour;
+    """With ``probability`` per view (leading dim), replace the view's background by one random color;
     ``group`` consecutive views share the draw (the views of one object for multi-view guidance)."""
     if probability <= 0:
         return colors
@@ -35,17 +35,17 @@ def random_color_augment(colors: Tensor, probability: float, group: int = 1) -> 
 
 @dataclass
 class SolidColorConfig:
-    """One colour everywhere."""
+    """One color everywhere."""
 
     color: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB in 0..1
-    learned: bool = False  # optimise the colour
-    random_probability: float = 0.0  # training: chance per view of a random colour instead (augmentation)
-    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_view: one per object, as threestudio's MVDream)
+    learned: bool = False  # optimize the color
+    random_probability: float = 0.0  # training: chance per view of a random color instead (augmentation)
+    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
 
 
 @register("solid-color")
 class SolidColorBackground(BaseModule):
-    """A fixed (or learned) colour, optionally randomised per view while training."""
+    """A fixed (or learned) color, optionally randomised per view while training."""
 
     Config = SolidColorConfig
 
@@ -68,21 +68,21 @@ class SolidColorBackground(BaseModule):
 
 @dataclass
 class NeuralEnvironmentConfig:
-    """A small MLP from view direction to colour (an environment map learned with the scene)."""
+    """A small MLP from view direction to color (an environment map learned with the scene)."""
 
     encoding: str = "spherical_harmonics"  # spherical_harmonics or frequency
     sh_degree: int = 3  # degree when encoding is spherical_harmonics
     n_frequencies: int = 4  # frequencies when encoding is frequency
     hidden_dim: int = 32  # MLP width
     n_hidden_layers: int = 2  # MLP hidden layers
-    random_probability: float = 0.5  # training: chance per view of a random solid colour instead (augmentation)
-    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_view: one per object, as threestudio's MVDream)
+    random_probability: float = 0.5  # training: chance per view of a random solid color instead (augmentation)
+    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
     eval_color: list = field(default_factory=list)  # outside training: this RGB instead of the network ([]: the network)
 
 
 @register("neural-environment")
 class NeuralEnvironmentBackground(BaseModule):
-    """rgb = sigmoid(MLP(encode(direction))), with random-colour augmentation while training."""
+    """rgb = sigmoid(MLP(encode(direction))), with random-color augmentation while training."""
 
     Config = NeuralEnvironmentConfig
 

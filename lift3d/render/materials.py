@@ -1,8 +1,8 @@
-"""Materials: how a field's features become colour at a sample.
+"""Materials: how a field's features become color at a sample.
 
 Every material is called as ``material(features [N, C], view_dirs [N, 3], normals [N, 3] | None,
 positions [N, 3], light_positions [N, 3] | None, shading=None) -> rgb [N, 3]`` and offers
-``albedo(features) -> [N, 3]`` (view- and light-independent colour, for mesh textures).
+``albedo(features) -> [N, 3]`` (view- and light-independent color, for mesh textures).
 ``requires_normals`` tells the renderer whether it must compute normals.
 """
 
@@ -32,15 +32,15 @@ def lambertian(albedo: Tensor, normals: Tensor, light_dirs: Tensor, ambient: Ten
 
 @dataclass
 class EmissionConfig:
-    """Colour is the features themselves."""
+    """Color is the features themselves."""
 
-    n_input_dims: int = 3  # features used (the first three are the colour)
+    n_input_dims: int = 3  # features used (the first three are the color)
     color_activation: str = "sigmoid"  # applied to the features: sigmoid or none
 
 
 @register("emission")
 class EmissionMaterial(BaseModule):
-    """Unlit colour: rgb = activation(features[:, :3])."""
+    """Unlit color: rgb = activation(features[:, :3])."""
 
     Config = EmissionConfig
     requires_normals = False
@@ -126,7 +126,7 @@ class DiffuseMaterial(BaseModule):
 
 @dataclass
 class NormalShadingConfig:
-    """Colour shows the normal."""
+    """Color shows the normal."""
 
     space: str = "world"  # world normals mapped (n + 1) / 2
 
@@ -150,7 +150,7 @@ class NormalShadingMaterial(BaseModule):
 
 @dataclass
 class NeuralRadianceConfig:
-    """View-dependent colour: an MLP on features + spherical harmonics of the view direction (Instant-NGP)."""
+    """View-dependent color: an MLP on features + spherical harmonics of the view direction (Instant-NGP)."""
 
     n_input_dims: int = 15  # feature dims taken from the field (the field's n_feature_dims)
     sh_degree: int = 4  # spherical-harmonic degree of the view-direction encoding (degree**2 values)
@@ -161,7 +161,7 @@ class NeuralRadianceConfig:
 
 @register("neural-radiance")
 class NeuralRadianceMaterial(BaseModule):
-    """rgb = sigmoid(MLP([features, SH(ray direction)])): reconstruction's view-dependent colour."""
+    """rgb = sigmoid(MLP([features, SH(ray direction)])): reconstruction's view-dependent color."""
 
     Config = NeuralRadianceConfig
     requires_normals = False
@@ -180,9 +180,9 @@ class NeuralRadianceMaterial(BaseModule):
         return activation(self.cfg.color_activation, h)
 
     def albedo(self, features: Tensor, view_dirs: Tensor | None = None) -> Tensor:
-        """Colour seen along ``view_dirs``; without them, the mean over the six axis directions (a diffuse estimate)."""
+        """Color seen along ``view_dirs``; without them, the mean over the six axis directions (a diffuse estimate)."""
         if view_dirs is not None:
             return self.forward(features, view_dirs)
         axes = torch.cat([torch.eye(3), -torch.eye(3)]).to(features)
-        colours = [self.forward(features, axis.expand(features.shape[0], 3)) for axis in axes]
-        return torch.stack(colours).mean(0)
+        colors = [self.forward(features, axis.expand(features.shape[0], 3)) for axis in axes]
+        return torch.stack(colors).mean(0)

@@ -2,9 +2,9 @@
 camera optimizer), for captures whose poses come from structure from motion and are off by a fraction of a degree.
 
 Each training photo ``i`` gets a 6-vector ``delta_i = (t, w)``, zero to start with: ``w`` an axis-angle rotation
-(radians) about the camera's own centre, ``t`` a shift of that centre in units of the scene extent, both in world
+(radians) about the camera's own center, ``t`` a shift of that center in units of the scene extent, both in world
 axes. The corrected camera-to-world is ``[exp(w) R | c + extent * t]`` for a given ``[R | c]`` (SO(3) x R^3, as
-nerfstudio's default; a rotation about the camera centre is the same family as gsplat's right-multiplied correction,
+nerfstudio's default; a rotation about the camera center is the same family as gsplat's right-multiplied correction,
 written in world axes so that OpenGL and OpenCV conventions never enter). Held-out photos have no correction: they
 are rendered and scored at their given poses, so a better score means a better scene, not a pose fitted to the view.
 """
@@ -82,7 +82,7 @@ def rotation_error_deg(R_a: Tensor, R_b: Tensor) -> Tensor:
 
 def correct_c2w(c2w: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Tensor:
     """Camera-to-world matrices [B, 4, 4] of ``c2w`` [B, 4, 4] corrected by ``delta`` [B, 6] (t, w): rotated by exp(w)
-    about their own centres, centres shifted by ``extent`` x t (see the module docstring)."""
+    about their own centers, centers shifted by ``extent`` x t (see the module docstring)."""
     rotation = so3_exp(delta[:, 3:].to(c2w.dtype))
     top = torch.cat([rotation @ c2w[:, :3, :3], c2w[:, :3, 3:] + (extent * delta[:, :3]).to(c2w.dtype)[..., None]], -1)
     return torch.cat([top, c2w[:, 3:]], dim=1)
@@ -90,11 +90,11 @@ def correct_c2w(c2w: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Ten
 
 def correct_viewmats(viewmats: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Tensor:
     """``correct_c2w`` on world-to-camera matrices [B, 4, 4] (any camera axes: the correction acts in world axes),
-    without an inverse: ``[A | b]`` becomes ``[A exp(w)^T | -A exp(w)^T (c + extent t)]`` with centre ``c = -A^T b``."""
+    without an inverse: ``[A | b]`` becomes ``[A exp(w)^T | -A exp(w)^T (c + extent t)]`` with center ``c = -A^T b``."""
     A, b = viewmats[:, :3, :3], viewmats[:, :3, 3:]
-    centre = -(A.transpose(1, 2) @ b) + (extent * delta[:, :3]).to(viewmats.dtype)[..., None]
+    center = -(A.transpose(1, 2) @ b) + (extent * delta[:, :3]).to(viewmats.dtype)[..., None]
     rotated = A @ so3_exp(delta[:, 3:].to(viewmats.dtype)).transpose(1, 2)
-    return torch.cat([torch.cat([rotated, -(rotated @ centre)], -1), viewmats[:, 3:]], dim=1)
+    return torch.cat([torch.cat([rotated, -(rotated @ center)], -1), viewmats[:, 3:]], dim=1)
 
 
 def correct_cameras(cameras: Cameras, delta: Tensor, extent: float | Tensor = 1.0) -> Cameras:
@@ -118,7 +118,7 @@ def resolve_enabled(enabled: Any, capture_format: str | None) -> bool:
 # ----------------------------------------------------------------------------------- the state
 class PoseCorrections(BaseModule):
     """One pose correction per training photo, ``delta`` [N, 6] (zero: the given pose; applied less their mean, see
-    ``centred``), and ``extent``, the unit of its shifts. Empty (N = 0, and frozen: no gradient and no optimizer
+    ``centered``), and ``extent``, the unit of its shifts. Empty (N = 0, and frozen: no gradient and no optimizer
     group) until ``resize`` gives it the number of training photos. Only training photos named by a batch's
     ``index`` are corrected; held-out photos keep their given poses."""
 
@@ -167,9 +167,9 @@ class PoseCorrections(BaseModule):
         an index (validation and test views)."""
         if not self.active or index is None:
             return cameras
-        return correct_cameras(cameras, self.centred(index.to(self.delta.device).long()), self.extent)
+        return correct_cameras(cameras, self.centered(index.to(self.delta.device).long()), self.extent)
 
-    def centred(self, index: Tensor | None = None) -> Tensor:
+    def centered(self, index: Tensor | None = None) -> Tensor:
         """The corrections [B, 6] of training photos ``index`` [B] (all when None) less the mean correction: the
         training cameras as a whole cannot drift (their mean correction is zero), so they stay in the frame of the
         held-out photos, whose given poses are the scene's reference; without it the scene and every training pose
@@ -181,7 +181,7 @@ class PoseCorrections(BaseModule):
         """All training poses [N, 4, 4] (in photo order) corrected: what the refinement learnt."""
         if not self.active:
             return c2w
-        return correct_c2w(c2w, self.centred().detach().to(c2w.device), self.extent.to(c2w.device))
+        return correct_c2w(c2w, self.centered().detach().to(c2w.device), self.extent.to(c2w.device))
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
         """Take the checkpoint's number of corrections (a run evaluated or exported without set-up has none yet); a

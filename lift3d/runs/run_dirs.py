@@ -1,4 +1,4 @@
-"""Run folders: where a trial writes, which trial a checkpoint belongs to, and a trained system loaded back.
+"""Run folders: where a run writes, which run a checkpoint belongs to, and a trained system loaded back.
 
 Below both the runner and the viewer (and the commands that export or view a finished run), so none of them
 has to import another to find a run's files.
@@ -18,10 +18,10 @@ from lift3d.config import ConfigError, ExperimentConfig, to_yaml
 from lift3d.registry import find
 from lift3d.saving import OutputSaver
 
-TRIAL_DIR_ENV = "LIFT3D_TRIAL_DIR"  # rank 0's trial folder, read by the DDP ranks Lightning starts (they re-run the command)
+RUN_DIR_ENV = "LIFT3D_RUN_DIR"  # rank 0's run folder, read by the DDP ranks Lightning starts (they re-run the command)
 
 
-def trial_dir_name(cfg: ExperimentConfig) -> Path:
+def run_dir_name(cfg: ExperimentConfig) -> Path:
     """``<output_root>/<name>/<tag>@<timestamp>/`` (without the timestamp when use_timestamp is off), not created."""
     tag = (cfg.tag or "run").replace("/", "_").replace(" ", "_")[:80]
     if cfg.use_timestamp:
@@ -29,10 +29,10 @@ def trial_dir_name(cfg: ExperimentConfig) -> Path:
     return Path(cfg.output_root) / cfg.name / tag
 
 
-def make_trial_dir(cfg: ExperimentConfig) -> Path:
-    """Create and return the folder of ``trial_dir_name``, exclusively: when another run has it (started in the same
+def make_run_dir(cfg: ExperimentConfig) -> Path:
+    """Create and return the folder of ``run_dir_name``, exclusively: when another run has it (started in the same
     second, or the same tag without timestamps) this run takes ``<folder>-1``, ``-2``, ..., never a shared one."""
-    base = trial_dir_name(cfg)
+    base = run_dir_name(cfg)
     parent, tag = base.parent, base.name
     parent.mkdir(parents=True, exist_ok=True)
     for suffix in range(10_000):
@@ -45,22 +45,22 @@ def make_trial_dir(cfg: ExperimentConfig) -> Path:
     raise ConfigError(f"{parent} holds 10000 runs tagged {tag!r}: give this run another tag= or output_root=")
 
 
-def trial_dir_of_checkpoint(path: str | Path) -> Path | None:
-    """The trial folder a checkpoint lives in (``<trial>/ckpts/x.ckpt``), if it does."""
+def run_dir_of_checkpoint(path: str | Path) -> Path | None:
+    """The run folder a checkpoint lives in (``<run>/ckpts/x.ckpt``), if it does."""
     path = Path(path).resolve()
     if path.parent.name == "ckpts" and (path.parent.parent / "configs").is_dir():
         return path.parent.parent
     return None
 
 
-def write_configs(trial_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str]) -> None:
+def write_configs(run_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str]) -> None:
     """``configs/``: the parsed config, copies of the YAML files it came from, and the overrides (if any)."""
-    configs = trial_dir / "configs"
+    configs = run_dir / "configs"
     configs.mkdir(parents=True, exist_ok=True)
     OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
     for path in config_paths:
         target = configs / Path(path).name
-        if Path(path).resolve() != target.resolve():  # resuming from the trial's own configs/parsed.yaml
+        if Path(path).resolve() != target.resolve():  # resuming from the run's own configs/parsed.yaml
             shutil.copyfile(path, target)
     if overrides:
         OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
@@ -74,10 +74,10 @@ def process_rank() -> int:
     return 0
 
 
-def shared_trial_dir() -> Path | None:
-    """In a DDP rank other than 0: the trial folder rank 0 chose (its timestamp may differ from ours)."""
-    if process_rank() > 0 and os.environ.get(TRIAL_DIR_ENV):
-        return Path(os.environ[TRIAL_DIR_ENV])
+def shared_run_dir() -> Path | None:
+    """In a DDP rank other than 0: the run folder rank 0 chose (its timestamp may differ from ours)."""
+    if process_rank() > 0 and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV])
     return None
 
 

@@ -1,4 +1,4 @@
-"""Runs an experiment: trial folder, Lightning trainer, loggers, checkpoints, resume, RNG state."""
+"""Runs an experiment: run folder, Lightning trainer, loggers, checkpoints, resume, RNG state."""
 
 from __future__ import annotations
 
@@ -28,17 +28,17 @@ from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.runs import run_dirs
 from lift3d.runs.run_dirs import (
-    TRIAL_DIR_ENV,
+    RUN_DIR_ENV,
     process_rank,
-    shared_trial_dir,
-    trial_dir_name,
-    trial_dir_of_checkpoint,
+    run_dir_name,
+    run_dir_of_checkpoint,
+    shared_run_dir,
     write_configs,
 )
 from lift3d.runs.trainer_checks import check_trainer
 
 log = logging.getLogger("lift3d")
-# the callbacks a caller adds to a training run, given its config and trial folder (the commands add the live viewer)
+# the callbacks a caller adds to a training run, given its config and run folder (the commands add the live viewer)
 CallbackFactory = Callable[[ExperimentConfig, Path], Sequence[Callback]]
 
 
@@ -67,14 +67,14 @@ class RNGStateCallback(Callback):
 
 
 class AnnounceCallback(Callback):
-    """Says once where the trial writes, so users can find their results."""
+    """Says once where the run writes, so users can find their results."""
 
-    def __init__(self, trial_dir: Path) -> None:
-        self.trial_dir = trial_dir
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero:
-            print(f"lift3d: writing to {self.trial_dir}", flush=True)
+            print(f"lift3d: writing to {self.run_dir}", flush=True)
 
 
 def _device_count(devices: Any) -> int:
@@ -102,7 +102,7 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     return precision
 
 
-def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: Any = None,
+def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: Any = None,
                   signals: StopSignals | None = None, callbacks: Sequence[Callback] = ()) -> L.Trainer:
     """A Lightning trainer for ``cfg``; ``devices`` overrides the config (the CLI's --gpus). With ``signals`` (the
     runner's), SIGINT / SIGTERM stop training at the end of a step with a checkpoint of it. ``callbacks`` are added
@@ -118,7 +118,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         every = cfg.checkpoint.every_n_train_steps
         callbacks += [
             ModelCheckpoint(
-                dirpath=trial_dir / "ckpts",
+                dirpath=run_dir / "ckpts",
                 filename="step{step:07d}",
                 auto_insert_metric_name=False,
                 every_n_train_steps=every if every > 0 else None,
@@ -132,19 +132,19 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
                 enable_version_counter=False,
             ),
             RNGStateCallback(),
-            AnnounceCallback(trial_dir),
-            ProgressFileCallback(trial_dir),
+            AnnounceCallback(run_dir),
+            ProgressFileCallback(run_dir),
         ]
         if cfg.checkpoint.every_n_minutes < 0:
             raise ConfigError(f"checkpoint.every_n_minutes must be >= 0 (0: off), got {cfg.checkpoint.every_n_minutes}")
-        callbacks.append(StopAndSaveCallback(signals or StopSignals(), trial_dir / "ckpts", cfg.checkpoint.save_last,
+        callbacks.append(StopAndSaveCallback(signals or StopSignals(), run_dir / "ckpts", cfg.checkpoint.save_last,
                                              cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
         callbacks += extra_callbacks
         from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
         kwargs["logger"] = [
-            TensorBoardLogger(save_dir=str(trial_dir), name="tb_logs", version="", default_hp_metric=False),
-            CSVLogger(save_dir=str(trial_dir), name="csv_logs", version=""),
+            TensorBoardLogger(save_dir=str(run_dir), name="tb_logs", version="", default_hp_metric=False),
+            CSVLogger(save_dir=str(run_dir), name="csv_logs", version=""),
         ]
         if tcfg.val_check_interval > 0:
             kwargs["val_check_interval"] = tcfg.val_check_interval
@@ -173,7 +173,7 @@ def build_trainer(cfg: ExperimentConfig, trial_dir: Path, train: bool, devices: 
         deterministic=tcfg.deterministic,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
-        default_root_dir=str(trial_dir),
+        default_root_dir=str(run_dir),
         enable_checkpointing=train,
         use_distributed_sampler=False,  # training samples per step and rank; evaluation runs on rank 0 (one writer)
         **kwargs,
@@ -229,7 +229,7 @@ def run_experiment(
     devices: Any = None,
     callbacks: CallbackFactory | None = None,
 ) -> Path:
-    """Run ``mode`` (train, validate, test, export) and return the trial folder. ``callbacks(cfg, trial_dir)``
+    """Run ``mode`` (train, validate, test, export) and return the run folder. ``callbacks(cfg, run_dir)``
     gives the callbacks to add to a training run (the commands' live viewer); the runner adds none of its own."""
     if mode not in ("train", "validate", "test", "export"):
         raise ValueError(f"unknown mode {mode!r}")
@@ -240,33 +240,33 @@ def run_experiment(
     if cfg.resume:
         check_recipe(load_checkpoint(cfg.resume), cfg.system_type, cfg.resume)
     # a resumed run continues in its checkpoint's folder; DDP ranks > 0 use rank 0's; a new run gets a folder of its own
-    trial_dir = (trial_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or shared_trial_dir()
+    run_dir = (run_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or shared_run_dir()
     if process_rank() == 0:
         try:
-            trial_dir = trial_dir or run_dirs.make_trial_dir(cfg)  # through the module: tests redirect it
-            os.environ[TRIAL_DIR_ENV] = str(trial_dir)  # for the DDP ranks launched from this process
-            trial_dir.mkdir(parents=True, exist_ok=True)
+            run_dir = run_dir or run_dirs.make_run_dir(cfg)  # through the module: tests redirect it
+            os.environ[RUN_DIR_ENV] = str(run_dir)  # for the DDP ranks launched from this process
+            run_dir.mkdir(parents=True, exist_ok=True)
             if mode == "train":
-                write_configs(trial_dir, cfg, config_paths, overrides)
+                write_configs(run_dir, cfg, config_paths, overrides)
         except OSError as error:
-            raise ConfigError(f"cannot write the run's folder {trial_dir or Path(cfg.output_root) / cfg.name}: "
+            raise ConfigError(f"cannot write the run's folder {run_dir or Path(cfg.output_root) / cfg.name}: "
                               f"{error.strerror or error}; set output_root= to a folder you can write") from None
-    elif trial_dir is None:  # a rank started by an outside launcher (torchrun): rank 0's name, which it creates
-        trial_dir = trial_dir_name(cfg)
+    elif run_dir is None:  # a rank started by an outside launcher (torchrun): rank 0's name, which it creates
+        run_dir = run_dir_name(cfg)
     train = mode == "train"
     signals = StopSignals()
-    extra = list(callbacks(cfg, trial_dir)) if callbacks is not None and train else []
-    trainer = build_trainer(cfg, trial_dir, train=train, devices=devices if train else (devices or 1), signals=signals,
+    extra = list(callbacks(cfg, run_dir)) if callbacks is not None and train else []
+    trainer = build_trainer(cfg, run_dir, train=train, devices=devices if train else (devices or 1), signals=signals,
                             callbacks=extra)
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
-    system.set_save_dir(trial_dir / "save")
+    system.set_save_dir(run_dir / "save")
     if mode == "train" and process_rank() == 0 and hasattr(datamodule, "write_records"):
-        datamodule.write_records(trial_dir)  # what the data module read (a capture's split, its normalisation)
+        datamodule.write_records(run_dir)  # what the data module read (a capture's split, its normalization)
     with signals:
         try:
             if mode == "train":
-                _train(cfg, trial_dir, trainer, system, datamodule)
+                _train(cfg, run_dir, trainer, system, datamodule)
             elif mode == "validate":
                 trainer.validate(system, datamodule=datamodule, ckpt_path=cfg.resume)
             elif mode == "test":
@@ -274,28 +274,28 @@ def run_experiment(
         except (StopRequested, KeyboardInterrupt, SystemExit) as error:
             if not signals.signum:
                 raise
-            raise _interrupted(error, signals.signum, trial_dir, train, process_rank() == 0) from None
-    return trial_dir
+            raise _interrupted(error, signals.signum, run_dir, train, process_rank() == 0) from None
+    return run_dir
 
 
-def _train(cfg: ExperimentConfig, trial_dir: Path, trainer: L.Trainer, system: Any, datamodule: Any) -> None:
+def _train(cfg: ExperimentConfig, run_dir: Path, trainer: L.Trainer, system: Any, datamodule: Any) -> None:
     trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
     if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
-        tester = build_trainer(cfg, trial_dir, train=False, devices=1)
+        tester = build_trainer(cfg, run_dir, train=False, devices=1)
         aftercare.attempt("the test renders", tester.test, system, datamodule=datamodule)
     if trainer.is_global_zero:
         status = "interrupted" if trainer.interrupted else "finished"
-        last = trial_dir / "ckpts" / "last.ckpt"
-        update_progress(trial_dir, status=status, problems=aftercare.problems(), checkpoint=str(last) if last.is_file() else None)
+        last = run_dir / "ckpts" / "last.ckpt"
+        update_progress(run_dir, status=status, problems=aftercare.problems(), checkpoint=str(last) if last.is_file() else None)
 
 
-def _interrupted(error: BaseException, signum: int, trial_dir: Path, train: bool, rank_zero: bool) -> Interrupted:
+def _interrupted(error: BaseException, signum: int, run_dir: Path, train: bool, rank_zero: bool) -> Interrupted:
     """What a stop signal left: the checkpoint written at the step boundary, or (stopped at once: a second signal, or
     outside the training loop) the newest checkpoint on disk. Rank 0 records it in progress.json."""
     if isinstance(error, StopRequested):
         checkpoint, step = error.checkpoint, error.step
     elif train:
-        checkpoint = newest_checkpoint(trial_dir / "ckpts")
+        checkpoint = newest_checkpoint(run_dir / "ckpts")
         step = checkpoint_step(checkpoint)
     else:
         checkpoint, step = None, None
@@ -303,6 +303,6 @@ def _interrupted(error: BaseException, signum: int, trial_dir: Path, train: bool
         from lift3d.interrupts import SIGNAL_NAMES
 
         reached = {"step": step} if isinstance(error, StopRequested) else {}  # else the callback wrote the step reached
-        update_progress(trial_dir, status="interrupted", **reached, checkpoint=str(checkpoint) if checkpoint else None,
+        update_progress(run_dir, status="interrupted", **reached, checkpoint=str(checkpoint) if checkpoint else None,
                         checkpoint_step=step, signal=SIGNAL_NAMES.get(signum, str(signum)), error=None)
-    return Interrupted(signum, step, checkpoint, trial_dir if train else None, quiet=not rank_zero)
+    return Interrupted(signum, step, checkpoint, run_dir if train else None, quiet=not rank_zero)

@@ -1,6 +1,6 @@
 """Checks of an experiment's ``trainer``, ``checkpoint`` and ``viewer`` values before Lightning sees them.
 
-Lightning refuses bad values itself, but late (after the trial folder is made) and in its own words (a negative
+Lightning refuses bad values itself, but late (after the run folder is made) and in its own words (a negative
 ``max_steps``, ``--gpus`` on a machine without CUDA, an unknown strategy): these checks say which lift3d key or
 flag is wrong and what to set instead, as a ``ConfigError`` (one line, exit code 2)."""
 

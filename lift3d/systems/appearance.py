@@ -64,7 +64,7 @@ class AppearanceHooks:
             self.appearance.resize(0)
             return
         if self.appearance.setup_for(fmt, len(train)):
-            log.info("per-photo appearance on (%s capture): %d colour transforms; held-out photos scored with "
+            log.info("per-photo appearance on (%s capture): %d color transforms; held-out photos scored with "
                      "appearance.eval=%s", fmt or "this", len(train), self.appearance.cfg.eval)
 
     def appearance_index(self, batch: dict[str, Any]) -> Tensor | None:

@@ -138,7 +138,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     # ----------------------------------------------------------------------------------- outputs
     def set_save_dir(self, path: str | Path) -> None:
-        """Where validation grids, test videos and exports go (the trial's ``save/``)."""
+        """Where validation grids, test videos and exports go (the run's ``save/``)."""
         self._save_dir = Path(path)
 
     @property
@@ -153,7 +153,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         step = self.trainer.global_step if self._trainer is not None else 0
         return max(step, self._loaded_step)
 
-    # ----------------------------------------------------------------------------------- optimisation
+    # ----------------------------------------------------------------------------------- optimization
     def configure_optimizers(self) -> Any:
         clips = self._trainer is not None and bool(self.trainer.gradient_clip_val)
         optimizer = build_optimizer(self, self.cfg.optimizer, self.true_global_step, clips_gradients=clips)

@@ -2,7 +2,7 @@
 
 A hash-grid density field with a density blob, shaded by a material (DreamFusion: diffuse albedo with
 random lambertian / textureless shading), over a learned environment background, rendered by the
-volume renderer from random views and distilled from the guidance. Regularisers on the renders:
+volume renderer from random views and distilled from the guidance. Regularizers on the renders:
 orientation (visible normals face the camera), opacity sparsity and entropy, depth variance along rays.
 An optional latent warm-up renders the field's first four features as Stable Diffusion latents for
 the first ``latent_steps`` steps (Latent-NeRF), skipping the VAE while the coarse shape forms.
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from lift3d.config import scheduled
 from lift3d.registry import register
-from lift3d.render.volume.regularisers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
+from lift3d.render.volume.regularizers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
 from lift3d.systems.stages import take_field
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DLoss, TextTo3DSystem
@@ -112,8 +112,8 @@ class DreamFusionSystem(FieldQueries, TextTo3DSystem):
             return self.renderer(cameras, background=background, material=self.latent_material, compute_normals=normals)
         return self.renderer(cameras, light_positions=batch.get("light_positions"), compute_normals=normals)
 
-    def regularisers(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
-        """The render regularisers with a non-zero weight at this step."""
+    def regularizers(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The render regularizers with a non-zero weight at this step."""
         n_rays = out["alpha"].numel()
         terms: dict[str, Tensor] = {}
         if self.loss_weight("orient") != 0:
@@ -129,7 +129,7 @@ class DreamFusionSystem(FieldQueries, TextTo3DSystem):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         out = self.render_for_training(batch)
         terms = self.distill(out["rgb"], batch)
-        terms.update(self.regularisers(out))
+        terms.update(self.regularizers(out))
         self.log_step("train/opacity", out["alpha"].detach().mean())
         return self.total_loss(terms)
 
@@ -143,12 +143,12 @@ class DreamFusionSystem(FieldQueries, TextTo3DSystem):
 @dataclass
 class ProlificDreamerConfig(DreamFusionConfig):
     guidance_type: str = "stable-diffusion-vsd"  # VSD: SDS against a LoRA model of the renders
-    material_type: str = "emission"  # colour straight from the field (ProlificDreamer's NeRF stage has no shading)
+    material_type: str = "emission"  # color straight from the field (ProlificDreamer's NeRF stage has no shading)
 
 
 @register("prolificdreamer")
 class ProlificDreamerSystem(DreamFusionSystem):
-    """ProlificDreamer's NeRF stage: the DreamFusion system with VSD guidance and unshaded colour.
+    """ProlificDreamer's NeRF stage: the DreamFusion system with VSD guidance and unshaded color.
     Its checkpoints hold the LoRA state; later stages start from them (``geometry_convert_from``)."""
 
     Config = ProlificDreamerConfig

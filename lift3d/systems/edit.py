@@ -36,7 +36,7 @@ class EditOptions:
     """What an editing run adds to its reconstruction recipe."""
 
     geometry_convert_from: str = ""  # the reconstruction's checkpoint to start from (lift3d edit sets it)
-    editor_type: str = "instruct-pix2pix"  # the editor: instruct-pix2pix, or analytic-edit (offline colour transform)
+    editor_type: str = "instruct-pix2pix"  # the editor: instruct-pix2pix, or analytic-edit (offline color transform)
     editor: dict = field(default_factory=dict)  # its config (prompt, guidance scales, ...)
     edit_every: int = 10  # re-edit training views every N steps (Instruct-NeRF2NeRF's edit_rate)
     edit_count: int = 1  # views edited each time, taken in turn through the training views
@@ -53,7 +53,7 @@ class IterativeEditing:
         self._init_editing()
 
     def setup(self, stage: str) -> None:
-        self.setup_editing(stage)  # first: the reconstruction's weights, so nothing is initialised from scratch
+        self.setup_editing(stage)  # first: the reconstruction's weights, so nothing is initialized from scratch
         super().setup(stage)  # type: ignore[misc]
 
     def _init_editing(self) -> None:
@@ -197,7 +197,7 @@ class EditNerfSystem(IterativeEditing, ReconstructNerfSystem):
         log.info("editing the NeRF of %s (took %s)", self.cfg.geometry_convert_from, ", ".join(copied))
 
     def render_for_edit(self, cameras: Cameras, background: Tensor) -> Tensor:
-        return self.renderer(cameras, background=background)["rgb"]  # no normals: the editor sees colour only
+        return self.renderer(cameras, background=background)["rgb"]  # no normals: the editor sees color only
 
     def on_fit_end(self) -> None:
         super().on_fit_end()

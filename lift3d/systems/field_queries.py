@@ -20,19 +20,19 @@ class FieldQueries:
 
     @torch.no_grad()
     def albedo_at(self, points: Tensor) -> Tensor:
-        """View- and light-independent colour [N, 3] at world points [N, 3] (mesh textures, texture stages)."""
+        """View- and light-independent color [N, 3] at world points [N, 3] (mesh textures, texture stages)."""
         return self.material.albedo(self.field.features(points))
 
     def export_sources(self) -> ExportSources:
-        """A mesh of the density coloured by the albedo (glb, obj, mesh-ply; the occupancy grid bounds it) and
+        """A mesh of the density colored by the albedo (glb, obj, mesh-ply; the occupancy grid bounds it) and
         turntables of the renders (mp4, gif)."""
         cfg = self.cfg.export
         grid = self.renderer.occupancy
         occupancy = grid.occupied.reshape((grid.resolution,) * 3) if grid.cfg.enabled else None
         return ExportSources(
-            mesh=lambda: mesh_from_field(self.density_at, self.field.bbox, cfg, colour_fn=self.albedo_at,
+            mesh=lambda: mesh_from_field(self.density_at, self.field.bbox, cfg, color_fn=self.albedo_at,
                                          occupancy=occupancy, device=self.device),
-            colour_fn=self.albedo_at,
+            color_fn=self.albedo_at,
             render_fn=lambda cameras: self.render_views({"cameras": cameras}),
             content_points=field_content_points(self.density_at, self.field.bbox, cfg, occupancy, self.device),
             device=self.device,

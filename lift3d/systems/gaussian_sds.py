@@ -7,7 +7,7 @@ range annealed by the guidance's scheduled ``max_step_percent``). 3DGS densifica
 them on a short schedule. Exports the Gaussians (.ply / .splat) and a mesh of their density (.glb).
 
 ``density_at`` / ``albedo_at`` read the Gaussians as the exporter does (``lift3d.export.GaussianField``:
-density, and colour per ``export.gaussian_colours``), so a mesh stage can start from this run
+density, and color per ``export.gaussian_colors``), so a mesh stage can start from this run
 (``gaussian-sds-texture``: DreamGaussian's second stage).
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_colour_fn, gaussian_sources
-from lift3d.export.grid import ColourFn
+from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_color_fn, gaussian_sources
+from lift3d.export.grid import ColorFn
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.registry import register
@@ -43,22 +43,22 @@ class GaussianSDSConfig(TextTo3DConfig):
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
     densify_type: str = "densify-3dgs"  # the densification strategy part
     densify: dict = dataclasses.field(default_factory=dict)  # its config
-    init_fit_radius: bool = True  # init points/mesh: centre the user's shape and scale it into a ball of gaussians.init_radius
+    init_fit_radius: bool = True  # init points/mesh: center the user's shape and scale it into a ball of gaussians.init_radius
     scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
     background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
-    # per view: a random solid colour instead (the background cannot explain the object)
+    # per view: a random solid color instead (the background cannot explain the object)
     random_background_probability: float = 0.0
     replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
     cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
 
 
 def fit_in_ball(points: Tensor, radius: float) -> Tensor:
-    """Points [N, 3] moved so their bounding box is centred on the origin and scaled so the farthest
+    """Points [N, 3] moved so their bounding box is centered on the origin and scaled so the farthest
     lies at ``radius`` (a user's shape in any units starts where the cameras look)."""
-    centre = (points.amin(0) + points.amax(0)) / 2
-    centred = points - centre
-    far = centred.norm(dim=-1).max().clamp_min(1e-12)
-    return centred * (radius / far)
+    center = (points.amin(0) + points.amax(0)) / 2
+    centered = points - center
+    far = centered.norm(dim=-1).max().clamp_min(1e-12)
+    return centered * (radius / far)
 
 
 @register("gaussian-sds")
@@ -80,7 +80,7 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         self.densify = self.build_part(c.densify_type, c.densify)
         self.add_unsaved_part("densify", self.densify)  # its statistics go into checkpoints through checkpoint_state
         self._last_render: dict[str, Tensor] | None = None
-        self._surface: tuple | None = None  # (parameter refs, their (address, version)s, density field, colour function)
+        self._surface: tuple | None = None  # (parameter refs, their (address, version)s, density field, color function)
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -107,14 +107,14 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         elif c.init == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
         elif c.init == "ply":
-            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialise
+            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialize
             return
         else:
             raise ValueError(f"system.gaussians.init must be random, points, mesh or ply for gaussian-sds, got '{c.init}'")
         if c.init in ("points", "mesh") and self.cfg.init_fit_radius:
             points = fit_in_ball(points, c.init_radius or 0.5)
         self.gaussians.initialize(points, colors, generator)
-        log.info("initialised %d Gaussians (%s)", len(self.gaussians), c.init)
+        log.info("initialized %d Gaussians (%s)", len(self.gaussians), c.init)
 
     def convert_from(self, previous: Any, previous_cfg: Any) -> None:
         """Continue from a previous Gaussian run: take its Gaussians."""
@@ -124,15 +124,15 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
 
     # ----------------------------------------------------------------------------------- training
     def backgrounds(self, n: int, generator_step: int | None = None) -> Tensor:
-        """[n, 3] background colours: the configured one, or random for a fraction of views during training."""
-        colour = torch.tensor([float(v) for v in self.cfg.background_color], device=self.device).expand(n, 3)
+        """[n, 3] background colors: the configured one, or random for a fraction of views during training."""
+        color = torch.tensor([float(v) for v in self.cfg.background_color], device=self.device).expand(n, 3)
         p = self.cfg.random_background_probability
         if generator_step is None or p <= 0:
-            return colour.contiguous()
+            return color.contiguous()
         generator = torch.Generator().manual_seed(int(torch.initial_seed() % (2**31)) + 7919 * generator_step)
         pick = (torch.rand(n, 1, generator=generator) < p).to(self.device)
         random = torch.rand(n, 3, generator=generator).to(self.device)
-        return torch.where(pick, random, colour)
+        return torch.where(pick, random, color)
 
     def render_gaussians(self, cameras: Any, background: Tensor | None, **options: Any) -> dict[str, Tensor]:
         """The rasterizer's output for ``cameras`` (``background`` [B, 3] or None; ``options`` to the rasterizer)."""
@@ -171,11 +171,11 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
     def gaussian_tensors(self) -> GaussianTensors:
         g = self.gaussians
         return GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
-                               colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
+                               colors=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
 
-    def surface_queries(self) -> tuple[GaussianField, ColourFn]:
-        """The Gaussians' density field (cut off at ``export.gaussian_cutoff_sigma``) and colour function
-        (``export.gaussian_colours``), built once and rebuilt when a parameter is replaced, moved or
+    def surface_queries(self) -> tuple[GaussianField, ColorFn]:
+        """The Gaussians' density field (cut off at ``export.gaussian_cutoff_sigma``) and color function
+        (``export.gaussian_colors``), built once and rebuilt when a parameter is replaced, moved or
         changed in place (optimizer steps, densification, loading)."""
         g = self.gaussians
         if len(g) == 0:
@@ -185,9 +185,9 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         cached = self._surface
         if cached is None or cached[1] != key or any(ref() is not t for ref, t in zip(cached[0], params)):
             field = GaussianField(self.gaussian_tensors(), self.cfg.export.gaussian_cutoff_sigma)
-            colours = gaussian_colour_fn(field, self.cfg.export, lambda cameras: self.render({"cameras": cameras}),
+            colors = gaussian_color_fn(field, self.cfg.export, lambda cameras: self.render({"cameras": cameras}),
                                          g.means.device)
-            self._surface = (tuple(weakref.ref(t) for t in params), key, field, colours)
+            self._surface = (tuple(weakref.ref(t) for t in params), key, field, colors)
         return self._surface[2], self._surface[3]
 
     @torch.no_grad()
@@ -197,7 +197,7 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
 
     @torch.no_grad()
     def albedo_at(self, points: Tensor) -> Tensor:
-        """Colour [N, 3] at world points [N, 3], as the exported mesh is coloured (texture stages inherit it)."""
+        """Color [N, 3] at world points [N, 3], as the exported mesh is colored (texture stages inherit it)."""
         return self.surface_queries()[1](points).to(points.device)
 
     def export_sources(self) -> ExportSources:

@@ -32,7 +32,7 @@ class GeneratedNeRFConfig(ImageNeRFConfig):
     generator: dict = dataclasses.field(default_factory=dict)  # its config (pretrained_model_name_or_path, dtype, ...)
     field_type: str = "triplane-nerf"  # registered field: the generator's (its sizes must match the generator's release)
     field: dict = dataclasses.field(default_factory=dict)  # its config
-    material_type: str = "emission"  # colour straight from the field, as the generator predicts it
+    material_type: str = "emission"  # color straight from the field, as the generator predicts it
     background_type: str = "solid-color"  # registered background
     guidance_type: str = ""  # "" : no refinement (the generated field as is); zero123 or analytic: refine by distillation
 

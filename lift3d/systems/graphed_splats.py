@@ -203,7 +203,7 @@ class GraphedSplatStep:
         optimizer = optimizers[0]
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
-        # e.g. MCMC's regularisers join the gradients after backward
+        # e.g. MCMC's regularizers join the gradients after backward
         if getattr(getattr(system, "densify", None), "edits_gradients", False):
             return None
         if any(group.get("differentiable") for group in optimizer.param_groups):

@@ -153,7 +153,7 @@ class ImageNeRFSystem(ReferenceViewMixin, DreamFusionSystem):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         out = self.render_for_training(batch)
         terms = self.distill_priors(out["rgb"], batch)
-        terms.update(self.regularisers(out))
+        terms.update(self.regularizers(out))
         reference = self.renderer(batch["ref_cameras"], background=batch["ref_background"])
         terms.update(self.reference_terms(reference, batch))
         self.log_step("train/opacity", out["alpha"].detach().mean())
@@ -183,7 +183,7 @@ class ImageMeshSystem(ReferenceViewMixin, MeshStageSystem):
         topology = edge_topology(mesh.faces)
         out = self.render_mesh(mesh, batch, topology)
         terms = self.distill_priors(out["rgb"], batch)
-        terms.update(self.regularisers(mesh, topology))
+        terms.update(self.regularizers(mesh, topology))
         reference = self.render_mesh(mesh, {"cameras": batch["ref_cameras"], "background": batch["ref_background"]}, topology)
         terms.update(self.reference_terms(reference, batch))
         self.log_step("train/faces", float(mesh.num_faces))

@@ -6,12 +6,12 @@ One system, ``mesh-stage``, serves the recipes (configs):
 * ``magic3d-refine``: DMTet + texture field, SDS on shaded 512x512 renders, started from a
   ``dreamfusion`` run (``system.geometry_convert_from``);
 * ``prolificdreamer-geometry``: DMTet from a ``prolificdreamer`` NeRF run, SDS on normal maps
-  (``guidance_input: normal``), normal-consistency and Laplacian regularisers;
+  (``guidance_input: normal``), normal-consistency and Laplacian regularizers;
 * ``prolificdreamer-texture``: the geometry stage's mesh frozen (``geometry.fix_geometry``), its texture
   field distilled by VSD;
 * ``texture-mesh``: a user's .obj/.glb (``custom-mesh`` geometry) textured against a prompt;
 * ``gaussian-sds-texture``: a ``gaussian-sds`` run's Gaussians meshed at their density level (as their
-  export does), the mesh frozen, the texture field started from their colours and refined by SDS
+  export does), the mesh frozen, the texture field started from their colors and refined by SDS
   (DreamGaussian's second stage).
 
 Converting from a density stage (a NeRF, or Gaussians: any run with ``density_at`` / ``albedo_at``)
@@ -64,9 +64,9 @@ class MeshStageLoss(TextTo3DLoss):
 class MeshStageConfig(TextTo3DConfig):
     geometry_type: str = "dmtet"  # registered mesh geometry: dmtet or custom-mesh
     geometry: dict = dataclasses.field(default_factory=lambda: {"texture_type": "hash-grid-texture"})  # its config
-    material_type: str = "diffuse"  # registered material (features from the texture field -> colour)
+    material_type: str = "diffuse"  # registered material (features from the texture field -> color)
     material: dict = dataclasses.field(default_factory=dict)  # its config
-    background_type: str = "neural-environment"  # registered background (colour per view direction)
+    background_type: str = "neural-environment"  # registered background (color per view direction)
     background: dict = dataclasses.field(default_factory=dict)  # its config
     renderer_type: str = "mesh-rasterizer"  # registered mesh renderer
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
@@ -118,7 +118,7 @@ class MeshStageSystem(TextTo3DSystem):
 
     @torch.no_grad()
     def albedo_at(self, points: Tensor) -> Tensor:
-        """View- and light-independent colour [N, 3] at points [N, 3] (baked into exported textures)."""
+        """View- and light-independent color [N, 3] at points [N, 3] (baked into exported textures)."""
         chunk = 262144
         if not len(points):
             return points.new_zeros(0, 3)
@@ -259,8 +259,8 @@ class MeshStageSystem(TextTo3DSystem):
         return self.background(dirs)
 
     def render_mesh(self, mesh: Mesh, batch: dict[str, Any], topology: EdgeTopology | None = None,
-                    colour: bool = True) -> dict[str, Tensor]:
-        """The mesh renderer's outputs for the batch's cameras (``colour=False``: no texture queries)."""
+                    color: bool = True) -> dict[str, Tensor]:
+        """The mesh renderer's outputs for the batch's cameras (``color=False``: no texture queries)."""
         lights = batch.get("light_positions")
 
         def color_fn(surface: dict[str, Tensor]) -> Tensor:
@@ -269,11 +269,11 @@ class MeshStageSystem(TextTo3DSystem):
             return self.material(self.features_at(points), surface["view_dirs"], normals=surface["normals"],
                                  positions=points, light_positions=light)
 
-        background = self._background(batch) if colour else torch.zeros(3, device=self.device)
+        background = self._background(batch) if color else torch.zeros(3, device=self.device)
         # rasterize in float32 under mixed precision too: clip coordinates and z-buffer depths need the bits
         with torch.autocast(self.device.type, enabled=False):
             mesh = Mesh(mesh.vertices.float(), mesh.faces)
-            return self.renderer(mesh, batch["cameras"], background=background.float(), color_fn=color_fn if colour else None,
+            return self.renderer(mesh, batch["cameras"], background=background.float(), color_fn=color_fn if color else None,
                                  topology=topology)
 
     def render(self, batch: dict[str, Any]) -> dict[str, Tensor]:
@@ -281,8 +281,8 @@ class MeshStageSystem(TextTo3DSystem):
         return {k: out[k] for k in ("rgb", "alpha", "depth", "normal")}
 
     # ------------------------------------------------------------------------------ training
-    def regularisers(self, mesh: Mesh, topology: EdgeTopology) -> dict[str, Tensor]:
-        """The shape regularisers with a non-zero weight at this step (none for a fixed shape)."""
+    def regularizers(self, mesh: Mesh, topology: EdgeTopology) -> dict[str, Tensor]:
+        """The shape regularizers with a non-zero weight at this step (none for a fixed shape)."""
         terms: dict[str, Tensor] = {}
         if self.geometry_fixed:
             return terms
@@ -296,12 +296,12 @@ class MeshStageSystem(TextTo3DSystem):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | None:
         mesh = self.geometry()
-        topology = edge_topology(mesh.faces)  # once per step: the antialias pass and the regularisers share it
+        topology = edge_topology(mesh.faces)  # once per step: the antialias pass and the regularizers share it
         normals_only = self.cfg.guidance_input == "normal"
-        out = self.render_mesh(mesh, batch, topology, colour=not normals_only)
+        out = self.render_mesh(mesh, batch, topology, color=not normals_only)
         image = normal_image(out["normal"], out["alpha"], self.normal_bg) if normals_only else out["rgb"]
         terms = self.distill(image, batch)
-        terms.update(self.regularisers(mesh, topology))
+        terms.update(self.regularizers(mesh, topology))
         self.log_step("train/faces", float(mesh.num_faces))
         return self.total_loss(terms)
 
@@ -319,7 +319,7 @@ class MeshStageSystem(TextTo3DSystem):
         return ExportMesh(
             vertices=vertices.cpu().numpy(),
             faces=faces.cpu().numpy().astype(np.int64),
-            vertex_colours=self.albedo_at(vertices).float().clamp(0, 1).cpu().numpy(),
+            vertex_colors=self.albedo_at(vertices).float().clamp(0, 1).cpu().numpy(),
             normals=normals.cpu().numpy(),
             uvs=uvs,
         )
@@ -328,7 +328,7 @@ class MeshStageSystem(TextTo3DSystem):
         frame = getattr(self.geometry, "file_frame", None)  # a user's mesh: exported where it was
         return ExportSources(
             mesh=self.export_mesh,
-            colour_fn=self.albedo_at,
+            color_fn=self.albedo_at,
             render_fn=lambda cameras: self.render({"cameras": cameras}),
             device=self.device,
             file_frame=frame,

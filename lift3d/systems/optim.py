@@ -96,7 +96,7 @@ def build_optimizer(root: nn.Module, cfg: OptimizerConfig, step: int = 0, clips_
         raise ValueError("optimizer.args.lr must be a number; schedule a group's lr under optimizer.params")
     groups = build_param_groups(root, cfg, step)
     if not groups:
-        raise ValueError("the system has no trainable parameters to optimise")
+        raise ValueError("the system has no trainable parameters to optimize")
     if "fused" not in args and "foreach" not in args and use_fused(optimizer_cls, groups, cfg.fused, clips_gradients):
         args["fused"] = True
     return optimizer_cls(groups, **args)

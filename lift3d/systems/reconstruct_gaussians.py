@@ -64,7 +64,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its
     # largest footprint), sized again at each capture
     isect_headroom: float = 1.2
-    # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    # per-photo color transforms (enabled: auto|true|false; lift3d.render.appearance)
     appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
     # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
     pose_refinement: PoseRefinementConfig = field(default_factory=PoseRefinementConfig)
@@ -84,7 +84,7 @@ def _scale_schedule(value: Any, factor: float) -> Any:
 
 
 def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, Tensor]:
-    """The render with ``radii`` zeroed for Gaussians whose centre falls on a pixel outside ``loss_mask`` [B, H, W, 1]
+    """The render with ``radii`` zeroed for Gaussians whose center falls on a pixel outside ``loss_mask`` [B, H, W, 1]
     (ignored, or padding): densification then counts a Gaussian as seen only in views where it was compared, so one
     seen only in ignored pixels is never grown, and views that ignore it do not dilute its mean gradient."""
     means2d = out["means2d"].detach()
@@ -99,7 +99,7 @@ def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, 
 
 @register("reconstruct-gaussians")
 class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, ReplicatedGaussians, BaseSystem):
-    """Optimise Gaussians so their renders match posed photos."""
+    """Optimize Gaussians so their renders match posed photos."""
 
     Config = ReconstructGaussiansConfig
 
@@ -128,7 +128,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if not self.cfg.scene_extent and hasattr(datamodule, "extent"):
             self.extent = float(datamodule.extent)
-            if self.extent < 1e-6:  # a single view: fall back to its distance from the scene centre
+            if self.extent < 1e-6:  # a single view: fall back to its distance from the scene center
                 self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
         self.setup_appearance(datamodule)
         self.setup_pose_refinement(datamodule, self.extent)
@@ -165,12 +165,12 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         elif method == "mesh":
             points, colors = init.sample_mesh(c.init_path, c.init_points, up_axis=c.init_up_axis)
         elif method == "ply":
-            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialise
+            self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialize
             return
         else:
             raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points, mesh or ply, got '{c.init}'")
         self.gaussians.initialize(points, colors, generator)
-        log.info("initialised %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
+        log.info("initialized %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
 
     def configure_optimizers(self) -> Any:
         configured = super().configure_optimizers()
@@ -205,11 +205,11 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
                    index: Tensor | None = None, **options: Any) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(the photometric loss terms, the render) of one batch of views against its photos; with ``loss_mask``
         [B, H, W, 1] (1 = compare) over its pixels only: padding and ignored pixels pass no gradient, so Gaussians
-        seen only there gather no densification gradient either. ``index`` [B]: the training photos, whose colour
+        seen only there gather no densification gradient either. ``index`` [B]: the training photos, whose color
         transforms (per-photo appearance) the render is compared through and whose pose corrections (pose
         refinement) move the cameras."""
         cameras = self.pose_refinement(cameras, index)
-        out = self.render_gaussians(cameras, background, with_depth=False, **options)  # the loss reads colours only
+        out = self.render_gaussians(cameras, background, with_depth=False, **options)  # the loss reads colors only
         rgb = self.appearance(out["rgb"], index)
         if loss_mask is None:
             l1 = (rgb - target).abs().mean()
@@ -268,11 +268,11 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
             attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
 
     def export_sources(self) -> ExportSources:
-        """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density coloured by them (glb, obj)
+        """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density colored by them (glb, obj)
         and turntables."""
         g = self.gaussians
         tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
-                                  colours=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
+                                  colors=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
         return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
                                 gaussian_params=g.parameters_dict,
                                 render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,

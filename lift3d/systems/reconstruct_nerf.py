@@ -26,7 +26,7 @@ from lift3d.systems.field_queries import FieldQueries
 
 @dataclass
 class ReconstructNerfLoss(LossConfig):
-    lambda_rgb: Any = scheduled(1.0)  # photometric loss on the composited colour
+    lambda_rgb: Any = scheduled(1.0)  # photometric loss on the composited color
     lambda_alpha: Any = scheduled(0.0)  # MSE between rendered opacity and the photo's alpha (object masks)
     lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (discourages floaters)
     # renderer sampler proposal: the proposal networks' histogram loss (their only training signal)
@@ -51,7 +51,7 @@ class ReconstructNerfConfig(SystemConfig):
     # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit
     # precision, one device (false: its kernels launched one by one)
     cuda_graphs: bool = True
-    # per-photo colour transforms (enabled: auto|true|false; lift3d.render.appearance)
+    # per-photo color transforms (enabled: auto|true|false; lift3d.render.appearance)
     appearance: AppearanceConfig = dataclasses.field(default_factory=AppearanceConfig)
     loss: ReconstructNerfLoss = dataclasses.field(default_factory=ReconstructNerfLoss)  # loss weights
     # what lift3d export writes by default

@@ -117,7 +117,7 @@ class ReplicatedGaussians:
         return ReplicatedDDPStrategy()
 
     def init_seed(self) -> int:
-        """The seed of the Gaussians' initialisation: the run's seed on every rank (the runner seeds each rank
+        """The seed of the Gaussians' initialization: the run's seed on every rank (the runner seeds each rank
         with seed + rank), so all ranks start from the same Gaussians, as many of them."""
         rank = self.trainer.global_rank if self._trainer is not None else 0
         return (torch.initial_seed() - rank) % (2**31)

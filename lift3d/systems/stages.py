@@ -1,9 +1,9 @@
 """Chaining stages: a run starts from a previous run's checkpoint (``system.geometry_convert_from``).
 
-The previous run's trial folder holds its config (``configs/parsed.yaml``) beside its checkpoints, so
+The previous run's run folder holds its config (``configs/parsed.yaml``) beside its checkpoints, so
 its system can be rebuilt exactly and its weights loaded (``weights_only``). The new system then takes
 what it needs through its ``convert_from(previous, previous_cfg)`` hook: a NeRF copies a field, a mesh
-stage meshes the previous density, a texture stage inherits colours.
+stage meshes the previous density, a texture stage inherits colors.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def previous_config_path(checkpoint: str | Path) -> Path:
-    """``<trial>/configs/parsed.yaml`` of a checkpoint at ``<trial>/ckpts/<name>.ckpt``."""
+    """``<run>/configs/parsed.yaml`` of a checkpoint at ``<run>/ckpts/<name>.ckpt``."""
     checkpoint = Path(checkpoint).expanduser()
     if not checkpoint.is_file():
         raise CheckpointError(
@@ -33,8 +33,8 @@ def previous_config_path(checkpoint: str | Path) -> Path:
     config = checkpoint.resolve().parent.parent / "configs" / "parsed.yaml"
     if not config.is_file():
         raise CheckpointError(
-            f"no {config} beside the checkpoint {checkpoint}: a stage starts from a checkpoint inside its trial "
-            "folder (<trial>/ckpts/x.ckpt with <trial>/configs/parsed.yaml), so its config can be read"
+            f"no {config} beside the checkpoint {checkpoint}: a stage starts from a checkpoint inside its run_dir "
+            "folder (<run>/ckpts/x.ckpt with <run>/configs/parsed.yaml), so its config can be read"
         )
     return config
 

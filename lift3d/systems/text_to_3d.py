@@ -7,11 +7,11 @@ Interface for recipe and stage systems (kept stable; mesh stages build on it):
   optionally ``normal``, each [B, H, W, C]. Validation grids, test videos and exporters call it.
 * ``training_step(batch, batch_idx)`` — usually: render the training views, ``terms =
   self.distill(images, batch)`` (the guidance's per-view loss, keyed ``sds`` / ``vsd``), add the
-  recipe's regularisers, ``return self.total_loss(terms)`` (weights ``system.loss.lambda_<term>``).
-* ``export_sources() -> ExportSources`` — what ``lift3d.export`` can write (mesh, colours, Gaussians,
+  recipe's regularizers, ``return self.total_loss(terms)`` (weights ``system.loss.lambda_<term>``).
+* ``export_sources() -> ExportSources`` — what ``lift3d.export`` can write (mesh, colors, Gaussians,
   render function); the base writes ``system.export.formats`` after the test views and on ``lift3d export``.
 * ``convert_from(previous, previous_cfg)`` — start from a previous stage: ``system.geometry_convert_from=
-  <previous trial>/ckpts/last.ckpt`` rebuilds that run from its ``configs/parsed.yaml`` (optionally changed
+  <previous run>/ckpts/last.ckpt`` rebuilds that run from its ``configs/parsed.yaml`` (optionally changed
   by ``system.geometry_convert_override``), loads its weights on the CPU and calls this hook in
   ``setup("fit")`` before the guidance is built and before a resumed checkpoint is restored over it.
   The default raises (no conversion). ``lift3d.systems.stages.load_previous_stage`` does the loading.

@@ -3,7 +3,7 @@
 A Gaussian outside every view of a step gets a zero gradient, yet plain Adam still decays its moments and moves it by
 its momentum. Here the rows (Gaussians) outside the step's views keep their parameters and moments untouched, as
 gsplat's ``SelectiveAdam`` does, and a row's memory is not even read: the update costs what the visible Gaussians
-cost. Parameters whose first dimension is not the Gaussian count (per-photo colour transforms) get plain Adam.
+cost. Parameters whose first dimension is not the Gaussian count (per-photo color transforms) get plain Adam.
 
 The state is ``torch.optim.Adam``'s (``exp_avg``, ``exp_avg_sq``, a ``step`` tensor counted per parameter), so the
 two can take turns (the recipe's eager first steps, a resumed checkpoint). On CUDA one Triton kernel per parameter

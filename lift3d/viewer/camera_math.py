@@ -23,7 +23,7 @@ def _as_tensor(values: Sequence[float] | Tensor) -> Tensor:
 
 
 def quaternion_to_matrix(wxyz: Sequence[float] | Tensor) -> Tensor:
-    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (wxyz; normalised first)."""
+    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (wxyz; normalized first)."""
     q = normalize(_as_tensor(wxyz))
     w, x, y, z = q.unbind(-1)
     rows = [
@@ -80,7 +80,7 @@ def render_size(width: int, height: int, max_side: int) -> tuple[int, int]:
 
 
 def viewer_cameras(c2w: Tensor, fovy: float, width: int, height: int) -> Cameras:
-    """One lift3d camera (float32) at ``c2w`` [4, 4] with vertical field of view ``fovy`` (radians), centred, square pixels."""
+    """One lift3d camera (float32) at ``c2w`` [4, 4] with vertical field of view ``fovy`` (radians), centered, square pixels."""
     intrinsics = intrinsics_from_fovy(torch.tensor([fovy]), width, height)
     return Cameras(_as_tensor(c2w).float()[None], intrinsics, width, height)
 
@@ -98,7 +98,7 @@ def slerp(q0: Tensor, q1: Tensor, t: float) -> Tensor:
 
 
 def catmull_rom(p0: Tensor, p1: Tensor, p2: Tensor, p3: Tensor, t: float) -> Tensor:
-    """The uniform Catmull-Rom spline between ``p1`` (t=0) and ``p2`` (t=1), shaped by neighbours ``p0`` and ``p3``."""
+    """The uniform Catmull-Rom spline between ``p1`` (t=0) and ``p2`` (t=1), shaped by neighbors ``p0`` and ``p3``."""
     return 0.5 * (2 * p1 + (p2 - p0) * t + (2 * p0 - 5 * p1 + 4 * p2 - p3) * t**2 + (3 * p1 - p0 - 3 * p2 + p3) * t**3)
 
 
@@ -124,7 +124,7 @@ def interpolate_path(c2w: Tensor, fovy: Tensor, n_frames: int, interpolation: st
         nxt = min(seg + 1, k - 1)
         if interpolation == "spline" and k > 2:
             before, after = positions[max(seg - 1, 0)], positions[min(seg + 2, k - 1)]
-            # at the ends the missing neighbour is mirrored, so the spline leaves the end keyframe towards the next
+            # at the ends the missing neighbor is mirrored, so the spline leaves the end keyframe towards the next
             if seg == 0:
                 before = 2 * positions[0] - positions[1]
             if seg + 2 > k - 1:
@@ -141,7 +141,7 @@ def interpolate_path(c2w: Tensor, fovy: Tensor, n_frames: int, interpolation: st
 
 def normals_from_depth(depth: Tensor, cameras: Cameras) -> Tensor:
     """World-space unit normals [B, H, W, 3] of the surface a depth map [B, H, W, 1] (distance along the camera's
-    -z axis) shows, from the cross product of neighbouring back-projected points; for renderers without normals."""
+    -z axis) shows, from the cross product of neighboring back-projected points; for renderers without normals."""
     b, h, w = depth.shape[:3]
     j, i = torch.meshgrid(torch.arange(h, dtype=depth.dtype, device=depth.device) + 0.5,
                           torch.arange(w, dtype=depth.dtype, device=depth.device) + 0.5, indexing="ij")

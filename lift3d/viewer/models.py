@@ -96,22 +96,23 @@ def training_views_of(datamodule: Any, max_views: int = 200, thumbnail_side: int
     return TrainingViews(cameras[picked], thumbs, sizes)
 
 
-def _run_model(trial: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:
+def _run_model(run_dir: Path, checkpoint: Path, device: torch.device, allow_imports: bool = False) -> ViewModel:
     from lift3d.config import load_config
     from lift3d.registry import find
     from lift3d.runs.run_dirs import load_system
 
     # the run's config may list plugin code (imports:); a run folder may be someone else's: run it only when allowed
-    cfg = load_config(trial / "configs" / "parsed.yaml", overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
+    parsed = run_dir / "configs" / "parsed.yaml"
+    cfg = load_config(parsed, overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
     system = load_system(cfg, checkpoint).to(device).eval()
     views = None
     try:
         views = training_views_of(find(cfg.data_type)(cfg.data))
     except Exception as error:  # noqa: BLE001  (the photos may have moved since training; the model still shows)
         log.info("no training cameras to show (%s)", str(error).splitlines()[0] if str(error) else type(error).__name__)
-    log.info("viewing %s (%s, step %d)", trial, cfg.system_type, system.true_global_step)
-    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), f"{trial.name} ({cfg.system_type})",
-                     trial, views, system)
+    log.info("viewing %s (%s, step %d)", run_dir, cfg.system_type, system.true_global_step)
+    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), f"{run_dir.name} ({cfg.system_type})",
+                     run_dir, views, system)
 
 
 def gaussian_suffixes() -> tuple[str, ...]:
@@ -160,7 +161,7 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
     A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
     from lift3d.gaussians.formats.gltf import is_gaussian_glb
-    from lift3d.runs.run_dirs import trial_dir_of_checkpoint
+    from lift3d.runs.run_dirs import run_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)
     if path.is_dir():
@@ -174,10 +175,10 @@ def load_view_model(source: str | Path, device: torch.device | str = "cpu", allo
         raise FileNotFoundError(f"nothing to view at {path}: give {viewable()}")
     suffix = path.suffix.lower()
     if suffix == ".ckpt":
-        trial = trial_dir_of_checkpoint(path)
-        if trial is None:
+        run_dir = run_dir_of_checkpoint(path)
+        if run_dir is None:
             raise ConfigError(f"{path} is not inside a run folder (RUN/ckpts/x.ckpt with RUN/configs/): give the run folder")
-        return _run_model(trial, path, device, allow_imports)
+        return _run_model(run_dir, path, device, allow_imports)
     if (suffix == ".glb" and is_gaussian_glb(path)) or (suffix in gaussian_suffixes() and suffix not in MESH_SUFFIXES):
         return _gaussian_file_model(path, device)
     if suffix in MESH_SUFFIXES:

@@ -52,8 +52,8 @@ def _float(value: Any) -> float | None:
 class ViewerCallback(Callback):
     """Serves the viewer on global rank 0 while ``fit`` runs."""
 
-    def __init__(self, cfg: ViewerConfig, trial_dir: Path) -> None:
-        self.cfg, self.trial_dir = cfg, Path(trial_dir)
+    def __init__(self, cfg: ViewerConfig, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
         self.server: Any = None
         self.budget: RenderBudget | None = None
         self.renders = 0  # renders shown so far (for tests and the benchmark)
@@ -69,7 +69,7 @@ class ViewerCallback(Callback):
         from lift3d.viewer.server import ViewerServer
 
         views = training_views_of(getattr(trainer, "datamodule", None))
-        self.server = ViewerServer(self.cfg, f"training {self.trial_dir.name}", self.trial_dir, training=True,
+        self.server = ViewerServer(self.cfg, f"training {self.run_dir.name}", self.run_dir, training=True,
                                    home=home_camera(views))
         if views is not None:
             self.server.show_training_views(views)

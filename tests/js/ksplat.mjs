@@ -1,7 +1,7 @@
 // mkkellogg GaussianSplats3D's own .ksplat code, run in node for lift3d's cross-tool tests:
 //   node ksplat.mjs write IN.ply|IN.splat OUT.ksplat LEVEL SH_DEGREE   its writer (SplatBufferGenerator)
 //   node ksplat.mjs read IN.ksplat OUT.json                             its reader (SplatBuffer): every Gaussian's
-//                                                                       centre, scale, rotation (wxyz) and rgba 0..255
+//                                                                       center, scale, rotation (wxyz) and rgba 0..255
 import * as fs from 'fs';
 import * as THREE from 'three';
 import * as GS from '@mkkellogg/gaussian-splats-3d';

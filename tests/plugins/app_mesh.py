@@ -1,6 +1,6 @@
 """A test-only recipe for the web app: the fit-image system at a watchable pace, exporting a real .glb.
 
-Its export wraps the fitted image around a sphere as vertex colours and writes it with trimesh, so the
+Its export wraps the fitted image around a sphere as vertex colors and writes it with trimesh, so the
 app's 3D viewer and download links get a genuine asset without waiting for the real recipes.
 """
 
@@ -41,7 +41,7 @@ def sphere_uv(vertices: np.ndarray) -> np.ndarray:
 
 
 def sample_nearest(image: np.ndarray, uv: np.ndarray) -> np.ndarray:
-    """Nearest-pixel colours [N, C] of ``image`` [H, W, C] at ``uv`` [N, 2] in 0..1."""
+    """Nearest-pixel colors [N, C] of ``image`` [H, W, C] at ``uv`` [N, 2] in 0..1."""
     h, w = image.shape[:2]
     cols = np.clip(np.floor(uv[:, 0] * w), 0, w - 1).astype(int)
     rows = np.clip(np.floor(uv[:, 1] * h), 0, h - 1).astype(int)
@@ -72,8 +72,8 @@ class FitMeshSystem(fit_image.FitImageSystem):
             raise ValueError(f"test-fit-mesh exports glb and ply, not {unknown}")
         mesh = trimesh.creation.icosphere(subdivisions=self.cfg.sphere_subdivisions, radius=0.5)
         image = (self.image(self.cfg.resolution).cpu().numpy() * 255).round().astype(np.uint8)
-        colours = sample_nearest(image, sphere_uv(np.asarray(mesh.vertices) / 0.5))
-        mesh.visual.vertex_colors = np.concatenate([colours, np.full((len(colours), 1), 255, np.uint8)], axis=-1)
+        colors = sample_nearest(image, sphere_uv(np.asarray(mesh.vertices) / 0.5))
+        mesh.visual.vertex_colors = np.concatenate([colors, np.full((len(colors), 1), 255, np.uint8)], axis=-1)
         written = []
         for fmt in formats:
             path = saver.path(f"it{self.true_global_step}-export/sphere.{fmt}")

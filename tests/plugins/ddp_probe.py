@@ -18,7 +18,7 @@ FitImageSystem = find("test-fit-image")  # imported before this plugin (see test
 
 @dataclass
 class DDPProbeConfig(FitImageSystem.Config):
-    probe_dir: str = ""  # where each rank writes rank<r>.json (outside the trial folder)
+    probe_dir: str = ""  # where each rank writes rank<r>.json (outside the run folder)
     test_video: str = "mp4"  # the test video's format: mp4 (needs imageio-ffmpeg) or gif (Pillow only: a machine without ffmpeg)
 
 

@@ -16,7 +16,7 @@ from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 
 
 def target_image(resolution: int) -> Tensor:
-    """A smooth colourful pattern [R, R, 3] in 0..1."""
+    """A smooth colorful pattern [R, R, 3] in 0..1."""
     y, x = torch.meshgrid(torch.linspace(0, 1, resolution), torch.linspace(0, 1, resolution), indexing="ij")
     return torch.stack([x, y, 0.5 + 0.5 * torch.sin(2 * math.pi * (x + y))], dim=-1)
 
@@ -24,7 +24,7 @@ def target_image(resolution: int) -> Tensor:
 @dataclass
 class FitImageLoss(LossConfig):
     lambda_mse: Any = scheduled(1.0)  # weight of the photometric term
-    lambda_smooth: Any = scheduled(0.0)  # weight of a neighbour-difference term
+    lambda_smooth: Any = scheduled(0.0)  # weight of a neighbor-difference term
 
 
 @dataclass

@@ -17,7 +17,7 @@ def dumping(base: type, name: str) -> type:
 
     @dataclass
     class DumpConfig(base.Config):
-        dump_dir: str = ""  # where each rank writes rank<r>.pt (outside the trial folder)
+        dump_dir: str = ""  # where each rank writes rank<r>.pt (outside the run folder)
 
     class DumpingSystem(base):
         Config = DumpConfig

@@ -14,7 +14,7 @@ from lift3d.config import scheduled
 from lift3d.export import ExportConfig, ExportSources, export_formats, mesh_from_field
 from lift3d.registry import register
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
-from tests.plugins.analytic_sphere import position_colour, render_sphere, sphere_density
+from tests.plugins.analytic_sphere import position_color, render_sphere, sphere_density
 
 
 @dataclass
@@ -52,8 +52,8 @@ class AnalyticSphereSystem(BaseSystem):
     def export(self, saver, formats):
         cfg = self.cfg.export
         sources = ExportSources(
-            mesh=lambda: mesh_from_field(self.density, [[-1, -1, -1], [1, 1, 1]], cfg, colour_fn=position_colour),
-            colour_fn=position_colour,
+            mesh=lambda: mesh_from_field(self.density, [[-1, -1, -1], [1, 1, 1]], cfg, color_fn=position_color),
+            color_fn=position_color,
             render_fn=lambda cameras: self.render_views({"cameras": cameras}),
         )
         return export_formats(saver, formats or cfg.formats, cfg, sources, stem=f"it{self.true_global_step}")

@@ -1,6 +1,6 @@
 // lift3d's one-file splat viewer: the .splat records embedded in the page (base64), drawn with WebGL2 as screen-space
 // Gaussians (each 3D covariance projected through the camera's Jacobian), sorted back to front after every move.
-// Drag to orbit, wheel (or pinch) to zoom. VIEW comes from the page: {centre, distance, fovy_deg, elevation_deg, background}.
+// Drag to orbit, wheel (or pinch) to zoom. VIEW comes from the page: {center, distance, fovy_deg, elevation_deg, background}.
 (function () {
   "use strict";
   const canvas = document.getElementById("view");
@@ -10,13 +10,13 @@
   const raw = new Uint8Array(text.length);
   for (let i = 0; i < text.length; i++) raw[i] = text.charCodeAt(i);
   const n = raw.length / 32, f32 = new Float32Array(raw.buffer);
-  const centres = new Float32Array(3 * n), covA = new Float32Array(3 * n), covB = new Float32Array(3 * n);
-  const colours = new Uint8Array(4 * n);
+  const centers = new Float32Array(3 * n), covA = new Float32Array(3 * n), covB = new Float32Array(3 * n);
+  const colors = new Uint8Array(4 * n);
   for (let i = 0; i < n; i++) {
     const p = 8 * i, b = 32 * i;
-    centres.set(f32.subarray(p, p + 3), 3 * i);
+    centers.set(f32.subarray(p, p + 3), 3 * i);
     const sx = f32[p + 3], sy = f32[p + 4], sz = f32[p + 5];
-    colours.set(raw.subarray(b + 24, b + 28), 4 * i);
+    colors.set(raw.subarray(b + 24, b + 28), 4 * i);
     let w = (raw[b + 28] - 128) / 128, x = (raw[b + 29] - 128) / 128, y = (raw[b + 30] - 128) / 128, z = (raw[b + 31] - 128) / 128;
     const q = Math.hypot(w, x, y, z) || 1; w /= q; x /= q; y /= q; z /= q;
     const r = [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
@@ -30,11 +30,11 @@
 
   const vertexSource = `#version 300 es
   precision highp float;
-  in vec2 corner; in vec3 centre; in vec3 covA; in vec3 covB; in vec4 colour;
+  in vec2 corner; in vec3 center; in vec3 covA; in vec3 covB; in vec4 color;
   uniform mat4 view, projection; uniform vec2 focal, viewport;
-  out vec4 vColour; out vec2 vCorner;
+  out vec4 vColor; out vec2 vCorner;
   void main() {
-    vec4 cam = view * vec4(centre, 1.0);
+    vec4 cam = view * vec4(center, 1.0);
     vec4 clip = projection * cam;
     float bound = 1.2 * clip.w;
     if (cam.z > -1e-4 || abs(clip.x) > bound || abs(clip.y) > bound) { gl_Position = vec4(0.0, 0.0, 2.0, 1.0); return; }
@@ -49,17 +49,17 @@
     vec2 axis = abs(b) > 1e-9 ? normalize(vec2(b, l1 - a)) : (a >= d ? vec2(1.0, 0.0) : vec2(0.0, 1.0));
     vec2 offset = corner.x * min(sqrt(l1), 2048.0) * axis + corner.y * min(sqrt(l2), 2048.0) * vec2(-axis.y, axis.x);
     gl_Position = vec4(clip.xy / clip.w + 2.0 * offset / viewport, 0.0, 1.0);
-    vColour = colour; vCorner = corner;
+    vColor = color; vCorner = corner;
   }`;
   const fragmentSource = `#version 300 es
   precision highp float;
-  in vec4 vColour; in vec2 vCorner; out vec4 fragColour;
+  in vec4 vColor; in vec2 vCorner; out vec4 fragColor;
   void main() {
     float r = dot(vCorner, vCorner);
     if (r > 9.0) discard;
-    float alpha = min(0.99, exp(-0.5 * r) * vColour.a);
+    float alpha = min(0.99, exp(-0.5 * r) * vColor.a);
     if (alpha < 1.0 / 255.0) discard;
-    fragColour = vec4(vColour.rgb * alpha, alpha);
+    fragColor = vec4(vColor.rgb * alpha, alpha);
   }`;
   function shader(type, source) {
     const s = gl.createShader(type);
@@ -74,31 +74,31 @@
   if (!gl.getProgramParameter(program, gl.LINK_STATUS)) throw new Error(gl.getProgramInfoLog(program));
   gl.useProgram(program);
 
-  function attribute(name, size, type, normalised, divisor, data) {
+  function attribute(name, size, type, normalized, divisor, data) {
     const buffer = gl.createBuffer(), where = gl.getAttribLocation(program, name);
     gl.bindBuffer(gl.ARRAY_BUFFER, buffer);
     if (data) gl.bufferData(gl.ARRAY_BUFFER, data, gl.STATIC_DRAW);
     gl.enableVertexAttribArray(where);
-    gl.vertexAttribPointer(where, size, type, normalised, 0, 0);
+    gl.vertexAttribPointer(where, size, type, normalized, 0, 0);
     gl.vertexAttribDivisor(where, divisor);
     return buffer;
   }
   attribute("corner", 2, gl.FLOAT, false, 0, new Float32Array([-3, -3, 3, -3, -3, 3, 3, 3]));
-  const buffers = [[attribute("centre", 3, gl.FLOAT, false, 1), centres, 3], [attribute("covA", 3, gl.FLOAT, false, 1), covA, 3],
-    [attribute("covB", 3, gl.FLOAT, false, 1), covB, 3], [attribute("colour", 4, gl.UNSIGNED_BYTE, true, 1), colours, 4]];
+  const buffers = [[attribute("center", 3, gl.FLOAT, false, 1), centers, 3], [attribute("covA", 3, gl.FLOAT, false, 1), covA, 3],
+    [attribute("covB", 3, gl.FLOAT, false, 1), covB, 3], [attribute("color", 4, gl.UNSIGNED_BYTE, true, 1), colors, 4]];
   const uniform = (name) => gl.getUniformLocation(program, name);
 
-  const centre = VIEW.centre;
+  const center = VIEW.center;
   let azimuth = 0, elevation = VIEW.elevation_deg * Math.PI / 180, distance = VIEW.distance, dirty = true;
   const order = new Uint32Array(n).map((_, i) => i), depth = new Float32Array(n);
 
   function viewMatrix() {
-    const eye = [centre[0] + distance * Math.cos(elevation) * Math.cos(azimuth),
-      centre[1] + distance * Math.cos(elevation) * Math.sin(azimuth), centre[2] + distance * Math.sin(elevation)];
+    const eye = [center[0] + distance * Math.cos(elevation) * Math.cos(azimuth),
+      center[1] + distance * Math.cos(elevation) * Math.sin(azimuth), center[2] + distance * Math.sin(elevation)];
     const norm = (v) => { const l = Math.hypot(v[0], v[1], v[2]) || 1; return [v[0] / l, v[1] / l, v[2] / l]; };
     const cross = (u, v) => [u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]];
     const dot = (u, v) => u[0] * v[0] + u[1] * v[1] + u[2] * v[2];
-    const f = norm([centre[0] - eye[0], centre[1] - eye[1], centre[2] - eye[2]]);
+    const f = norm([center[0] - eye[0], center[1] - eye[1], center[2] - eye[2]]);
     const s = norm(cross(f, [0, 0, 1])), u = cross(s, f);
     return new Float32Array([s[0], u[0], -f[0], 0, s[1], u[1], -f[1], 0, s[2], u[2], -f[2], 0, -dot(s, eye), -dot(u, eye), dot(f, eye), 1]);
   }
@@ -112,7 +112,7 @@
     const fy = 0.5 * height / Math.tan(VIEW.fovy_deg * Math.PI / 360), ty = 1 / Math.tan(VIEW.fovy_deg * Math.PI / 360);
     const projection = new Float32Array([ty * height / width, 0, 0, 0, 0, ty, 0, 0, 0, 0, (far + near) / (near - far), -1,
       0, 0, 2 * far * near / (near - far), 0]);
-    for (let i = 0; i < n; i++) depth[i] = view[2] * centres[3 * i] + view[6] * centres[3 * i + 1] + view[10] * centres[3 * i + 2];
+    for (let i = 0; i < n; i++) depth[i] = view[2] * centers[3 * i] + view[6] * centers[3 * i + 1] + view[10] * centers[3 * i + 2];
     order.sort((a, b) => depth[a] - depth[b]);  // most negative camera z (farthest) first: drawn back to front
     for (const [buffer, source, size] of buffers) {
       const sorted = new source.constructor(source.length);

@@ -22,7 +22,7 @@ Reader = Callable[[Path, int], tuple[Capture, int]]
 
 @dataclass(frozen=True)
 class CaptureFormat:
-    """One capture format: how to recognise it, how to read it, and what it is (for recipes and messages)."""
+    """One capture format: how to recognize it, how to read it, and what it is (for recipes and messages)."""
 
     name: str  # the name captures and records carry (``Capture.format`` may name the dialect read)
     description: str  # what the user gives, for help and error texts, e.g. "COLMAP (sparse/0/ beside images/)"

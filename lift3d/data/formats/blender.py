@@ -1,7 +1,7 @@
 """Blender / NeRF-synthetic: one ``transforms_<split>.json`` per split (train required) beside its images.
 
-Renders of one object on a transparent background, already in an object frame (+z up, centred): such scenes
-are not normalised, trained bounded and never given per-photo appearance. ``read_transforms`` and
+Renders of one object on a transparent background, already in an object frame (+z up, centered): such scenes
+are not normalized, trained bounded and never given per-photo appearance. ``read_transforms`` and
 ``read_cameras`` read one split on its own (the sample scene, reference views, tests).
 """
 

@@ -21,7 +21,7 @@ _GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 
 
 def lens_from_colmap(camera: ColmapCamera) -> Lens:
-    """lift3d's ``Lens`` of a COLMAP camera (COLMAP's pixel convention is lift3d's: centres at i + 0.5)."""
+    """lift3d's ``Lens`` of a COLMAP camera (COLMAP's pixel convention is lift3d's: centers at i + 0.5)."""
     p, w, h = camera.params, camera.width, camera.height
     model = camera.model
     if model == "SIMPLE_PINHOLE":

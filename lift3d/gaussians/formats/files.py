@@ -23,7 +23,7 @@ READERS = {".spz": load_spz, ".sog": load_sog, ".glb": load_gltf_splat, ".ksplat
 def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters (``means``, ``log_scales``, ``quats``, ``opacity_logits``, ``sh0``, ``shN``) of a
     3DGS .ply, .spz, .sog, .ksplat or KHR_gaussian_splatting .glb (each with its own SH degree) or a .splat (SH degree 0:
-    its colours), all in lift3d's world."""
+    its colors), all in lift3d's world."""
     path = Path(path)
     params = READERS.get(path.suffix.lower(), load_ply)(path)
     if len(params["means"]) == 0:

@@ -3,8 +3,8 @@
 One mesh with one primitive of mode POINTS (0), one point per Gaussian, float32 attributes:
 
     POSITION                                   VEC3  the mean (with min/max, as glTF requires)
-    COLOR_0                                    VEC4  unsigned byte normalised: clamp(0.5 + Y0 sh_dc) decoded
-                                                     from sRGB to linear (glTF colours are linear), alpha = opacity;
+    COLOR_0                                    VEC4  unsigned byte normalized: clamp(0.5 + Y0 sh_dc) decoded
+                                                     from sRGB to linear (glTF colors are linear), alpha = opacity;
                                                      the point-cloud fallback for viewers without the extension
     KHR_gaussian_splatting:ROTATION            VEC4  unit quaternion, glTF's xyzw order
     KHR_gaussian_splatting:SCALE               VEC3  linear standard deviations (exp of the log scale)
@@ -15,7 +15,7 @@ One mesh with one primitive of mode POINTS (0), one point per Gaussian, float32 
 
 and the primitive's extension object ``{"kernel": "ellipse", "colorSpace": "srgb_rec709_display",
 "projection": "perspective", "sortingMethod": "cameraDistance"}``; the extension is listed in
-``extensionsUsed`` (not required: a viewer without it shows the coloured points).
+``extensionsUsed`` (not required: a viewer without it shows the colored points).
 
 Axes: lift3d's Gaussian files hold the frame of 3DGS .ply files, right-down-front (as COLMAP-trained splats are,
 and as the .spz conversion reads them); glTF is left-up-front (+y up, the asset's front facing +z and its left +x:
@@ -86,9 +86,9 @@ def encode_gltf_splat(params: dict[str, Tensor], up_axis: str = "y") -> bytes:
     quats = (quats / np.maximum(np.linalg.norm(quats, axis=1, keepdims=True), 1e-30))[:, [1, 2, 3, 0]]
     opacity = 1.0 / (1.0 + np.exp(-p["opacity_logits"].astype(np.float64)))
     rgb = _srgb_to_linear(np.clip(0.5 + Y0 * p["sh0"].reshape(n, 3), 0.0, 1.0))
-    colour = np.round(np.concatenate([rgb, opacity[:, None]], axis=1) * 255.0).astype(np.uint8)
+    color = np.round(np.concatenate([rgb, opacity[:, None]], axis=1) * 255.0).astype(np.uint8)
     attributes: list[tuple[str, np.ndarray, str]] = [
-        ("POSITION", p["means"], "VEC3"), ("COLOR_0", colour, "VEC4"),
+        ("POSITION", p["means"], "VEC3"), ("COLOR_0", color, "VEC4"),
         (f"{EXTENSION}:ROTATION", quats, "VEC4"), (f"{EXTENSION}:SCALE", np.exp(p["log_scales"]), "VEC3"),
         (f"{EXTENSION}:OPACITY", opacity, "SCALAR"), (f"{EXTENSION}:SH_DEGREE_0_COEF_0", p["sh0"].reshape(n, 3), "VEC3"),
     ]
@@ -180,7 +180,7 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
             raise GltfSplatError(f"{name}: the accessor of {semantic} is missing or malformed") from None
         if accessor.get("componentType") != FLOAT or WIDTHS.get(accessor.get("type")) != width or "byteStride" in view:
             raise GltfSplatError(f"{name}: {semantic} is not tightly packed float32 {accessor.get('type')}; lift3d reads "
-                                 "float attributes (quantised ones need KHR_mesh_quantization, which it does not read)")
+                                 "float attributes (quantized ones need KHR_mesh_quantization, which it does not read)")
         start = view.get("byteOffset", 0) + accessor.get("byteOffset", 0)
         count = accessor["count"] * width
         if start + 4 * count > len(blob):

@@ -3,18 +3,18 @@ written here.
 
 All numbers little-endian. A 4096-byte header: version u8 major (0), u8 minor (1), then as u32 words (index 1..4)
 the section capacity, the section count, the capacity in Gaussians and the Gaussian count; the compression level
-u16 at byte 20 (0, 1 or 2); the scene centre 3 x f32 at byte 24; the range of 8-bit SH values, min and max f32 at
+u16 at byte 20 (0, 1 or 2); the scene center 3 x f32 at byte 24; the range of 8-bit SH values, min and max f32 at
 bytes 36 and 40 (0: -1.5 and 1.5).  Then one 1024-byte header per section: as u32 words the Gaussian count, the
 capacity, the bucket capacity, the bucket count, the bucket block size (f32), the bucket record size (u16 at byte
-20: 12), the quantisation range (word 6: 32767 when 0), the section's byte size, the full and the partly filled
+20: 12), the quantization range (word 6: 32767 when 0), the section's byte size, the full and the partly filled
 bucket counts (words 8, 9) and the SH degree (u16 at byte 40).  Each section's data: the partly filled buckets'
-sizes (u32 each), the bucket centres (3 x f32 each), then per Gaussian (capacity records):
+sizes (u32 each), the bucket centers (3 x f32 each), then per Gaussian (capacity records):
 
-    level 0: position 3 x f32, scale 3 x f32 (linear), rotation 4 x f32 (w, x, y, z), colour 4 x u8, SH f32
-    level 1: position 3 x u16 (q - range) * block / 2 / range + the bucket's centre, scale, rotation and SH f16
+    level 0: position 3 x f32, scale 3 x f32 (linear), rotation 4 x f32 (w, x, y, z), color 4 x u8, SH f32
+    level 1: position 3 x u16 (q - range) * block / 2 / range + the bucket's center, scale, rotation and SH f16
     level 2: as level 1 with SH as u8 over [min, max] of the header
 
-with colour ``round(255 * clamp(0.5 + C0 sh_dc))`` and alpha ``round(255 * opacity)``; the SH coefficients of each
+with color ``round(255 * clamp(0.5 + C0 sh_dc))`` and alpha ``round(255 * opacity)``; the SH coefficients of each
 band are stored channel by channel (band 1: r of m = -1, 0, 1, then g, then b; band 2 likewise), bands 1 to 2 (3 as
 splat-transform reads it).  Gaussians fill the full buckets first (each ``bucket capacity`` long), then the partly
 filled ones in order.  Positions are the .ply's own coordinates, lift3d's world as is.
@@ -37,7 +37,7 @@ from lift3d.render.splats.sh import Y0, degree_of
 log = logging.getLogger(__name__)
 
 HEADER_BYTES, SECTION_BYTES = 4096, 1024
-BUCKET_RECORD = 12  # a bucket's centre, 3 x f32
+BUCKET_RECORD = 12  # a bucket's center, 3 x f32
 BUCKET_CAPACITY, BLOCK_SIZE, QUANT_RANGE = 256, 5.0, 32767  # GaussianSplats3D's defaults
 SH_COMPONENTS = {0: 0, 1: 9, 2: 24, 3: 45}
 WRITABLE_DEGREE = 2  # GaussianSplats3D reads SH bands up to 2
@@ -106,13 +106,13 @@ def decode_ksplat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         positions = records["position"].astype(np.float64)
         if level > 0:
             sizes = np.frombuffer(data, dtype="<u4", count=partial, offset=base).astype(np.int64)
-            centres = np.frombuffer(data, dtype="<f4", count=3 * buckets, offset=base + 4 * partial).reshape(buckets, 3)
+            centers = np.frombuffer(data, dtype="<f4", count=3 * buckets, offset=base + 4 * partial).reshape(buckets, 3)
             bucket_of = np.concatenate([np.repeat(np.arange(full), bucket_capacity),
                                         np.repeat(np.arange(full, full + partial), sizes)])
             if len(bucket_of) < count or (len(bucket_of) and bucket_of[:count].max(initial=0) >= buckets):
                 raise KsplatFormatError(f"{name} is corrupt: section {index}'s buckets hold {len(bucket_of)} Gaussians of "
                                         f"its {count}")
-            positions = (positions - quant) * (block / 2.0 / quant) + centres[bucket_of[:count]]
+            positions = (positions - quant) * (block / 2.0 / quant) + centers[bucket_of[:count]]
         parts.append({"records": records, "positions": positions})
         degrees.append(degree)
         base = end
@@ -166,7 +166,7 @@ def encode_ksplat(params: dict[str, Tensor], level: int = 1) -> bytes:
     k = (degree + 1) ** 2 - 1
     means = p["means"]
     order = np.arange(n)
-    buckets: list[tuple[np.ndarray, np.ndarray]] = []  # (members, centre)
+    buckets: list[tuple[np.ndarray, np.ndarray]] = []  # (members, center)
     if level > 0:  # Gaussians grouped by block of the grid, each block's in buckets of at most BUCKET_CAPACITY
         cells = np.floor(means / BLOCK_SIZE).astype(np.int64)
         _, inverse = np.unique(cells, axis=0, return_inverse=True)
@@ -175,8 +175,8 @@ def encode_ksplat(params: dict[str, Tensor], level: int = 1) -> bytes:
         starts = np.flatnonzero(np.diff(inverse[order], prepend=-1))
         for start, stop in zip(starts, list(starts[1:]) + [n]):
             members = order[start:stop]
-            centre = (cells[members[0]] + 0.5) * BLOCK_SIZE
-            buckets += [(members[i: i + BUCKET_CAPACITY], centre) for i in range(0, len(members), BUCKET_CAPACITY)]
+            center = (cells[members[0]] + 0.5) * BLOCK_SIZE
+            buckets += [(members[i: i + BUCKET_CAPACITY], center) for i in range(0, len(members), BUCKET_CAPACITY)]
         buckets.sort(key=lambda bucket: len(bucket[0]) < BUCKET_CAPACITY)  # full ones first, stable otherwise
         order = np.concatenate([members for members, _ in buckets])
     dtype = _record_dtype(level, degree)
@@ -184,8 +184,8 @@ def encode_ksplat(params: dict[str, Tensor], level: int = 1) -> bytes:
     if level == 0:
         records["position"] = means[order]
     else:
-        centres = np.concatenate([np.repeat(centre[None], len(members), 0) for members, centre in buckets])
-        q = np.round((means[order] - centres) / (BLOCK_SIZE / 2.0 / QUANT_RANGE)) + QUANT_RANGE
+        centers = np.concatenate([np.repeat(center[None], len(members), 0) for members, center in buckets])
+        q = np.round((means[order] - centers) / (BLOCK_SIZE / 2.0 / QUANT_RANGE)) + QUANT_RANGE
         records["position"] = np.clip(q, 0, 2 * QUANT_RANGE)
     quats = p["quats"][order]
     records["scale"] = np.exp(p["log_scales"][order])
@@ -207,7 +207,7 @@ def encode_ksplat(params: dict[str, Tensor], level: int = 1) -> bytes:
     struct.pack_into("<2f", header, 36, sh_min, sh_max)
     full = sum(len(members) == BUCKET_CAPACITY for members, _ in buckets)
     partial_sizes = np.array([len(members) for members, _ in buckets[full:]], dtype="<u4")
-    bucket_data = partial_sizes.tobytes() + np.array([centre for _, centre in buckets], dtype="<f4").tobytes()
+    bucket_data = partial_sizes.tobytes() + np.array([center for _, center in buckets], dtype="<f4").tobytes()
     section = bytearray(SECTION_BYTES)
     struct.pack_into("<4I", section, 0, n, n, BUCKET_CAPACITY if level else 0, len(buckets))
     struct.pack_into("<f", section, 16, BLOCK_SIZE if level else 0.0)

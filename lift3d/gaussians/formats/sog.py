@@ -2,7 +2,7 @@
 
 Every per-Gaussian image is W x H RGBA, W = 4 ceil(sqrt(N) / 4), H = 4 ceil(N / W / 4), Gaussian i at
 pixel i in row-major order (the writer orders the Gaussians along a Morton curve of their positions so
-neighbours share pixels and the WebP coder finds the redundancy):
+neighbors share pixels and the WebP coder finds the redundancy):
 
     means_l / means_u  n = sign(x) ln(|x| + 1) per axis, as 16 bits between meta.means.mins and .maxs:
                        low byte in means_l, high byte in means_u (RGB = x, y, z)
@@ -44,24 +44,24 @@ class SogFormatError(PlyFormatError):
     """A file that is not a readable SOG; the message says what is wrong."""
 
 
-# --------------------------------------------------------------------------------------------- quantisers
+# --------------------------------------------------------------------------------------------- quantizers
 
 
 def kmeans_1d(values: np.ndarray, k: int = 256, iterations: int = 20) -> tuple[np.ndarray, np.ndarray]:
     """(codebook [<=k] ascending float32, labels [M] uint8) of a 1-D k-means: each value's label is its
     nearest codebook entry. Starts from quantiles, then Lloyd steps on the sorted values."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
-    centres = np.unique(np.quantile(v, (np.arange(k) + 0.5) / k))
+    centers = np.unique(np.quantile(v, (np.arange(k) + 0.5) / k))
     for _ in range(iterations):
-        labels = np.searchsorted((centres[:-1] + centres[1:]) / 2, v)
-        counts = np.bincount(labels, minlength=len(centres))
-        sums = np.bincount(labels, weights=v, minlength=len(centres))
-        moved = np.where(counts > 0, sums / np.maximum(counts, 1), centres)
+        labels = np.searchsorted((centers[:-1] + centers[1:]) / 2, v)
+        counts = np.bincount(labels, minlength=len(centers))
+        sums = np.bincount(labels, weights=v, minlength=len(centers))
+        moved = np.where(counts > 0, sums / np.maximum(counts, 1), centers)
         moved = np.unique(moved)
-        if len(moved) == len(centres) and np.allclose(moved, centres, rtol=0, atol=0):
+        if len(moved) == len(centers) and np.allclose(moved, centers, rtol=0, atol=0):
             break
-        centres = moved
-    codebook = centres.astype(np.float32)
+        centers = moved
+    codebook = centers.astype(np.float32)
     labels = nearest_1d(codebook, v)
     return codebook, labels.astype(np.uint8)
 
@@ -113,7 +113,7 @@ def palette_size(n: int) -> int:
 
 
 def morton_order(means: np.ndarray) -> np.ndarray:
-    """Indices [N] ordering points along a 3-D Morton (Z-order) curve of their 10-bit quantised positions."""
+    """Indices [N] ordering points along a 3-D Morton (Z-order) curve of their 10-bit quantized positions."""
     lo, hi = means.min(0), means.max(0)
     q = ((means - lo) / np.where(hi > lo, hi - lo, 1.0) * 1023).astype(np.uint64)
     code = np.zeros(len(means), dtype=np.uint64)

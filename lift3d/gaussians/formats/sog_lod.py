@@ -12,8 +12,8 @@ one-sigma boxes, as splat-transform bounds them) or a leaf
 halves space at the median of its longest axis until a leaf holds at most ``chunk_count`` Gaussians of level 0
 and spans at most ``chunk_extent`` units (splat-transform's defaults: 512 K and 16), so a viewer loads the
 detail of near leaves and the coarse levels of far ones. Level 0 is the Gaussians themselves; each coarser level
-merges neighbours along a Morton curve in pairs (about half the Gaussians each level) by moment matching: the
-merged mean and covariance are those of the pair's mixture weighted by opacity x volume, the colours and SH
+merges neighbors along a Morton curve in pairs (about half the Gaussians each level) by moment matching: the
+merged mean and covariance are those of the pair's mixture weighted by opacity x volume, the colors and SH
 their weighted mean, the opacity 1 - (1 - a)(1 - b). Positions are lift3d's world as is, as in .sog.
 """
 
@@ -37,7 +37,7 @@ META = "lod-meta.json"
 
 
 def _rotmats(quats: np.ndarray) -> np.ndarray:
-    """[N, 3, 3] rotation matrices of wxyz quaternions [N, 4] (normalised here)."""
+    """[N, 3, 3] rotation matrices of wxyz quaternions [N, 4] (normalized here)."""
     w, x, y, z = (quats / np.maximum(np.linalg.norm(quats, axis=1, keepdims=True), 1e-30)).T
     return np.stack([
         np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),

@@ -4,11 +4,11 @@ followed it, e.g. PlayCanvas splat-transform): 32 bytes per Gaussian, no header,
     offset  size  field
     0       12    position x, y, z        float32 x 3
     12      12    scale sx, sy, sz        float32 x 3, activated (standard deviations, not log)
-    24      4     colour r, g, b, a       uint8 x 4: round(255 * rgb) clamped; a = round(255 * opacity)
+    24      4     color r, g, b, a       uint8 x 4: round(255 * rgb) clamped; a = round(255 * opacity)
     28      4     rotation w, x, y, z     uint8 x 4: round(128 * q / |q| + 128) clamped to 0..255
 
 Gaussians are written most visible first (scale volume x opacity, descending), the order viewers
-expect when they stream the file. The file holds only the view-independent colour (SH degree 0):
+expect when they stream the file. The file holds only the view-independent color (SH degree 0):
 pass rgb = 0.5 + C0 * sh_dc (``rgb_from_sh_dc``). Positions are lift3d world coordinates.
 """
 
@@ -33,7 +33,7 @@ assert SPLAT_DTYPE.itemsize == 32
 
 
 def rgb_from_sh_dc(sh_dc: Tensor) -> Tensor:
-    """View-independent colour [N, 3] from the degree-0 SH coefficients [N, 3] (or [N, 1, 3])."""
+    """View-independent color [N, 3] from the degree-0 SH coefficients [N, 3] (or [N, 1, 3])."""
     return (0.5 + SH_C0 * sh_dc.reshape(sh_dc.shape[0], 3)).clamp(0.0, 1.0)
 
 
@@ -47,14 +47,14 @@ def _quantize(values: np.ndarray, scale: float, offset: float) -> np.ndarray:
 
 def splat_records(gaussians: GaussianTensors, sort: bool = True) -> np.ndarray:
     """The ``.splat`` records [N] (structured, 32 bytes each) of the Gaussians."""
-    if gaussians.colours is None:
-        raise ValueError("a .splat file needs colours: pass GaussianTensors(colours=rgb_from_sh_dc(sh_dc))")
+    if gaussians.colors is None:
+        raise ValueError("a .splat file needs colors: pass GaussianTensors(colors=rgb_from_sh_dc(sh_dc))")
     means, scales, quats = _numpy(gaussians.means), _numpy(gaussians.scales), _numpy(gaussians.quats)
-    opacities, colours = _numpy(gaussians.opacities), _numpy(gaussians.colours)
+    opacities, colors = _numpy(gaussians.opacities), _numpy(gaussians.colors)
     records = np.empty(len(means), dtype=SPLAT_DTYPE)
     records["position"] = means
     records["scale"] = scales
-    records["rgba"][:, :3] = _quantize(colours, 255.0, 0.0)
+    records["rgba"][:, :3] = _quantize(colors, 255.0, 0.0)
     records["rgba"][:, 3] = _quantize(opacities, 255.0, 0.0)
     norm = np.linalg.norm(quats, axis=1, keepdims=True)
     unit = np.where(norm > 0, quats / np.maximum(norm, 1e-30), np.array([1.0, 0.0, 0.0, 0.0]))
@@ -71,8 +71,8 @@ def write_splat(path: str | Path, gaussians: GaussianTensors, sort: bool = True)
 
 
 def decode_splat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
-    """A ``.splat`` file's activated values: means, scales, unit quats (wxyz), opacities and colours in 0..1
-    (quantised colour, opacity and rotation come back to within 1/255)."""
+    """A ``.splat`` file's activated values: means, scales, unit quats (wxyz), opacities and colors in 0..1
+    (quantized color, opacity and rotation come back to within 1/255)."""
     if len(data) % SPLAT_DTYPE.itemsize or not data:
         raise PlyFormatError(f"{name} is not a .splat file: its size {len(data)} is not a positive multiple of 32 bytes")
     records = np.frombuffer(data, dtype=SPLAT_DTYPE)
@@ -82,7 +82,7 @@ def decode_splat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         "scales": torch.from_numpy(records["scale"].copy()),
         "quats": torch.from_numpy((records["rotation"].astype(np.float32) - 128.0) / 128.0),
         "opacities": torch.from_numpy(rgba[:, 3].copy()),
-        "colours": torch.from_numpy(rgba[:, :3].copy()),
+        "colors": torch.from_numpy(rgba[:, :3].copy()),
     }
 
 
@@ -90,12 +90,12 @@ def read_splat(path: str | Path) -> GaussianTensors:
     """Decode a ``.splat`` file into activated Gaussians (see ``decode_splat``)."""
     values = decode_splat(Path(path).read_bytes(), str(path))
     return GaussianTensors(means=values["means"], scales=values["scales"], quats=values["quats"],
-                           opacities=values["opacities"], colours=values["colours"])
+                           opacities=values["opacities"], colors=values["colors"])
 
 
 def load_splat(path: str | Path) -> dict[str, Tensor]:
-    """Pre-activation parameters of a ``.splat`` file (SH degree 0: its colours), as every codec's ``load_*``."""
+    """Pre-activation parameters of a ``.splat`` file (SH degree 0: its colors), as every codec's ``load_*``."""
     values = decode_splat(read_file(path, "Gaussian file"), str(path))
     return {"means": values["means"], "log_scales": values["scales"].clamp_min(1e-12).log(), "quats": values["quats"],
-            "opacity_logits": torch.logit(values["opacities"], eps=1e-4), "sh0": rgb_to_sh(values["colours"])[:, None, :],
+            "opacity_logits": torch.logit(values["opacities"], eps=1e-4), "sh0": rgb_to_sh(values["colors"])[:, None, :],
             "shN": torch.zeros(len(values["means"]), 0, 3)}

@@ -6,7 +6,7 @@ degree 0..4):
 
     positions  N x 3 signed 24-bit fixed point: value * 2^fractional_bits (12 here: 1/4096 steps)
     alphas     N x u8: round(255 * sigmoid(opacity logit))
-    colours    N x 3 u8: round(255 * (0.15 * sh_dc + 0.5))  (the DC coefficient, not the colour)
+    colors    N x 3 u8: round(255 * (0.15 * sh_dc + 0.5))  (the DC coefficient, not the color)
     scales     N x 3 u8: round(16 * (log scale + 10))
     rotations  N x u32: "smallest three" of the unit xyzw quaternion with its largest component made
                positive: bits 30-31 the largest's index, then 10 bits per other component (in x, y, z, w
@@ -57,7 +57,7 @@ HEADER = struct.Struct("<IIIBBBB")  # versions 2 and 3, inside the gzip stream
 HEADER_V4 = struct.Struct("<IIIBBBBI12x")  # version 4, plain
 TOC_ENTRY = struct.Struct("<QQ")
 FRACTIONAL_BITS = 12
-COLOUR_SCALE = 0.15
+COLOR_SCALE = 0.15
 SH_DIMS = {0: 0, 1: 3, 2: 8, 3: 15, 4: 24}
 SQRT1_2 = math.sqrt(0.5)
 FLAG_ANTIALIASED, FLAG_EXTENSIONS = 0x1, 0x2
@@ -160,12 +160,12 @@ def _arrays(params: dict[str, Tensor]) -> tuple[int, int, list[np.ndarray]]:
     fixed = np.round(means * (1 << bits)).astype(np.int32).reshape(-1)
     positions = np.stack([fixed & 0xFF, (fixed >> 8) & 0xFF, (fixed >> 16) & 0xFF], axis=1).astype(np.uint8)
     alphas = _u8(255.0 / (1.0 + np.exp(-p["opacity_logits"].numpy().astype(np.float64))))
-    colours = _u8(p["sh0"].reshape(n, 3).numpy() * (COLOUR_SCALE * 255.0) + 127.5)
+    colors = _u8(p["sh0"].reshape(n, 3).numpy() * (COLOR_SCALE * 255.0) + 127.5)
     scales = _u8((p["log_scales"].numpy() + 10.0) * 16.0)
     rotations = pack_rotations(p["quats"].numpy()).astype("<u4")
     sh = p["shN"].numpy()  # [N, K, 3]: coefficient-major with RGB inner, as SPZ stores them
     sh_bytes = np.concatenate([quantize_sh(sh[:, :3], 8), quantize_sh(sh[:, 3:], 16)], axis=1) if degree else sh.astype(np.uint8)
-    return degree, bits, [positions, alphas, colours, scales, rotations, sh_bytes]
+    return degree, bits, [positions, alphas, colors, scales, rotations, sh_bytes]
 
 
 def encode_spz(params: dict[str, Tensor], antialiased: bool = False, version: int = VERSION) -> bytes:
@@ -298,7 +298,7 @@ def read_spz(data: bytes, name: str = "the data") -> tuple[dict[str, Tensor], Sp
     for size in sizes:
         arrays.append(np.frombuffer(body, dtype=np.uint8, count=size, offset=offset))
         offset += size
-    positions, alphas, colours, scales, rotations, sh = arrays
+    positions, alphas, colors, scales, rotations, sh = arrays
     b = positions.reshape(-1, 3).astype(np.int32)
     fixed = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
     fixed = np.where(fixed & 0x800000, fixed - (1 << 24), fixed)
@@ -318,7 +318,7 @@ def read_spz(data: bytes, name: str = "the data") -> tuple[dict[str, Tensor], Sp
         "log_scales": torch.from_numpy((scales.reshape(n, 3) / 16.0 - 10.0).astype(f)),
         "quats": torch.from_numpy(quats.astype(f)),
         "opacity_logits": torch.from_numpy(_logit(alphas / 255.0).astype(f)),
-        "sh0": torch.from_numpy(((colours.reshape(n, 1, 3) / 255.0 - 0.5) / COLOUR_SCALE).astype(f)),
+        "sh0": torch.from_numpy(((colors.reshape(n, 1, 3) / 255.0 - 0.5) / COLOR_SCALE).astype(f)),
         "shN": torch.from_numpy(((sh.reshape(n, k, 3)[:, :kept].astype(np.float64) - 128.0) / 128.0).astype(f)),
     }
     if rotation is not None:  # stored in other axes (Adobe's record): to right-up-back first

@@ -2,27 +2,27 @@
 
 A rasterized image is piecewise constant in the vertex positions wherever coverage changes, so it
 gives no gradient that moves silhouettes. As nvdiffrast's ``antialias`` op does, this pass blends the
-colours of neighbouring pixels across silhouette edges by the fraction of the pixel each surface
-covers, computed from where the edge crosses the segment between the two pixel centres.
+colors of neighboring pixels across silhouette edges by the fraction of the pixel each surface
+covers, computed from where the edge crosses the segment between the two pixel centers.
 
-The coverage model (box filter, one axis): take two neighbouring pixels, ``o`` seeing triangle T and
-``n`` seeing something else, and let T's silhouette edge cross the segment from o's centre to n's
-centre at parameter ``t`` in [0, 1]. For an edge that is more vertical than horizontal, tested on a
+The coverage model (box filter, one axis): take two neighboring pixels, ``o`` seeing triangle T and
+``n`` seeing something else, and let T's silhouette edge cross the segment from o's center to n's
+center at parameter ``t`` in [0, 1]. For an edge that is more vertical than horizontal, tested on a
 horizontal pixel pair (and vice versa), a straight edge crossing a unit pixel box through its top and
-bottom sides covers exactly the fraction equal to its horizontal offset from the centre, so
+bottom sides covers exactly the fraction equal to its horizontal offset from the center, so
 
     t > 1/2:  T covers ``t - 1/2`` of n's box:      c_n += (t - 1/2) (c_o - c_n)
     t < 1/2:  T leaves ``1/2 - t`` of o's box open: c_o += (1/2 - t) (c_n - c_o)
 
-Both branches vanish at t = 1/2 and the blend reaches 1/2 when the edge reaches a pixel centre, where
+Both branches vanish at t = 1/2 and the blend reaches 1/2 when the edge reaches a pixel center, where
 the rasterized coverage flips, so the image is continuous in the vertex positions along a straight
 edge and ``d image / d vertex`` is the derivative of the box-filtered coverage.
 
 Silhouette edges are found from the mesh topology per view: an edge of T is a silhouette when no other
 triangle on that edge faces the camera the same way as T (boundary edges always are). Where two pixels
-see different triangles, the search starts from the nearer one (at its pixel centre) and walks across
-the mesh along the segment between the centres, triangle to neighbouring triangle, until it leaves
-through a silhouette edge (then that edge is used) or reaches the other centre (no silhouette: no
+see different triangles, the search starts from the nearer one (at its pixel center) and walks across
+the mesh along the segment between the centers, triangle to neighboring triangle, until it leaves
+through a silhouette edge (then that edge is used) or reaches the other center (no silhouette: no
 blend); if that fails it starts from the other pixel's triangle. The walk (``max_walk`` triangles)
 finds silhouettes of triangles smaller than a pixel, which nvdiffrast's per-pixel-triangle test misses.
 Triangles crossing the near plane are not antialiased.
@@ -57,7 +57,7 @@ def silhouette_edges(clip: Tensor, faces: Tensor, topology: EdgeTopology) -> Ten
 
 
 def _screen(tri: Tensor, width: int, height: int) -> Tensor:
-    """Pixel coordinates [..., 3, 2] (x right, y down, centres at i + 0.5) of clip vertices [..., 3, 4]."""
+    """Pixel coordinates [..., 3, 2] (x right, y down, centers at i + 0.5) of clip vertices [..., 3, 4]."""
     w = tri[..., 3]
     return torch.stack([(tri[..., 0] / w + 1.0) * (0.5 * width), (1.0 - tri[..., 1] / w) * (0.5 * height)], dim=-1)
 
@@ -83,10 +83,10 @@ def _find_silhouettes(
     size: tuple[int, int],
     max_steps: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Walk from triangle ``face`` (seen at pixel centre ``p_from`` [M, 2]) across the mesh along the
+    """Walk from triangle ``face`` (seen at pixel center ``p_from`` [M, 2]) across the mesh along the
     segment to ``p_to`` until it leaves through a silhouette edge: returns that edge's face [M], slot [M]
     and whether one was found within the segment and ``max_steps`` triangles [M]. The walk lets
-    silhouettes of triangles smaller than a pixel (seen by no pixel centre) still be found."""
+    silhouettes of triangles smaller than a pixel (seen by no pixel center) still be found."""
     height, width = size
     count = face.shape[0]
     found_face = torch.full_like(face, -1)
@@ -119,16 +119,16 @@ def _find_silhouettes(
         found_face[active[hit]] = f[hit]
         found_slot[active[hit]] = slot[hit]
         step_on = ok & ~is_silhouette
-        neighbour = topology.face_adjacency[f, slot]
-        step_on &= neighbour >= 0
-        current[active[step_on]] = neighbour[step_on]
+        neighbor = topology.face_adjacency[f, slot]
+        step_on &= neighbor >= 0
+        current[active[step_on]] = neighbor[step_on]
         entry[active[step_on]] = edge_ids.gather(1, slot[:, None]).squeeze(1)[step_on]
         active = active[step_on]
     return found_face, found_slot, found_face >= 0
 
 
 def _pairs(ids: Tensor, depth: Tensor, vertical: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Neighbouring pixels seeing different triangles: (first, second) flat pixel indices [P] with the
+    """Neighboring pixels seeing different triangles: (first, second) flat pixel indices [P] with the
     nearer of the two listed first as the occluder candidate; also (occluder face, other face)."""
     batch, height, width = ids.shape
     flat = torch.arange(batch * height * width, device=ids.device).view(batch, height, width)
@@ -144,8 +144,8 @@ def _pairs(ids: Tensor, depth: Tensor, vertical: bool) -> tuple[Tensor, Tensor, 
     return first, second, ids_flat[first], ids_flat[second]
 
 
-def _pixel_centres(index: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
-    """(view [M], pixel-centre coordinates [M, 2]) of flat pixel indices."""
+def _pixel_centers(index: Tensor, height: int, width: int) -> tuple[Tensor, Tensor]:
+    """(view [M], pixel-center coordinates [M, 2]) of flat pixel indices."""
     hw = height * width
     view = torch.div(index, hw, rounding_mode="floor")
     rem = index - view * hw
@@ -161,7 +161,7 @@ def antialias(
 
     Gradients reach ``color`` and, through the edge crossing positions, the clip-space vertex
     positions ``clip`` [B, V, 4]. ``topology`` caches ``edge_topology(faces)``. ``max_walk`` bounds how
-    many triangles the search for a silhouette crosses between two pixel centres (1: only the
+    many triangles the search for a silhouette crosses between two pixel centers (1: only the
     triangle seen at the pixel, as nvdiffrast; more finds silhouettes of sub-pixel triangles).
     """
     faces = faces.long()
@@ -182,8 +182,8 @@ def antialias(
     for vertical in (False, True):
         first, second, f_first, f_second = _pairs(ids, depth.view(batch, height, width), vertical)
         # occluder candidates: the nearer pixel's triangle first, then the other one
-        view, c_first = _pixel_centres(first, height, width)
-        _, c_second = _pixel_centres(second, height, width)
+        view, c_first = _pixel_centers(first, height, width)
+        _, c_second = _pixel_centers(second, height, width)
         has_first, has_second = f_first >= 0, f_second >= 0
         args = (clip, faces, topology, silhouette, view)
         walk = (vertical, (height, width), max_walk)

@@ -4,7 +4,7 @@ Two passes, as in nvdiffrast's rasterize + interpolate:
 
 1. Visibility (no gradient): every triangle's screen bounding box is enumerated as (triangle, pixel)
    candidates, in chunks of at most ``max_candidates`` so memory stays bounded at any resolution and
-   face count. A candidate passes when the pixel centre's ray hits the triangle in front of the near
+   face count. A candidate passes when the pixel center's ray hits the triangle in front of the near
    plane; a z-buffer keeps the nearest hit per pixel with one ``scatter_reduce(amin)`` over 64-bit keys
    ``(float32 depth bits << 32) | face id`` (depth first, face id breaks ties, so the result does not
    depend on the order of the work).
@@ -13,7 +13,7 @@ Two passes, as in nvdiffrast's rasterize + interpolate:
    with them carry gradients to the vertex positions and to the attributes.
 
 Clip coordinates follow OpenGL (``lift3d.cameras.perspective_projection``): NDC x right, y up; pixel
-(i, j) has its centre at NDC ``(2 (i + 0.5) / W - 1, 1 - 2 (j + 0.5) / H)``. Triangles that cross the
+(i, j) has its center at NDC ``(2 (i + 0.5) / W - 1, 1 - 2 (j + 0.5) / H)``. Triangles that cross the
 near plane need no clipping: the hit of the pixel ray with the triangle plane is solved in homogeneous
 coordinates and rejected where it lies behind the near plane.
 
@@ -88,7 +88,7 @@ def world_to_clip(vertices: Tensor, cameras: Cameras, near: float = 0.01, far: f
 
 
 def pixel_to_ndc(ix: Tensor, iy: Tensor, width: int, height: int) -> tuple[Tensor, Tensor]:
-    """NDC coordinates of the centres of pixels (column ``ix``, row ``iy``)."""
+    """NDC coordinates of the centers of pixels (column ``ix``, row ``iy``)."""
     return (2.0 * ix + 1.0) / width - 1.0, 1.0 - (2.0 * iy + 1.0) / height
 
 
@@ -104,7 +104,7 @@ def _check_inputs(clip: Tensor, faces: Tensor) -> None:
 def _triangle_coefficients(tri: Tensor) -> Tensor:
     """Per-triangle affine screen functions [..., 13] from clip vertices ``tri`` [..., 3, 4].
 
-    For a pixel at NDC (x, y) the unnormalised barycentrics are ``n_k = A_k + B_k x + C_k y`` (the rows
+    For a pixel at NDC (x, y) the unnormalized barycentrics are ``n_k = A_k + B_k x + C_k y`` (the rows
     of the adjugate of the matrix of (X, Y, W) rows, i.e. 2D homogeneous edge functions); the hit's
     clip w is ``det / sum(n)`` and its clip z is ``(Z_A + Z_B x + Z_C y) / sum(n)``.
     Layout: A(3), B(3), C(3), det, Z_A, Z_B, Z_C.

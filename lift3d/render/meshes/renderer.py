@@ -1,7 +1,7 @@
 """The mesh renderer: a ``Mesh`` and a ``Cameras`` batch -> the image batch every renderer returns.
 
-Surface colour comes, in order of preference, from ``color_fn`` (e.g. a texture field and a material,
-evaluated only at covered pixels), the mesh's UV texture, its vertex colours, or ``default_color``.
+Surface color comes, in order of preference, from ``color_fn`` (e.g. a texture field and a material,
+evaluated only at covered pixels), the mesh's UV texture, its vertex colors, or ``default_color``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def sample_texture(texture: Tensor, uv: Tensor, mode: str = "bilinear") -> Tenso
 
 
 def _background_image(background: Tensor | None, default: list, shape: tuple[int, int, int, int], like: Tensor) -> Tensor:
-    """Background [B, H, W, C] from None (the configured colour), [C], [B, C] or [B, H, W, C]."""
+    """Background [B, H, W, C] from None (the configured color), [C], [B, C] or [B, H, W, C]."""
     batch, height, width, channels = shape
     bg = torch.as_tensor(default if background is None else background).to(like)
     if bg.ndim == 1:
@@ -50,10 +50,10 @@ def _background_image(background: Tensor | None, default: list, shape: tuple[int
 class MeshRendererConfig:
     near: float = 0.01  # near clipping plane distance (scene units)
     far: float = 100.0  # far clipping plane distance (scene units)
-    antialias: bool = True  # blend colours across silhouette edges (gives gradients to vertex positions there)
+    antialias: bool = True  # blend colors across silhouette edges (gives gradients to vertex positions there)
     normal_type: str = "vertex"  # shading normals: vertex (smooth, area-weighted) or face (flat)
     background_color: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # background when none is passed
-    default_color: list = field(default_factory=lambda: [0.8, 0.8, 0.8])  # surface colour with no texture/colours/color_fn
+    default_color: list = field(default_factory=lambda: [0.8, 0.8, 0.8])  # surface color with no texture/colors/color_fn
     texture_filter: str = "bilinear"  # UV texture lookup: bilinear or nearest
     max_candidates: int = 4194304  # (triangle, pixel) pairs tested per chunk: bounds rasterizer memory
 
@@ -86,7 +86,7 @@ class MeshRenderer(BaseModule):
         ``normal`` [B,H,W,3] (world space), plus ``face_ids`` [B,H,W] (-1: empty) and ``mask`` [B,H,W,1]
         (hard coverage). ``color_fn`` receives a dict of per-covered-pixel tensors: ``points`` [N,3],
         ``normals`` [N,3] (unit, world), ``view_dirs`` [N,3] (unit, camera to point), ``batch_index`` [N],
-        ``face_index`` [N] and ``uv`` [N,2] when the mesh has UVs; it returns colours [N,C].
+        ``face_index`` [N] and ``uv`` [N,2] when the mesh has UVs; it returns colors [N,C].
         ``topology`` caches ``edge_topology(mesh.faces)`` for meshes rendered many times."""
         cfg = self.cfg
         vertices, faces = mesh.vertices, mesh.faces.long()
@@ -119,7 +119,7 @@ class MeshRenderer(BaseModule):
         else:
             colors = torch.as_tensor(cfg.default_color).to(points).expand(points.shape[0], -1)
         if colors.ndim != 2 or colors.shape[0] != points.shape[0]:
-            raise ValueError(f"color_fn must return [N={points.shape[0]}, C] colours, got {tuple(colors.shape)}")
+            raise ValueError(f"color_fn must return [N={points.shape[0]}, C] colors, got {tuple(colors.shape)}")
         channels = colors.shape[-1]
 
         bg = _background_image(background, cfg.background_color, (batch, height, width, channels), points)

@@ -1,1 +1,1 @@
-"""The Gaussian splat renderer: projection, SH colour, the torch rasterizer's tiles and compositing, the gsplat backend."""
+"""The Gaussian splat renderer: projection, SH color, the torch rasterizer's tiles and compositing, the gsplat backend."""

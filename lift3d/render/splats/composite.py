@@ -30,7 +30,7 @@ MIN_BLOCK = 32  # ... and at least this many Gaussians
 
 
 def pixel_features(tile_size: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """[P, 6] monomials (1, u, v, u^2, uv, v^2) of the tile-local pixel centres, row-major in a tile."""
+    """[P, 6] monomials (1, u, v, u^2, uv, v^2) of the tile-local pixel centers, row-major in a tile."""
     local = torch.arange(tile_size * tile_size, device=device)
     u, v = (local % tile_size).to(dtype) + 0.5, (local // tile_size).to(dtype) + 0.5
     return torch.stack([torch.ones_like(u), u, v, u * u, u * v, v * v], dim=-1)
@@ -42,7 +42,7 @@ def quadratic(mean: Tensor, conic: Tensor, opacity: Tensor, origin: Tensor) -> T
     sigma = 1/2 d^T [[a, b], [b, c]] d with d = (u, v) - (mean - origin), in tile-local coordinates so
     the expansion stays accurate in float32; then alpha = exp(-(sigma - log o)) before the clamp.
     sigma >= 0 always (the dilated 2D covariance is positive definite), so gsplat's ``sigma < 0`` skip
-    never triggers and is not tested (the expansion may round sigma to -1e-7 at a centre)."""
+    never triggers and is not tested (the expansion may round sigma to -1e-7 at a center)."""
     mu, mv = (mean - origin).unbind(-1)
     a, b, c = conic.unbind(-1)
     q0 = 0.5 * a * mu * mu + b * mu * mv + 0.5 * c * mv * mv - torch.log(opacity)
@@ -81,7 +81,7 @@ def _exponents(features: Tensor, q: Tensor) -> Tensor:
 
 
 def composite_chunk_reference(features: Tensor, q: Tensor, color: Tensor) -> tuple[Tensor, Tensor]:
-    """Accumulated colour [n, P, D] (no background) and final transmittance [n, P] of a chunk."""
+    """Accumulated color [n, P, D] (no background) and final transmittance [n, P] of a chunk."""
     alpha = torch.exp(-_exponents(features, q).clamp(max=S_MAX)).clamp(max=ALPHA_MAX)  # [n, K, P]
     alpha = torch.where(alpha >= ALPHA_THRESHOLD, alpha, torch.zeros_like(alpha))
     trans = torch.cumprod(1 - alpha, dim=1)  # the true transmittance wherever the pixel is not finished
@@ -125,7 +125,7 @@ def _block_alphas(features: Tensor, q: Tensor, t_in: Tensor, done: Tensor) -> tu
 @torch.no_grad()
 def _forward_chunk(features: Tensor, q: Tensor, color: Tensor, counts: Tensor, outside: Tensor,
                    budget: list[int]) -> tuple[Tensor, Tensor, list[_Block]]:
-    """Accumulated colour [n, P, D], final transmittance [n, P] and the blocks (for backward)."""
+    """Accumulated color [n, P, D], final transmittance [n, P] and the blocks (for backward)."""
     n, K = q.shape[:2]
     P = features.shape[0]
     acc = color.new_zeros(n, P, color.shape[-1])
@@ -152,7 +152,7 @@ def _forward_chunk(features: Tensor, q: Tensor, color: Tensor, counts: Tensor, o
 
 def abs_gradient_features(features: Tensor) -> Tensor:
     """[6, 2P]: ``q @ it`` gives (a dx + b dy, b dx + c dy) at each pixel of the tile (dx, dy: the pixel minus the
-    centre), the derivative of sigma by the pixel, whose absolute value times |dL/dsigma| is the absolute per-pixel
+    center), the derivative of sigma by the pixel, whose absolute value times |dL/dsigma| is the absolute per-pixel
     gradient of the 2D mean (gsplat's ``absgrad``)."""
     _, u, v = features[:, 0], features[:, 1], features[:, 2]
     zero, one = torch.zeros_like(u), torch.ones_like(u)
@@ -169,7 +169,7 @@ def _backward_chunk(features: Tensor, q: Tensor, color: Tensor, blocks: list[_Bl
 
     With w_k = a_k T_k, T_k = prod_{j<k} (1 - a_j) and out = sum_k w_k c_k + T_final bg:
     dL/da_k = T_k (c_k . g) - (sum_{j>k} w_j (c_j . g) + T_final dL/dT_final) / (1 - a_k).
-    ``g_acc`` [n, P, D] is dL/d(accumulated colour), ``g_final`` [n, P] is dL/dT_final."""
+    ``g_acc`` [n, P, D] is dL/d(accumulated color), ``g_final`` [n, P] is dL/dT_final."""
     g_q, g_color = torch.zeros_like(q), torch.zeros_like(color)
     g_abs = q.new_zeros(q.shape[:2] + (2,)) if abs_features is not None else None
     later = final.new_zeros(final.shape)  # sum of w (c . g) over the blocks behind
@@ -218,8 +218,8 @@ def _outside(tiles: Tensor, bins: TileBins, width: int, height: int, features: T
 
 def _composite_inputs(means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
                       bins: TileBins) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """What both compositing paths start from: every intersection's quadratic and colour, the pixel features, and
-    the empty accumulators (colour [tiles, P, D] at 0, transmittance [tiles, P] at 1)."""
+    """What both compositing paths start from: every intersection's quadratic and color, the pixel features, and
+    the empty accumulators (color [tiles, P, D] at 0, transmittance [tiles, P] at 1)."""
     means2d_f, conics_f, opacities_f, colors_f = _flat(means2d, conics, opacities, colors)
     q_all = intersection_quadratics(bins, means2d_f, conics_f, opacities_f)
     color_all = colors_f[_padded_ids(bins)]

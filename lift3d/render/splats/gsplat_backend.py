@@ -38,7 +38,7 @@ def rasterize_gsplat(
     rasterize_mode: str = "classic",
     capacity: int = 0,
 ) -> dict[str, Tensor]:
-    """``render`` [C, H, W, D+1] (colours + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``,
+    """``render`` [C, H, W, D+1] (colors + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``,
     ``means2d`` [C, N, 2] (whose ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32,
     ``depths`` [C, N]. ``capacity`` > 0: the tile intersections go into that many fixed slots (``_rasterize_fixed``)
     and ``isect_count`` is added."""
@@ -80,7 +80,7 @@ def _rasterize_fixed(means: Tensor, quats: Tensor, scales: Tensor, opacities: Te
         view_opacities = view_opacities * compensations
     if sh_degree is not None:
         rotation, translation = viewmats[:, :3, :3], viewmats[:, :3, 3:]
-        campos = -(rotation.transpose(1, 2) @ translation)[..., 0]  # camera centres: the inverse of a rigid map
+        campos = -(rotation.transpose(1, 2) @ translation)[..., 0]  # camera centers: the inverse of a rigid map
         dirs = means[None] - campos[:, None]
         features = colors[None].expand(n_views, *colors.shape)
         view_colors = spherical_harmonics(sh_degree, dirs, features, masks=(radii > 0).all(dim=-1))

@@ -2,7 +2,7 @@
 
 Pure functions on tensors. Cameras come as OpenCV world-to-camera matrices (``viewmats``, what
 ``Cameras.w2c_opencv()`` returns) and pinhole ``Ks``. The 2D covariance gets a 0.3 px^2 low-pass
-dilation (``eps2d``); a Gaussian is culled (radii 0) when its centre is outside [near, far], its
+dilation (``eps2d``); a Gaussian is culled (radii 0) when its center is outside [near, far], its
 dilated covariance is degenerate, its opacity is below 1/255, or its bounding box misses the image.
 The bounding box is the tight opacity-aware one: half-extents ``ceil(e * sqrt(cov_xx))`` and
 ``ceil(e * sqrt(cov_yy))`` with ``e = min(3.33, sqrt(2 ln(255 opacity)))``, outside of which every
@@ -27,7 +27,7 @@ MAX_EXTENT = 3.33  # cap on the bounding-box size in standard deviations
 class Projection:
     """Per camera and Gaussian image-space quantities; entries with ``radii == 0`` are culled."""
 
-    means2d: Tensor  # [C, N, 2] pixel coordinates of the centres (pixel centres at i + 0.5)
+    means2d: Tensor  # [C, N, 2] pixel coordinates of the centers (pixel centers at i + 0.5)
     conics: Tensor  # [C, N, 3] (a, b, c) of the inverse 2D covariance [[a, b], [b, c]]
     depths: Tensor  # [C, N] camera-space z
     radii: Tensor  # [C, N, 2] int32 bounding-box half-extents in pixels (x, y); 0 where culled
@@ -40,7 +40,7 @@ class Projection:
 
 
 def quat_to_rotmat(quats: Tensor) -> Tensor:
-    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (w, x, y, z; normalised here)."""
+    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (w, x, y, z; normalized here)."""
     q = quats / quats.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     w, x, y, z = q.unbind(-1)
     rows = [
@@ -104,7 +104,7 @@ def project_gaussians(
 
     fx, fy = Ks[:, 0, 0, None], Ks[:, 1, 1, None]  # [C, 1]
     cx, cy = Ks[:, 0, 2, None], Ks[:, 1, 2, None]
-    # the Jacobian is evaluated with the centre clamped to 1.3x the field of view (as 3DGS and gsplat)
+    # the Jacobian is evaluated with the center clamped to 1.3x the field of view (as 3DGS and gsplat)
     margin_x, margin_y = 0.3 * 0.5 * width / fx, 0.3 * 0.5 * height / fy
     tx = z * torch.clamp(x / z, min=-(cx / fx + margin_x), max=(width - cx) / fx + margin_x)
     ty = z * torch.clamp(y / z, min=-(cy / fy + margin_y), max=(height - cy) / fy + margin_y)

@@ -76,7 +76,7 @@ def choose_backend(backend: str, device: torch.device) -> str:
 
 
 def _backgrounds(background: Tensor | None, n: int, channels: int, like: Tensor) -> tuple[Tensor, Tensor | None]:
-    """(per-camera colours [B, D], background image [B, H, W, D] or None) from any accepted form."""
+    """(per-camera colors [B, D], background image [B, H, W, D] or None) from any accepted form."""
     if background is None:
         return like.new_zeros(n, channels), None
     background = background.to(like)
@@ -111,7 +111,7 @@ def rasterize(
     Returns ``rgb`` [B, H, W, 3] over ``background`` ([3], [B, 3] or an image [B, H, W, 3]; default
     black), ``alpha`` [B, H, W, 1], ``depth`` [B, H, W, 1] (expected camera z, 0 where empty),
     ``radii`` [B, N, 2] int32 (0: not visible) and ``means2d`` [B, N, 2] pixels (its ``.grad`` after
-    backward is the image-space gradient densification uses). Colours come from the SH coefficients
+    backward is the image-space gradient densification uses). Colors come from the SH coefficients
     at ``sh_degree`` (default: all of them), or from ``colors`` [N, 3] / [B, N, 3] when given.
     ``width``/``height`` default to the cameras' own size; other sizes scale the intrinsics.
     ``with_depth=False`` leaves ``depth`` out (a training step that does not read it skips its channel).

@@ -1,8 +1,8 @@
 """Real spherical harmonics up to degree 3 in the convention of 3DGS and gsplat.
 
 Coefficients are stored ``[..., K, 3]`` with K = (degree + 1)^2 bases in the order l = 0, 1, 2, 3 and,
-within a band, m = -l..l; a colour is ``max(sum_k Y_k(d) c_k + 0.5, 0)`` where ``d`` is the unit
-direction from the camera centre to the Gaussian. The DC term ``c_0`` stores (rgb - 0.5) / Y_0.
+within a band, m = -l..l; a color is ``max(sum_k Y_k(d) c_k + 0.5, 0)`` where ``d`` is the unit
+direction from the camera center to the Gaussian. The DC term ``c_0`` stores (rgb - 0.5) / Y_0.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ def degree_of(n_bases: int) -> int:
 
 
 def rgb_to_sh(rgb: Tensor) -> Tensor:
-    """DC coefficient [..., 3] whose colour is ``rgb`` in every direction."""
+    """DC coefficient [..., 3] whose color is ``rgb`` in every direction."""
     return (rgb - 0.5) / Y0
 
 
 def sh_to_rgb(dc: Tensor) -> Tensor:
-    """Colour [..., 3] of a DC coefficient (before the 0-clamp)."""
+    """Color [..., 3] of a DC coefficient (before the 0-clamp)."""
     return dc * Y0 + 0.5
 
 
@@ -86,5 +86,5 @@ def eval_sh(degree: int, coeffs: Tensor, dirs: Tensor) -> Tensor:
 
 
 def sh_to_color(degree: int, coeffs: Tensor, dirs: Tensor) -> Tensor:
-    """Colour [..., 3] as 3DGS and gsplat define it: ``max(eval_sh + 0.5, 0)`` (no upper clamp)."""
+    """Color [..., 3] as 3DGS and gsplat define it: ``max(eval_sh + 0.5, 0)`` (no upper clamp)."""
     return (eval_sh(degree, coeffs, dirs) + 0.5).clamp_min(0.0)

@@ -22,9 +22,9 @@ def tile_ranges(means2d: Tensor, radii: Tensor, tile_size: int, tile_width: int,
                 tile_height: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Each projected Gaussian's tiles [x0, x1) x [y0, y1) (int64, [..., N] each), clamped to the grid; empty where
     a radius is not positive. The float arithmetic is gsplat's, so both agree tile for tile."""
-    centre = means2d / float(tile_size)
+    center = means2d / float(tile_size)
     reach = radii.to(means2d.dtype) / float(tile_size)
-    low, high = torch.floor(centre - reach), torch.ceil(centre + reach)
+    low, high = torch.floor(center - reach), torch.ceil(center + reach)
     visible = (radii > 0).all(dim=-1)
     ranges = []
     for axis, limit in ((0, tile_width), (1, tile_height)):  # scalar bounds: no tensor copied to the device

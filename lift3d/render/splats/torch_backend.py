@@ -21,7 +21,7 @@ def rasterize_torch(
     quats: Tensor,  # [N, 4] wxyz, any norm
     scales: Tensor,  # [N, 3] activated
     opacities: Tensor,  # [N] activated
-    colors: Tensor,  # [N, K, 3] SH coefficients when sh_degree is set, else [N, D] or [C, N, D] colours
+    colors: Tensor,  # [N, K, 3] SH coefficients when sh_degree is set, else [N, D] or [C, N, D] colors
     viewmats: Tensor,  # [C, 4, 4] world-to-camera, OpenCV axes
     Ks: Tensor,  # [C, 3, 3]
     width: int,
@@ -38,8 +38,8 @@ def rasterize_torch(
     rasterize_mode: str = "classic",
     absgrad: bool = False,
 ) -> dict[str, Tensor]:
-    """Render C views; returns colours+depth ``render`` [C, H, W, D+1] (depth accumulated, not yet
-    normalised), ``alpha`` [C, H, W, 1], ``means2d`` [C, N, 2], ``radii`` [C, N, 2], ``depths`` [C, N].
+    """Render C views; returns colors+depth ``render`` [C, H, W, D+1] (depth accumulated, not yet
+    normalized), ``alpha`` [C, H, W, 1], ``means2d`` [C, N, 2], ``radii`` [C, N, 2], ``depths`` [C, N].
     ``rasterize_mode="antialiased"``: Mip-Splatting's 2D filter (see ``project_gaussians``). ``absgrad``: the backward
     also sets ``means2d.absgrad`` [C, N, 2], the per-pixel gradients' absolute values summed (as gsplat's)."""
     if rasterize_mode not in ("classic", "antialiased"):

@@ -1,1 +1,1 @@
-"""The volume renderer of NeRF fields: occupancy grid, marching, proposal sampling, compositing, its regularisers."""
+"""The volume renderer of NeRF fields: occupancy grid, marching, proposal sampling, compositing, its regularizers."""

@@ -80,7 +80,7 @@ def render_weights(sigma_delta: Tensor, ray_indices: Tensor) -> tuple[Tensor, Te
 class _SegmentSums(torch.autograd.Function):
     """Forward: per-ray sums as differences of one float64 running sum over all channels laid end to end (a single
     device-wide scan; the channels' offsets cancel in each difference), taken at each ray's first and one-past-last
-    sample, found by binary search. ``index_add`` adds with atomics, which serialise where many samples share a ray,
+    sample, found by binary search. ``index_add`` adds with atomics, which serialize where many samples share a ray,
     above all a budget's padding, which all belongs to the last ray. Backward: a gather."""
 
     @staticmethod

@@ -1,6 +1,6 @@
 """Mip-NeRF 360's distortion loss on rays with a fixed number of samples each, as a pure function.
 
-For a ray's intervals [s_i, s_i+1] (in a normalised spacing, e.g. step counts over their span) with weights w_i,
+For a ray's intervals [s_i, s_i+1] (in a normalized spacing, e.g. step counts over their span) with weights w_i,
 ``sum_ij w_i w_j |m_i - m_j| + 1/3 sum_i w_i^2 (s_i+1 - s_i)`` (m: midpoints) is smallest when the weight sits in
 one short interval: it pulls each ray's mass onto one surface and empties the fog a young field fills space with.
 The double sum is taken in O(K) with running sums (the midpoints are sorted).

@@ -20,7 +20,7 @@ def importance_samples(rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Te
     """``n_samples`` stratified + ``n_importance`` inverse-CDF samples a ray [R, 3] in [t_near, t_far] [R] -> packed
     samples {"ray", "lo", "hi" [R * K], "valid" (the occupancy grid's mask, if enabled), "ray_ok": None}.
 
-    ``random``: jittered bins and random CDF draws (else bin centres and even draws); ``spacing``: (step size,
+    ``random``: jittered bins and random CDF draws (else bin centers and even draws); ``spacing``: (step size,
     ``disparity_from``) of an unbounded field, whose stratified samples are even in ``step_index``, denser near
     the camera."""
     n_rays, device = rays_o.shape[0], rays_o.device

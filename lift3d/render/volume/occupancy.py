@@ -75,7 +75,7 @@ class OccupancyGrid(nn.Module):
         return self.occupied[index] & inside
 
     def cell_points(self, index: Tensor, jitter: bool = True) -> Tensor:
-        """World points [N, 3] inside cells ``index`` [N] (random in the cell, or at the centre)."""
+        """World points [N, 3] inside cells ``index`` [N] (random in the cell, or at the center)."""
         r = self.cfg.resolution
         ijk = torch.stack([index // (r * r), (index // r) % r, index % r], dim=-1).float()
         offset = torch.rand_like(ijk) if jitter else torch.full_like(ijk, 0.5)

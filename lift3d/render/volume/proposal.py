@@ -79,7 +79,7 @@ class ProposalSampler(nn.Module, Updateable):
             self._anneal_value = value
 
     def _distances(self, s: Tensor, u_near: Tensor, span: Tensor) -> Tensor:
-        """Distances of normalised step counts ``s`` [R, E] (0 at ``t_near``, 1 at ``t_far``)."""
+        """Distances of normalized step counts ``s`` [R, E] (0 at ``t_near``, 1 at ``t_far``)."""
         return step_distance(u_near[:, None] + s * span[:, None], self.step_size, self.disparity_from)
 
     def sample(self, rays_o: Tensor, rays_d: Tensor, t_near: Tensor, t_far: Tensor, training: bool) -> dict[str, Any]:
@@ -91,9 +91,9 @@ class ProposalSampler(nn.Module, Updateable):
         span = step_index(t_far, self.step_size, self.disparity_from) - u_near
         counts = list(self.cfg.samples) + [self.cfg.n_samples]
         edges = torch.linspace(0.0, 1.0, counts[0] + 1, device=device).expand(n_rays, -1)
-        if training:  # one jitter a ray: interior edges anywhere between their neighbours' midpoints
-            centres = 0.5 * (edges[:, 1:] + edges[:, :-1])
-            lower, upper = torch.cat([edges[:, :1], centres], -1), torch.cat([centres, edges[:, -1:]], -1)
+        if training:  # one jitter a ray: interior edges anywhere between their neighbors' midpoints
+            centers = 0.5 * (edges[:, 1:] + edges[:, :-1])
+            lower, upper = torch.cat([edges[:, :1], centers], -1), torch.cat([centers, edges[:, -1:]], -1)
             edges = lower + (upper - lower) * torch.rand(n_rays, 1, device=device)
         histograms = []
         for net, n_next in zip(self.nets, counts[1:], strict=False):

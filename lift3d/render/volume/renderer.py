@@ -60,7 +60,7 @@ class VolumeRenderer(BaseModule):
         if self.contraction != "none" and c.disparity_from <= 0:
             raise ValueError(f"an unbounded field (contraction {self.contraction}) needs renderer.disparity_from > 0 (the "
                              "distance from the camera beyond which steps grow), so rays reach far_plane in a bounded "
-                             "number of steps: e.g. the cameras' distance from the scene centre plus the field's radius")
+                             "number of steps: e.g. the cameras' distance from the scene center plus the field's radius")
         self.occupancy = OccupancyGrid(c.occupancy, field.bbox, self.contraction)
         extent = (field.bbox[1] - field.bbox[0]).float()
         self.diagonal = float(extent.norm())
@@ -259,7 +259,7 @@ class VolumeRenderer(BaseModule):
         normals = out.get("normal")
         lights = None if light_positions is None else light_positions[ray]
         colors = material(out["features"], dirs, normals, positions, lights, shading)
-        # one per-ray sum over all channels: opacity, colour, distance (and normal)
+        # one per-ray sum over all channels: opacity, color, distance (and normal)
         per_sample = [weights[:, None], weights[:, None] * colors, (weights * t_mid)[:, None]]
         if normals is not None:
             per_sample.append(weights[:, None] * normals)

@@ -151,7 +151,7 @@ def sample_pdf(bins: Tensor, weights: Tensor, n_samples: int, uniform: Tensor | 
 
 
 def intervals_from_points(t: Tensor, t_near: Tensor, t_far: Tensor) -> tuple[Tensor, Tensor]:
-    """Intervals [R, K] around sorted sample distances ``t`` [R, K]: midpoints between neighbours, ends at the box."""
+    """Intervals [R, K] around sorted sample distances ``t`` [R, K]: midpoints between neighbors, ends at the box."""
     mids = 0.5 * (t[:, 1:] + t[:, :-1])
     lo = torch.cat([t_near[:, None], mids], dim=-1)
     hi = torch.cat([mids, t_far[:, None]], dim=-1)

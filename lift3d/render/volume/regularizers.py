@@ -1,4 +1,4 @@
-"""Regularisers on volume renders, as pure functions of the renderer's outputs."""
+"""Regularizers on volume renders, as pure functions of the renderer's outputs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Gaussians started on a mesh (``system.gaussians.init=mesh``) take the mesh file's colours: a glTF's PBR base-colour
-texture and factor, an OBJ's map_Kd, vertex colours; a colour that cannot be read is a warning naming the file."""
+"""Gaussians started on a mesh (``system.gaussians.init=mesh``) take the mesh file's colors: a glTF's PBR base-color
+texture and factor, an OBJ's map_Kd, vertex colors; a color that cannot be read is a warning naming the file."""
 
 import logging
 
@@ -42,55 +42,55 @@ def _expected(points: np.ndarray, texture: np.ndarray) -> np.ndarray:
     return texture[rows, cols] / 255.0
 
 
-def test_gaussians_from_a_textured_glb_take_its_texture_colours(tmp_path):
+def test_gaussians_from_a_textured_glb_take_its_texture_colors(tmp_path):
     texture = _texture()
     material = trimesh.visual.material.PBRMaterial(baseColorTexture=texture)
     path = tmp_path / "textured.glb"
     _quad(trimesh.visual.TextureVisuals(uv=QUAD_UV, material=material)).export(path)
-    points, colours = sample_mesh(path, 4000, seed=1)
+    points, colors = sample_mesh(path, 4000, seed=1)
     pixels = np.asarray(texture, np.float32) / 255.0
-    assert np.abs(colours.numpy().mean(axis=0) - pixels.reshape(-1, 3).mean(axis=0)).max() < 0.05
-    assert colours.numpy().std(axis=0).min() > 0.2  # not one flat colour (the grey fallback)
+    assert np.abs(colors.numpy().mean(axis=0) - pixels.reshape(-1, 3).mean(axis=0)).max() < 0.05
+    assert colors.numpy().std(axis=0).min() > 0.2  # not one flat color (the gray fallback)
     expected = _expected(points.numpy().astype(np.float64), np.asarray(texture))
-    near = np.abs(colours.numpy() - expected).max(axis=1) < 0.1  # each point has its own texel's colour
+    near = np.abs(colors.numpy() - expected).max(axis=1) < 0.1  # each point has its own texel's color
     assert near.mean() > 0.95
 
 
-def test_base_colour_factor_tints_the_texture_and_colours_untextured_materials(tmp_path):
+def test_base_color_factor_tints_the_texture_and_colors_untextured_materials(tmp_path):
     texture = _texture()
     tinted = trimesh.visual.material.PBRMaterial(baseColorTexture=texture, baseColorFactor=[0.5, 1.0, 1.0, 1.0])
     path = tmp_path / "tinted.glb"
     _quad(trimesh.visual.TextureVisuals(uv=QUAD_UV, material=tinted)).export(path)
-    _, colours = sample_mesh(path, 3000)
+    _, colors = sample_mesh(path, 3000)
     pixels = np.asarray(texture, np.float32).reshape(-1, 3).mean(axis=0) / 255.0
-    assert np.allclose(colours.numpy().mean(axis=0), pixels * [0.5, 1.0, 1.0], atol=0.05)
+    assert np.allclose(colors.numpy().mean(axis=0), pixels * [0.5, 1.0, 1.0], atol=0.05)
 
     flat = trimesh.visual.material.PBRMaterial(baseColorFactor=[0.1, 0.6, 0.9, 1.0])
     path = tmp_path / "flat.glb"
     _quad(trimesh.visual.TextureVisuals(material=flat)).export(path)
-    _, colours = sample_mesh(path, 200)
-    assert np.allclose(colours.numpy(), [0.1, 0.6, 0.9], atol=0.01)
+    _, colors = sample_mesh(path, 200)
+    assert np.allclose(colors.numpy(), [0.1, 0.6, 0.9], atol=0.01)
 
 
-def test_obj_texture_and_vertex_colours(tmp_path):
+def test_obj_texture_and_vertex_colors(tmp_path):
     texture = _texture()
     path = tmp_path / "quad.obj"
     simple = trimesh.visual.material.SimpleMaterial(image=texture)
     _quad(trimesh.visual.TextureVisuals(uv=QUAD_UV, material=simple)).export(path)  # writes .mtl and the png
-    _, colours = sample_mesh(path, 3000)
-    assert np.abs(colours.numpy().mean(axis=0) - np.asarray(texture).reshape(-1, 3).mean(axis=0) / 255.0).max() < 0.05
+    _, colors = sample_mesh(path, 3000)
+    assert np.abs(colors.numpy().mean(axis=0) - np.asarray(texture).reshape(-1, 3).mean(axis=0) / 255.0).max() < 0.05
 
     mesh = _quad()
     mesh.visual = trimesh.visual.ColorVisuals(mesh, vertex_colors=np.array([[255, 0, 0, 255]] * 2 + [[0, 0, 255, 255]] * 2))
     path = tmp_path / "vertex.ply"
     mesh.export(path)
-    points, colours = sample_mesh(path, 2000)
+    points, colors = sample_mesh(path, 2000)
     file_z = (points.numpy() @ mesh_rotation("+y"))[:, 2]  # red at z = +0.5, blue at z = -0.5, blended between
-    assert np.allclose(colours.numpy()[:, 0], file_z + 0.5, atol=0.02)
-    assert np.allclose(colours.numpy()[:, 2], 0.5 - file_z, atol=0.02)
+    assert np.allclose(colors.numpy()[:, 0], file_z + 0.5, atol=0.02)
+    assert np.allclose(colors.numpy()[:, 2], 0.5 - file_z, atol=0.02)
 
 
-def test_an_unreadable_colour_is_a_warning_naming_the_file(tmp_path, monkeypatch, caplog):
+def test_an_unreadable_color_is_a_warning_naming_the_file(tmp_path, monkeypatch, caplog):
     texture = _texture()
     path = tmp_path / "odd.glb"
     material = trimesh.visual.material.PBRMaterial(baseColorTexture=texture)
@@ -99,22 +99,22 @@ def test_an_unreadable_colour_is_a_warning_naming_the_file(tmp_path, monkeypatch
     def broken(material):
         raise OSError("truncated image data")
 
-    monkeypatch.setattr(init, "material_base_colour", broken)
+    monkeypatch.setattr(init, "material_base_color", broken)
     with caplog.at_level(logging.WARNING, logger="lift3d.gaussians.init"):
-        _, colours = sample_mesh(path, 100)
-    assert np.allclose(colours.numpy(), 0.5)
+        _, colors = sample_mesh(path, 100)
+    assert np.allclose(colors.numpy(), 0.5)
     assert any(str(path) in r.getMessage() and "truncated image data" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING)
 
 
-def test_a_mesh_without_colours_is_grey_without_a_warning(tmp_path, caplog):
+def test_a_mesh_without_colors_is_gray_without_a_warning(tmp_path, caplog):
     path = tmp_path / "plain.stl"
     _quad().export(path)
     with caplog.at_level(logging.INFO, logger="lift3d.gaussians.init"):
-        _, colours = sample_mesh(path, 50)
-    assert np.allclose(colours.numpy(), 0.5)
+        _, colors = sample_mesh(path, 50)
+    assert np.allclose(colors.numpy(), 0.5)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any("holds no colours" in r.getMessage() for r in caplog.records)
+    assert any("holds no colors" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("uvs", [np.array([[0.25, 0.75], [1.25, 0.75], [-0.75, -0.25]])])

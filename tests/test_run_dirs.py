@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import load_config
-from lift3d.runs.run_dirs import make_trial_dir
+from lift3d.runs.run_dirs import make_run_dir
 from lift3d.runs.runner import run_experiment
 from tests.conftest import REPO, TEST_CONFIGS
 
@@ -22,13 +22,13 @@ QUIET = ["trainer.enable_progress_bar=false", "trainer.run_test_after_fit=false"
 
 
 def _make_together(cfg, n: int) -> list[Path]:
-    """``make_trial_dir(cfg)`` from ``n`` threads released at the same moment."""
+    """``make_run_dir(cfg)`` from ``n`` threads released at the same moment."""
     made: list[Path] = []
     start = threading.Barrier(n)
 
     def make() -> None:
         start.wait()
-        made.append(make_trial_dir(cfg))
+        made.append(make_run_dir(cfg))
 
     threads = [threading.Thread(target=make) for _ in range(n)]
     for thread in threads:
