@@ -144,11 +144,13 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
 
     from PIL import Image
 
-    from lift3d.commands.reconstruct import is_unbounded, recipe_for
     from lift3d.config import load_config
+    from lift3d.data.formats import is_object_centric
     from lift3d.data.sample_scene import render_toy, sample_cameras
     from lift3d.data.scene import detect_format
+    from lift3d.method_table import find_method, stage_recipes
     from lift3d.metrics import psnr
+    from lift3d.recipes import recipe_config
     from lift3d.runs.run_dirs import load_system
     from lift3d.runs.runner import build_parts, run_experiment
     from tests.test_reconstruct_nerf import TINY
@@ -167,11 +169,12 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     (scene / "transforms.json").write_text(json.dumps({
         "camera_model": "PINHOLE", "fl_x": float(k[0, 0]), "fl_y": float(k[1, 1]), "cx": float(k[0, 2]), "cy": float(k[1, 2]),
         "w": cameras.width, "h": cameras.height, "frames": frames}))
-    assert is_unbounded(detect_format(scene)) and not is_unbounded("blender")
-    config = recipe_for("nerf", sample=False, on_cpu=True, unbounded=True)
+    assert not is_object_centric(detect_format(scene)) and is_object_centric("blender")
+    nerf, gaussians = find_method("nerf"), find_method("gaussians")
+    config = recipe_config(stage_recipes(nerf, on_cpu=True, unbounded=True)[0])
     assert config.name == "reconstruct-nerf-unbounded-cpu.yaml"
-    assert recipe_for("nerf", sample=False, on_cpu=False, unbounded=True).name == "reconstruct-nerf-unbounded.yaml"
-    assert recipe_for("gaussians", sample=False, on_cpu=True, unbounded=True).name == "reconstruct-gaussians-cpu.yaml"
+    assert stage_recipes(nerf, on_cpu=False, unbounded=True) == ["reconstruct-nerf-unbounded"]
+    assert stage_recipes(gaussians, on_cpu=True, unbounded=True) == ["reconstruct-gaussians-cpu"]
 
     # appearance off: the reloaded model's render is compared with the whole photo, the plain validation score
     overrides = [f"data.root={scene}", f"output_root={tmp_path / 'out'}", *TINY, "data.max_val_views=1",

@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from lift3d.commands import multi_prompt
-from lift3d.commands.multi_prompt import generate_many, read_prompts, run_sharded, shard
+from lift3d.commands.multi_prompt import generate_many, read_prompts, report_path, run_sharded, shard
 
-FAKE = (  # stands in for `lift3d generate`: reports its GPU, sleeps, fails on prompts containing "bad"
-    "import os, sys, time; prompt = sys.argv[1]; time.sleep(0.3); "
-    "print('lift3d: results in', 'run-' + prompt.replace(' ', '_') + '-gpu' + os.environ.get('CUDA_VISIBLE_DEVICES', 'none')); "
+FAKE = (  # stands in for `lift3d generate`: reports its run (named after its GPU) to --report, fails on "bad" prompts
+    "import json, os, pathlib, sys, time; prompt = sys.argv[1]; report = sys.argv[sys.argv.index('--report') + 1]; "
+    "time.sleep(0.3); gpu = os.environ.get('CUDA_VISIBLE_DEVICES', 'none'); "
+    "pathlib.Path(report).write_text(json.dumps({'run_dir': 'run-' + prompt.replace(' ', '_') + '-gpu' + gpu})); "
     "sys.exit(3 if 'bad' in prompt else 0)"
 )
 
@@ -38,11 +39,12 @@ def test_shard_is_round_robin_and_complete():
 
 def test_each_gpu_runs_its_share_and_failures_stay_local(tmp_path):
     prompts = ["a cat", "a bad dog", "a cow", "an owl"]
-    commands = [[sys.executable, "-c", FAKE, p] for p in prompts]
+    commands = [[sys.executable, "-c", FAKE, p, "--report", str(report_path(tmp_path / "logs", i))]
+                for i, p in enumerate(prompts)]
     results = run_sharded(commands, ["0", "1"], tmp_path / "logs")
     assert [r["device"] for r in results] == ["0", "1", "0", "1"]
-    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu0", "run_dir-a_bad_dog-gpu1", "run_dir-a_cow-gpu0",
-                                                 "run_dir-an_owl-gpu1"]
+    # a failed asset reports no run folder, even when its process wrote one
+    assert [r["run_dir"] for r in results] == ["run-a_cat-gpu0", None, "run-a_cow-gpu0", "run-an_owl-gpu1"]
     assert [r["status"] for r in results] == ["finished", "failed", "finished", "finished"]  # the failure did not stop GPU 1
     assert results[1]["returncode"] == 3 and (tmp_path / "logs" / "0001.log").exists()
 
@@ -51,16 +53,16 @@ def test_generate_many_writes_a_summary(tmp_path, monkeypatch):
     (tmp_path / "prompts.txt").write_text("a cat\na cow\n")
     seen = []
 
-    def fake_command(prompt, method, overrides, on_gpu):
+    def fake_command(prompt, method, overrides, on_gpu, report):
         seen.append((prompt, method, tuple(overrides), on_gpu))
-        return [sys.executable, "-c", FAKE, prompt]
+        return [sys.executable, "-c", FAKE, prompt, "--report", str(report)]
 
     monkeypatch.setattr(multi_prompt, "generate_command", fake_command)
     summary, results = generate_many(tmp_path / "prompts.txt", "gaussian-sds", ["trainer.max_steps=10"], [2, 5],
                                      tmp_path / "out" / "summary.json")
     record = json.loads(summary.read_text())
     assert record["devices"] == ["2", "5"] and [r["prompt"] for r in record["results"]] == ["a cat", "a cow"]
-    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu2", "run_dir-a_cow-gpu5"]
+    assert [r["run_dir"] for r in results] == ["run-a_cat-gpu2", "run-a_cow-gpu5"]
     steps = ("trainer.max_steps=10",)
     assert seen == [("a cat", "gaussian-sds", steps, True), ("a cow", "gaussian-sds", steps, True)]
 

@@ -145,13 +145,14 @@ def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_ti
     held-out view."""
     import json
 
-    from lift3d.commands.reconstruct import recipe_for
     from lift3d.config import load_config
+    from lift3d.method_table import find_method, stage_recipes
+    from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
     from tests.test_reconstruct_nerf import TINY
 
     scene = _sky_scene(tmp_path / "scene")
-    config = recipe_for("nerf", sample=False, on_cpu=True, unbounded=True)
+    config = recipe_config(stage_recipes(find_method("nerf"), on_cpu=True, unbounded=True)[0])
     scores = {}
     for name, steps, extra in (("march", 150, []), ("proposal", 300, PROPOSAL)):
         overrides = [f"data.root={scene}", f"output_root={tmp_path / name}", *TINY, "data.max_val_views=1",

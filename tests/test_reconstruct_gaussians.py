@@ -11,9 +11,9 @@ import torch
 from lift3d import recipes
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
-from lift3d.commands.reconstruct import recipe_for
-from lift3d.config import ConfigError, load_config
+from lift3d.config import load_config
 from lift3d.gaussians.formats.ply import load_ply
+from lift3d.method_table import find_method, stage_recipes
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import run_experiment
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem, _scale_schedule
@@ -111,9 +111,8 @@ def test_reconstruct_errors(tmp_path, monkeypatch, capsys):
     empty.mkdir()
     shutil.copy(recipe_config("reconstruct-gaussians"), empty)
     monkeypatch.setattr(recipes, "CONFIG_DIR", empty)
-    with pytest.raises(ConfigError, match="configs/reconstruct-nerf.yaml"):
-        recipe_for("nerf", sample=False)
-    assert recipe_for("gaussians", sample=True).name == "reconstruct-gaussians.yaml"  # no -sample variant here
+    with pytest.raises(FileNotFoundError, match="no recipe 'reconstruct-nerf'"):
+        recipe_config(stage_recipes(find_method("nerf"), sample=False)[0])
     monkeypatch.undo()
     assert main(["reconstruct", str(tmp_path)]) == 2
     assert "holds no poses lift3d can read" in capsys.readouterr().err

@@ -117,8 +117,9 @@ def edit_overrides(run_dir: Path, checkpoint: Path, instruction: str) -> list[st
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lift3d.api.run import Run
     from lift3d.commands.common import parse_gpus, training_callbacks
-    from lift3d.commands.reconstruct import _summary
+    from lift3d.commands.reconstruct import summary
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
@@ -152,6 +153,6 @@ def run(args: argparse.Namespace) -> int:
         elif gpus is None and not torch.cuda.is_available():
             print("lift3d: no CUDA GPU: InstructPix2Pix edits will be slow on the CPU", flush=True)
         print(f"lift3d: editing {run_dir} ({method}) with {args.editor}: \"{args.instruction}\"", flush=True)
-        new_trial = run_experiment("train", cfg, [layer, recipe], overrides, callbacks=training_callbacks)
-    print("\n".join(_summary(new_trial)))
+        new_run = run_experiment("train", cfg, [layer, recipe], overrides, callbacks=training_callbacks)
+    print("\n".join(summary(Run(new_run))))
     return 0

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         args.format = [item for item in args.format if "=" not in item] or None
     gaussian_file = _gaussian_file(args.config)
     if gaussian_file is not None:
+        from lift3d.api.exporting import export_gaussian_file
+
         written = export_gaussian_file(gaussian_file, args.format or GAUSSIAN_FILE_FORMATS,
                                        [item for item in args.config if "=" in item])
         raise_failed_exports()
@@ -86,29 +88,3 @@ def _gaussian_file(items: list[str]) -> Path | None:
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
         return paths[0]
     return None
-
-
-def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
-    """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
-    its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
-    table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
-    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
-    from lift3d.export.formats import ExportFormatError, export_formats
-    from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
-    from lift3d.render.splats.sh import degree_of
-    from lift3d.saving import OutputSaver
-    from lift3d.systems.gaussian_files import gaussian_file_system
-
-    stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
-    stem = stems[-1] if stems and stems[-1] else converted_stem(path)
-    for fmt in formats:
-        fmt = str(fmt).lower().lstrip(".")
-        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
-            raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
-                                    "system.export.stem=NAME")
-    system, params = gaussian_file_system(path, overrides)
-    log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree_of(params["shN"].shape[1] + 1), path)
-    sources = system.export_sources()
-    sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
-    sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS_PREFIX = "lift3d: results in "  # what `lift3d generate` prints last: the run folder
-
 
 def read_prompts(path: str | Path) -> list[str]:
     """Prompts of a text file, one per line; blank lines and lines starting with # are skipped."""
@@ -61,11 +59,17 @@ def generate_command(prompt: str, method: str, overrides: Sequence[str], on_gpu:
     return [sys.executable, "-m", "lift3d", "generate", prompt, "--method", method, *gpus, *overrides]
 
 
+def report_path(log_dir: Path, index: int) -> Path:
+    """Where the ``index``-th asset's process writes its result (``lift3d generate --report``)."""
+    return log_dir / f"{index:04d}.json"
+
+
 def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None], log_dir: Path) -> list[dict[str, Any]]:
     """Run ``commands`` (one asset each) sharded over ``devices``, one process per device at a time.
 
-    Each process sees only its GPU (``CUDA_VISIBLE_DEVICES``); its output goes to ``log_dir/<index>.log``.
-    Returns one record per command (in input order): device, return code, seconds, run folder, log."""
+    Each process sees only its GPU (``CUDA_VISIBLE_DEVICES``); its output goes to ``log_dir/<index>.log``, its result
+    to ``report_path(log_dir, index)``. Returns one record per command (in input order): device, return code, seconds,
+    run folder, log."""
     log_dir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = [{} for _ in commands]
 
@@ -78,10 +82,8 @@ def run_sharded(commands: Sequence[Sequence[str]], devices: Sequence[str | None]
             started = time.perf_counter()
             with open(log, "w", encoding="utf-8") as stream:
                 code = subprocess.run(list(commands[index]), stdout=stream, stderr=subprocess.STDOUT, env=env).returncode
-            run_dir = None
-            for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith(RESULTS_PREFIX):
-                    run_dir = line[len(RESULTS_PREFIX):].strip()
+            report = report_path(log_dir, index)
+            run_dir = json.loads(report.read_text())["run_dir"] if code == 0 and report.is_file() else None
             results[index] = {"index": index, "device": device, "returncode": code,
                               "status": "finished" if code == 0 else "failed",
                               "seconds": round(time.perf_counter() - started, 1), "run_dir": run_dir, "log": str(log)}
@@ -102,9 +104,11 @@ def generate_many(prompts_file: str | Path, method: str, overrides: Sequence[str
     devices = worker_devices(gpus)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     summary = Path(summary_path) if summary_path else Path(f"generate-{stamp}.json")
-    commands = [generate_command(p, method, overrides, devices[0] is not None) for p in prompts]
+    log_dir = summary.with_suffix("").parent / f"{summary.stem}-logs"
+    commands = [generate_command(p, method, overrides, devices[0] is not None, report_path(log_dir, i))
+                for i, p in enumerate(prompts)]
     print(f"lift3d: {len(prompts)} prompts on {len(devices)} {'GPU' if devices[0] is not None else 'CPU'} worker(s)", flush=True)
-    results = run_sharded(commands, devices, summary.with_suffix("").parent / f"{summary.stem}-logs")
+    results = run_sharded(commands, devices, log_dir)
     for prompt, record in zip(prompts, results):
         record["prompt"] = prompt
         where = record["device"] or "cpu"
@@ -124,12 +128,12 @@ PROMPTS_HELP = ("a text file with one prompt per line (# comments): one asset pe
 def run_prompt_list(args: Any) -> int:
     """``lift3d generate --prompts FILE [--method M] [--gpus IDS] [overrides]`` (args as parsed by generate's parser:
     ``prompt`` optional, ``config`` the overrides, ``method``, ``gpus``, ``prompts``). 0 when every asset finished."""
-    from lift3d.commands.common import parse_gpus
+    from lift3d.api.overrides import gpu_ids
 
     overrides = list(args.config)
     if args.prompt:  # argparse gives the first override to the optional positional prompt
         if "=" not in args.prompt:
             raise ValueError(f"give either a prompt or --prompts FILE, not both (got the prompt {args.prompt!r})")
         overrides.insert(0, args.prompt)
-    _, results = generate_many(args.prompts, args.method or "gaussian-sds", overrides, parse_gpus(args.gpus))
+    _, results = generate_many(args.prompts, args.method or "gaussian-sds", overrides, gpu_ids(args.gpus))
     return 0 if all(r["returncode"] == 0 for r in results) else 1

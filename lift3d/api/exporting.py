@@ -1,0 +1,72 @@
+"""Exports of a finished run through the one export table (the same path ``lift3d export RUN`` takes)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lift3d.api.overrides import as_overrides
+
+log = logging.getLogger("lift3d.export")
+
+if TYPE_CHECKING:
+    from lift3d.api.run import Run
+
+
+def export_run(run: Run, formats: list[str] | None, overwrite: bool = False,
+               settings: dict[str, Any] | None = None) -> list[Path]:
+    """Write ``formats`` (None: the recipe's own list) of ``run``'s last checkpoint into its ``save/``; ``settings``:
+    export config overrides by key (``target_faces=20000`` sets ``system.export.target_faces``). A format that cannot be
+    written raises ``ExportFailedError`` naming it; the others are written."""
+    from lift3d import aftercare
+    from lift3d.config import ConfigError, load_config
+    from lift3d.runs.run_dirs import load_system
+    from lift3d.saving import OutputSaver
+
+    if run.checkpoint is None:
+        raise ConfigError(f"{run.path} has no checkpoint (ckpts/last.ckpt) to export: let the run finish, or resume it")
+    overrides = as_overrides({f"system.export.{key}": value for key, value in (settings or {}).items()})
+    cfg = load_config(run.config_path, overrides=[*overrides, f"resume={run.checkpoint}"],
+                      allow_imports=True if run.allow_imports else None)
+    system = load_system(cfg, run.checkpoint)
+    aftercare.reset()
+    saver = OutputSaver(run.path / "save")
+    if overwrite:
+        saver.overwrite = True
+    written = system.export(saver, formats)
+    failed = aftercare.problems()
+    if failed:
+        aftercare.reset()
+        raise ExportFailedError(f"{'; '.join(failed)}: fix the cause and export again; the checkpoint is untouched")
+    return [Path(p) for p in written]
+
+
+class ExportFailedError(RuntimeError):
+    """An export that could not be written (each writer's own reason, one line)."""
+
+
+def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
+    """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
+    its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
+    table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
+    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
+    from lift3d.export.formats import ExportFormatError, export_formats
+    from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
+    from lift3d.render.splats.sh import degree_of
+    from lift3d.saving import OutputSaver
+    from lift3d.systems.gaussian_files import gaussian_file_system
+
+    stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
+    stem = stems[-1] if stems and stems[-1] else converted_stem(path)
+    for fmt in formats:
+        fmt = str(fmt).lower().lstrip(".")
+        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+            raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
+                                    "system.export.stem=NAME")
+    system, params = gaussian_file_system(path, overrides)
+    log.info("read %d Gaussians (SH degree %d) from %s", len(params["means"]), degree_of(params["shN"].shape[1] + 1), path)
+    sources = system.export_sources()
+    sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
+    sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
+    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)
