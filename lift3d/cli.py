@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from lift3d import __version__
 from lift3d.runs import threads
+from lift3d.version import __version__
 
 # sub-command -> module in lift3d.commands (each has HELP, add_arguments(parser), run(args) -> int)
 COMMAND_MODULES: dict[str, str] = {

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lift3d.app.recipes import DEFAULT_RECIPES
+from lift3d.app.recipes import default_recipes
 from tests.browser import artifacts, free_port, serving
 from tests.tiny_diffusion import tiny_sd_path
 from tests.validators import gltf_problems, validate_gltf
@@ -39,7 +39,7 @@ TINY_OVERRIDES = [
 
 def _recipes_file(tmp_path: Path) -> Path:
     """An app recipes file that re-declares the built-in entry (same label, configs, options) with tiny overrides."""
-    builtin = next(r for r in DEFAULT_RECIPES if r.label == RECIPE_LABEL)
+    builtin = next(r for r in default_recipes() if r.label == RECIPE_LABEL)
     entry = {field.name: getattr(builtin, field.name) for field in dataclasses.fields(builtin)}
     entry["options"] = {option: list(keys) for option, keys in builtin.options.items()}
     entry["overrides"] = [*builtin.overrides, *TINY_OVERRIDES, f"system.guidance.prompt_cache_dir={tmp_path / 'prompt-cache'}"]

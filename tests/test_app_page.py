@@ -135,9 +135,9 @@ def test_an_image_run_gets_the_uploaded_photo(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from lift3d.app.recipes import DEFAULT_RECIPES, IMAGE, offered_recipes
+    from lift3d.app.recipes import IMAGE, default_recipes, offered_recipes
 
-    image_recipes = [r for r in offered_recipes(DEFAULT_RECIPES) if r.recipe.input == IMAGE]
+    image_recipes = [r for r in offered_recipes(default_recipes()) if r.recipe.input == IMAGE]
     assert {r.label for r in image_recipes} >= {"Image to 3D: DreamGaussian (Gaussians + Zero123)", "Image to 3D: Zero123 NeRF"}
     queue = FakeQueue()
     state = AppState(queue, image_recipes, tmp_path)

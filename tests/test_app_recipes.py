@@ -4,13 +4,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from lift3d.app.recipes import (
-    DEFAULT_RECIPES,
     PROMPT,
     RECIPES_ENV,
     AppRecipe,
     RecipeError,
     _config_path,
     build_overrides,
+    default_recipes,
     find_recipe,
     load_recipe_file,
     probe_recipe,
@@ -98,7 +98,7 @@ def test_recipe_files_and_the_environment_extend_the_table(tmp_path, monkeypatch
     assert recipe.export_formats == ("glb", "ply")
     monkeypatch.setenv(RECIPES_ENV, str(file))
     labels = [r.label for r in recipe_table()]
-    assert labels[: len(DEFAULT_RECIPES)] == [r.label for r in DEFAULT_RECIPES] and labels[-1] == "Mine"
+    assert labels[: len(default_recipes())] == [r.label for r in default_recipes()] and labels[-1] == "Mine"
     with pytest.raises(RecipeError, match="unknown field.*color"):
         recipe_from_dict({"label": "x", "config": "y", "color": "red"})
     with pytest.raises(RecipeError, match="unknown option"):
@@ -110,7 +110,7 @@ def test_recipe_files_and_the_environment_extend_the_table(tmp_path, monkeypatch
 def test_built_in_table_matches_the_installed_recipe_configs():
     # a built-in entry whose recipe config is installed must be offered with every option it lists: a key that
     # a recipe renamed fails here rather than silently dropping the option from the page
-    for recipe in DEFAULT_RECIPES:
+    for recipe in default_recipes():
         if _config_path(recipe) is None:
             continue
         offered = probe_recipe(recipe)

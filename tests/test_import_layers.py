@@ -27,9 +27,10 @@ LAYERS: list[list[str]] = [
     ["systems"],
     ["runs"],
     ["viewer"],
+    ["api"],
     ["app"],
     ["commands"],
-    ["cli", "__main__"],
+    ["cli", "__main__", "facade"],  # facade: the package's __init__ (lift3d.reconstruct, ...: names imported on first use)
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
@@ -69,7 +70,7 @@ def layer_of(module: str) -> str:
     """The layer a module belongs to: its top folder under ``lift3d``, or ``lift3d`` for a root module."""
     parts = module.split(".")
     if len(parts) == 1:
-        return "lift3d"
+        return "facade"
     if (PACKAGE / parts[1]).is_dir():
         return parts[1]
     return parts[1] if parts[1] in RANK else "lift3d"

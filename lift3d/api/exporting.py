@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lift3d.api.overrides import as_overrides
 
 log = logging.getLogger("lift3d.export")
 
-if TYPE_CHECKING:
-    from lift3d.api.run import Run
 
-
-def export_run(run: Run, formats: list[str] | None, overwrite: bool = False,
-               settings: dict[str, Any] | None = None) -> list[Path]:
-    """Write ``formats`` (None: the recipe's own list) of ``run``'s last checkpoint into its ``save/``; ``settings``:
+def export_run(run_dir: Path, formats: list[str] | None, overwrite: bool = False, settings: dict[str, Any] | None = None,
+               allow_imports: bool = False) -> list[Path]:
+    """Write ``formats`` (None: the recipe's own list) of a run's last checkpoint into its ``save/``; ``settings``:
     export config overrides by key (``target_faces=20000`` sets ``system.export.target_faces``). A format that cannot be
     written raises ``ExportFailedError`` naming it; the others are written."""
     from lift3d import aftercare
@@ -24,14 +21,15 @@ def export_run(run: Run, formats: list[str] | None, overwrite: bool = False,
     from lift3d.runs.run_dirs import load_system
     from lift3d.saving import OutputSaver
 
-    if run.checkpoint is None:
-        raise ConfigError(f"{run.path} has no checkpoint (ckpts/last.ckpt) to export: let the run finish, or resume it")
+    checkpoint = run_dir / "ckpts" / "last.ckpt"
+    if not checkpoint.is_file():
+        raise ConfigError(f"{run_dir} has no checkpoint (ckpts/last.ckpt) to export: let the run finish, or resume it")
     overrides = as_overrides({f"system.export.{key}": value for key, value in (settings or {}).items()})
-    cfg = load_config(run.config_path, overrides=[*overrides, f"resume={run.checkpoint}"],
-                      allow_imports=True if run.allow_imports else None)
-    system = load_system(cfg, run.checkpoint)
+    cfg = load_config(run_dir / "configs" / "parsed.yaml", overrides=[*overrides, f"resume={checkpoint}"],
+                      allow_imports=True if allow_imports else None)
+    system = load_system(cfg, checkpoint)
     aftercare.reset()
-    saver = OutputSaver(run.path / "save")
+    saver = OutputSaver(run_dir / "save")
     if overwrite:
         saver.overwrite = True
     written = system.export(saver, formats)

@@ -80,7 +80,8 @@ class Run:
         into ``save/``; ``settings`` are export config overrides (``target_faces=20000``). Returns the files written."""
         from lift3d.api.exporting import export_run
 
-        return export_run(self, list(formats) or None, overwrite=overwrite, settings=settings)
+        return export_run(self.path, list(formats) or None, overwrite=overwrite, settings=settings,
+                          allow_imports=self.allow_imports)
 
     def __repr__(self) -> str:
         score = f", val PSNR {self.psnr:.2f} dB" if self.psnr is not None else ""

@@ -60,6 +60,25 @@ class JobSpec:
     edit_of: str = ""  # a finished reconstruction's run folder: run `lift3d edit` on it, the title as the instruction
     editor: str = "instruct-pix2pix"  # with edit_of: `lift3d edit --editor` (instruct-pix2pix or analytic)
     owner: str = ""  # the page session that started it (a secret token); the page shows the job only to it
+    method: str = ""  # a method of the method table: run through lift3d reconstruct / generate (every stage) ...
+    task: str = ""  # ... of this task (photos, text, image) ...
+    input: str = ""  # ... on this input (the scene folder, the prompt or the photo) ...
+    prompt: str = ""  # ... with this prompt beside a photo (methods that take one)
+
+
+def job_command(spec: JobSpec) -> list[str]:
+    """The ``lift3d`` command (before the overrides) of a job: an edit of a finished run, a method of the method table
+    through its front end (every stage, the variant that fits this machine), or one recipe file."""
+    if spec.edit_of:  # the app made the run it edits (from its operator's recipes), so that run's plugins may load
+        return ["edit", spec.edit_of, spec.title, "--editor", spec.editor, "--allow-imports"]
+    if spec.method and spec.task == "photos":
+        return ["reconstruct", spec.input, "--method", spec.method]
+    if spec.method and spec.task == "image":
+        return ["generate", *([spec.prompt] if spec.prompt else []), "--image", spec.input, "--method", spec.method,
+                "--refine-set", "trainer.enable_progress_bar=false"]
+    if spec.method:
+        return ["generate", spec.input, "--method", spec.method, "--refine-set", "trainer.enable_progress_bar=false"]
+    return ["train", str(spec.config)]
 
 
 def _slug(text: str, limit: int = 40) -> str:
@@ -266,11 +285,8 @@ class JobQueue:
         if spec.poses_from and not self._poses(job, slot):
             return
         job.log_path = self._log_path(job, "train")
-        # the app made the run it edits (from its operator's recipes), so that run's plugins may load
-        run = ["edit", spec.edit_of, spec.title, "--editor", spec.editor, "--allow-imports"] if spec.edit_of else \
-            ["train", str(spec.config)]
-        command = self._lift3d(*run, *spec.overrides, f"output_root={quote(str(spec.output_root))}", f"tag={job.tag}",
-                               "trainer.enable_progress_bar=false")
+        command = self._lift3d(*job_command(spec), *spec.overrides, f"output_root={quote(str(spec.output_root))}",
+                               f"tag={job.tag}", "trainer.enable_progress_bar=false")
         code = self._follow(job, command, job.log_path, slot)
         status = job.progress.get("status")
         if job.cancel_event.is_set():

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lift3d.method_table import IMAGE, PHOTOS, Method, find_method, methods, needs_text, runs_on, stage_recipes
+
 log = logging.getLogger("lift3d")
 
 PROMPT = "prompt"  # input kind: a text prompt (text-to-3D)
-PHOTOS = "photos"  # input kind: photos, a video or a posed scene (reconstruction)
-IMAGE = "image"  # input kind: one photo of an object (image-to-3D)
 RECIPES_ENV = "LIFT3D_APP_RECIPES"  # os.pathsep-separated YAML files with more app recipes
 
 # the page's options: name -> (type, a value of that type used to probe whether a key is accepted)
@@ -63,6 +63,7 @@ class AppRecipe:
     export: bool = True  # run `lift3d export` on the last checkpoint after training
     export_formats: tuple[str, ...] | None = None  # formats for `lift3d export --format` (None: the recipe's own)
     description: str = ""  # one line shown under the menu
+    method: str = ""  # a method of the method table: the job runs it through lift3d reconstruct / generate (all stages)
 
     def __post_init__(self) -> None:
         if self.input not in (PROMPT, PHOTOS, IMAGE):
@@ -72,26 +73,28 @@ class AppRecipe:
             raise RecipeError(f"app recipe '{self.label}': unknown option(s) {unknown}; options are {sorted(OPTIONS)}")
 
 
-DEFAULT_RECIPES: tuple[AppRecipe, ...] = (
-    AppRecipe("Text to 3D: Gaussian SDS (fast)", ("gaussian-sds",), options=_GUIDED,
-              description="3D Gaussians distilled from Stable Diffusion with SDS; minutes on a GPU."),
-    AppRecipe("Text to 3D: DreamFusion (NeRF + SDS)", ("dreamfusion-sd", "dreamfusion"), options=_GUIDED,
-              description="A NeRF distilled from Stable Diffusion with SDS."),
-    AppRecipe("Text to 3D: ProlificDreamer (VSD, first stage)", ("prolificdreamer",), options=_GUIDED,
-              description="Variational score distillation: the slowest and most detailed; runs the NeRF stage."),
-    AppRecipe("Image to 3D: DreamGaussian (Gaussians + Zero123)", ("dreamgaussian-image",), input=IMAGE,
-              input_keys=("data.image",), options=_IMAGE,
-              description="One photo of an object to 3D Gaussians and a mesh, with Zero123 imagining the unseen sides."),
-    AppRecipe("Image to 3D: Zero123 NeRF", ("zero123-nerf",), input=IMAGE, input_keys=("data.image",), options=_IMAGE,
-              description="One photo of an object to a NeRF (and its mesh), distilled from Zero123."),
-    AppRecipe("Image to 3D: TripoSR (feed-forward, seconds)", ("triposr",), input=IMAGE, input_keys=("data.image",),
-              options={"seed": ("seed",), "model_path": ("system.generator.pretrained_model_name_or_path",)},
-              description="One photo of an object to a textured mesh in one forward pass of TripoSR (MIT license)."),
-    AppRecipe("Photos to 3D: Gaussian splatting", ("reconstruct-gaussians",), input=PHOTOS, input_keys=("data.root",),
-              options=_RECONSTRUCT, description="3D Gaussian Splatting fitted to posed photos."),
-    AppRecipe("Photos to 3D: NeRF", ("reconstruct-nerf",), input=PHOTOS, input_keys=("data.root",),
-              options=_RECONSTRUCT, description="A hash-grid NeRF fitted to posed photos."),
-)
+def method_recipe(method: Method, on_cpu: bool = False) -> AppRecipe:
+    """The app's entry for a method of the method table: the recipe its first stage trains on this machine (for the
+    options and their defaults), its input, and the page options that fit its task; the job runs the method through
+    ``lift3d reconstruct`` / ``lift3d generate``, every stage of it."""
+    first = stage_recipes(method, on_cpu=on_cpu)[0]
+    model = {"model_path": (method.weights_key,)} if method.weights_key else {}
+    if method.task == PHOTOS:
+        return AppRecipe(method.label, (first,), input=PHOTOS, input_keys=("data.root",), options=_RECONSTRUCT,
+                         description=method.description, method=method.name)
+    if method.task == IMAGE:
+        options = {key: _GUIDED[key] for key in ("steps", "seed", "guidance_scale") if method.needs_cuda} | model
+        if not method.needs_cuda:
+            options = {"seed": ("seed",), **model}
+        return AppRecipe(method.label, (first,), input=IMAGE, input_keys=("data.image",), options=options,
+                         description=method.description, method=method.name)
+    return AppRecipe(method.label, (first,), options={**{k: v for k, v in _GUIDED.items() if k != "model_path"}, **model},
+                     description=method.description, method=method.name)
+
+
+def default_recipes(on_cpu: bool = False) -> tuple[AppRecipe, ...]:
+    """One entry per method of the method table (``lift3d.method_table``), in its order."""
+    return tuple(method_recipe(method, on_cpu) for method in methods())
 
 
 # --------------------------------------------------------------------------------------------- recipe files
@@ -135,11 +138,11 @@ def load_recipe_file(path: str | Path) -> list[AppRecipe]:
     return [recipe_from_dict(entry, path.parent) for entry in entries]
 
 
-def recipe_table(extra: Iterable[AppRecipe] = (), files: Sequence[str | Path] = ()) -> list[AppRecipe]:
-    """The built-in table, then recipes from ``files`` and ``$LIFT3D_APP_RECIPES``, then ``extra``; a later
-    entry with the same label replaces an earlier one."""
+def recipe_table(extra: Iterable[AppRecipe] = (), files: Sequence[str | Path] = (), on_cpu: bool = False) -> list[AppRecipe]:
+    """The method table's entries (``on_cpu``: with the CPU variants a machine without CUDA runs), then recipes from
+    ``files`` and ``$LIFT3D_APP_RECIPES``, then ``extra``; a later entry with the same label replaces an earlier one."""
     env_files = [p for p in os.environ.get(RECIPES_ENV, "").split(os.pathsep) if p.strip()]
-    table: dict[str, AppRecipe] = {r.label: r for r in DEFAULT_RECIPES}
+    table: dict[str, AppRecipe] = {r.label: r for r in default_recipes(on_cpu)}
     for file in [*files, *env_files]:
         table.update((r.label, r) for r in load_recipe_file(file))
     table.update((r.label, r) for r in extra)
@@ -165,6 +168,28 @@ class OfferedRecipe:
     @property
     def input(self) -> str:
         return self.recipe.input
+
+    @property
+    def method(self) -> Method | None:
+        """The method-table entry the recipe runs (None for a recipe file of the operator's)."""
+        return find_method(self.recipe.method) if self.recipe.method else None
+
+    @property
+    def takes_prompt(self) -> bool:
+        """An image recipe that also takes a text prompt (a prompt recipe always does)."""
+        return self.input == PROMPT or (self.method is not None and self.method.prompt != "none")
+
+    @property
+    def needs_prompt(self) -> bool:
+        return self.input == PROMPT or (self.method is not None and self.method.prompt == "required")
+
+    def runs_on(self, cuda: bool) -> bool:
+        """Whether the recipe does its job on a machine with (or without) a CUDA GPU."""
+        return self.method is None or runs_on(self.method, cuda)
+
+    def needs(self) -> str:
+        """What the recipe needs, in a few words ("" for a recipe file of the operator's)."""
+        return needs_text(self.method) if self.method is not None else ""
 
 
 def _config_path(recipe: AppRecipe) -> Path | None:
@@ -285,11 +310,12 @@ def check_option(option: str, value: Any) -> Any:
     return number
 
 
-def build_overrides(offered: OfferedRecipe, input_value: str, options: Mapping[str, Any]) -> list[str]:
+def build_overrides(offered: OfferedRecipe, input_value: str | None, options: Mapping[str, Any]) -> list[str]:
     """Dotlist overrides for one run: fixed ones, the input, then each option the user set and the recipe
     supports (options the recipe lacks are not sent)."""
     overrides = list(offered.recipe.overrides)
-    overrides += [f"{key}={quote(input_value)}" for key in offered.input_keys]
+    if input_value is not None:  # a method's job gets its input on the command line instead
+        overrides += [f"{key}={quote(input_value)}" for key in offered.input_keys]
     for option, value in options.items():
         if option not in OPTIONS:
             raise RecipeError(f"unknown option '{option}'; options are {sorted(OPTIONS)}")

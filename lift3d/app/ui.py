@@ -48,8 +48,20 @@ EDITORS = {"InstructPix2Pix": "instruct-pix2pix", "Color transform (offline)": "
 def _describe(recipe: OfferedRecipe | None) -> str:
     if recipe is None:
         return "**No recipe is installed.** Recipe configs live in `lift3d/configs/`."
-    kind = "a text prompt" if recipe.input == PROMPT else "posed photos (Blender layout: transforms_*.json + images)"
-    return f"{recipe.recipe.description} Takes {kind}."
+    kind = {PROMPT: "a text prompt", IMAGE: "one photo of an object" + (" and a prompt" if recipe.takes_prompt else ""),
+            PHOTOS: "photos (a .zip or the files), a video, or a posed scene (COLMAP, transforms.json, Blender)"}
+    needs = f" Needs: {recipe.needs()}." if recipe.needs() else ""
+    return f"{recipe.recipe.description} Takes {kind.get(recipe.input, recipe.input)}.{needs}"
+
+
+def menu_entry(recipe: OfferedRecipe, cuda: bool) -> tuple[str, str]:
+    """(what the menu shows, the recipe's label): a recipe that cannot run on this machine says what it needs."""
+    return (recipe.label if recipe.runs_on(cuda) else f"{recipe.label} (needs a CUDA GPU)", recipe.label)
+
+
+def first_runnable(recipes: list[OfferedRecipe], cuda: bool) -> OfferedRecipe | None:
+    """The recipe the page opens on: the first one that runs on this machine (else the first one)."""
+    return next((r for r in recipes if r.runs_on(cuda)), recipes[0] if recipes else None)
 
 
 def _placeholder(recipe: OfferedRecipe | None, option: str) -> str:
@@ -148,8 +160,9 @@ class AppState:
     # ----------------------------------------------------------------------------------- handlers
     def recipe_changed(self, label: str) -> list[Any]:
         recipe = next((r for r in self.recipes if r.label == label), None)
-        takes_prompt = recipe is None or recipe.input == PROMPT
-        updates = [gr.update(value=_describe(recipe)), gr.update(visible=takes_prompt), gr.update(visible=not takes_prompt)]
+        takes_prompt = recipe is None or recipe.input == PROMPT or recipe.takes_prompt
+        updates = [gr.update(value=_describe(recipe)), gr.update(visible=takes_prompt),
+                   gr.update(visible=recipe is not None and recipe.input != PROMPT)]
         updates += [gr.update(visible=recipe is not None and option in recipe.option_keys,
                               placeholder=_placeholder(recipe, option)) for option in OPTIONS]
         return updates
@@ -165,13 +178,17 @@ class AppState:
             recipe = find_recipe(self.recipes, label)
             options = dict(zip(OPTIONS, values))
             build_overrides(recipe, "", options)  # bad options are refused before an upload is unpacked
-            poses_from = ""
+            poses_from, image_prompt = "", ""
             if recipe.input == PROMPT:
                 text = " ".join((prompt or "").split())
                 if not text:
                     raise RecipeError("type a prompt first: describe the object to make, e.g. 'a ceramic mug shaped like a fox'")
                 title = text
             elif recipe.input == IMAGE:
+                image_prompt = " ".join((prompt or "").split()) if recipe.takes_prompt else ""
+                if recipe.needs_prompt and not image_prompt:
+                    raise RecipeError(f"'{recipe.label}' takes a prompt beside the photo: describe the object, e.g. "
+                                      "'a DSLR photo of a teddy bear'")
                 files = [uploads] if isinstance(uploads, (str, Path)) else list(uploads or [])
                 image = prepare_image(files, upload_dir, self.max_upload_bytes)
                 text, title = str(image), image.name
@@ -187,9 +204,11 @@ class AppState:
                 load_config(recipe.config_path, overrides=overrides)
             except ConfigError as error:
                 raise RecipeError(f"the options do not fit recipe '{recipe.label}': {error}") from None
-            spec = JobSpec(recipe.config_path, overrides, self.output_root, recipe=recipe.label, title=title,
-                           export=recipe.recipe.export, export_formats=list(recipe.recipe.export_formats or []) or None,
-                           poses_from=poses_from, owner=owner or "")
+            method = recipe.recipe.method
+            spec = JobSpec(recipe.config_path, build_overrides(recipe, None, options) if method else overrides,
+                           self.output_root, recipe=recipe.label, title=title, export=recipe.recipe.export,
+                           export_formats=list(recipe.recipe.export_formats or []) or None, poses_from=poses_from,
+                           owner=owner or "", method=method, task=recipe.input, input=text, prompt=image_prompt)
             job = self.queue.submit(spec)
         except (RecipeError, UploadError) as error:
             shutil.rmtree(upload_dir, ignore_errors=True)
@@ -284,9 +303,11 @@ class AppState:
 
 def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, *, private: bool = True,
               max_upload_bytes: int = MAX_UPLOAD_BYTES) -> gr.Blocks:
-    """The Blocks app over ``queue`` offering ``recipes``; ``private``: each page sees only the jobs it started."""
+    """The Blocks app over ``queue`` offering ``recipes``; ``private``: each page sees only the jobs it started. The
+    page opens on a recipe that runs on this machine (the queue's slots say whether it has a CUDA GPU)."""
     state = AppState(queue, recipes, output_root, private=private, max_upload_bytes=max_upload_bytes)
-    first = recipes[0] if recipes else None
+    cuda = any(slot.startswith("cuda") for slot in queue.slots)
+    first = first_runnable(recipes, cuda)
     with gr.Blocks(title="lift3d", analytics_enabled=False) as demo:
         gr.Markdown("# lift3d\nText or photos to 3D: pick a recipe, give it a prompt or posed photos, and press Start.")
         job_id = gr.BrowserState(None, storage_key="lift3d-app-job")
@@ -294,11 +315,11 @@ def build_app(queue: JobQueue, recipes: list[OfferedRecipe], output_root: Path, 
         shown = gr.State({})
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                recipe = gr.Dropdown([r.label for r in recipes], value=first.label if first else None, label="Recipe",
-                                     elem_id="recipe")
+                recipe = gr.Dropdown([menu_entry(r, cuda) for r in recipes], value=first.label if first else None,
+                                     label="Recipe", elem_id="recipe")
                 about = gr.Markdown(_describe(first), elem_id="recipe-about")
                 prompt = gr.Textbox(label="Prompt", placeholder="a ceramic mug shaped like a fox", lines=2, elem_id="prompt",
-                                    visible=first is None or first.input == PROMPT)
+                                    visible=first is None or first.takes_prompt)
                 upload = gr.File(label="Image to 3D: one photo of the object. Photos to 3D: photos (a .zip, or the files), "
                                        "a video, or a posed scene folder (.zip: Blender, transforms.json or COLMAP)",
                                  file_count="multiple", elem_id="scene-upload",

@@ -47,10 +47,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.max_upload_gb < float("inf"):
         raise ConfigError(f"--max-upload-gb must be a positive number of GiB, got {args.max_upload_gb}")
     gpus = parse_gpus(args.gpus)
-    recipes = offered_recipes(recipe_table(files=args.recipes))
+    queue = JobQueue([f"cuda:{i}" for i in gpus] if gpus else None)
+    on_cpu = not any(slot.startswith("cuda") for slot in queue.slots)  # the recipes' CPU variants where jobs run on the CPU
+    recipes = offered_recipes(recipe_table(files=args.recipes, on_cpu=on_cpu))
     if not recipes:
         print("lift3d: no recipe config is installed yet; the page will say so")
-    queue = JobQueue([f"cuda:{i}" for i in gpus] if gpus else None)
     print(f"lift3d: {len(recipes)} recipe(s); jobs run one at a time on each of: {', '.join(queue.slots)}", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
     launch(queue, recipes, Path(args.output_root), host=args.host, port=args.port, share=args.share,

@@ -50,7 +50,7 @@ def backend_report() -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lift3d import __version__
+    from lift3d.version import __version__
 
     print(f"lift3d {__version__}  (Python {platform.python_version()}, {platform.system()} {platform.machine()})")
     print("packages:")

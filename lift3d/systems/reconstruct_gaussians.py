@@ -68,7 +68,7 @@ class ReconstructGaussiansConfig(SystemConfig):
     appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
     # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
     pose_refinement: PoseRefinementConfig = field(default_factory=PoseRefinementConfig)
-    loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)
+    loss: ReconstructGaussiansLoss = field(default_factory=ReconstructGaussiansLoss)  # loss weights
 
 
 def _scale_schedule(value: Any, factor: float) -> Any:
