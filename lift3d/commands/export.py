@@ -13,14 +13,13 @@ log = logging.getLogger("lift3d.export")
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the run's save/, or convert a 3DGS "
         ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
         "format)")
-GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_arguments(parser)
     parser.add_argument("--format", nargs="+", default=None, metavar="FMT",
-                        help="formats to write (default: the recipe's own list)")
+                        help="formats to write (default: the recipe's own list; `lift3d info` lists every format)")
 
 
 def _size(n: int) -> str:
@@ -77,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gaussian_file(items: list[str]) -> Path | None:
-    """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
-    from lift3d.gaussians.formats.files import READERS
+    """The one positional item when it is a Gaussian file (a suffix a registered Gaussian codec reads) rather than a
+    config or run folder."""
+    from lift3d.gaussians.formats.files import reader_suffixes
 
     paths = [Path(item) for item in items if "=" not in item]
-    if len(paths) == 1 and paths[0].suffix.lower() in (*GAUSSIAN_FILE_SUFFIXES, *READERS):
+    if len(paths) == 1 and paths[0].suffix.lower() in reader_suffixes():
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
         return paths[0]
@@ -94,7 +94,7 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
     ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
     from lift3d.export.formats import ExportFormatError, export_formats
-    from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
+    from lift3d.export.naming import converted_stem, export_name, file_endings
     from lift3d.render.splats.sh import degree_of
     from lift3d.saving import OutputSaver
     from lift3d.systems.gaussian_files import gaussian_file_system
@@ -103,7 +103,7 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     stem = stems[-1] if stems and stems[-1] else converted_stem(path)
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
-        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+        if fmt in file_endings() and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
             raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
                                     "system.export.stem=NAME")
     system, params = gaussian_file_system(path, overrides)
