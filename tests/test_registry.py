@@ -122,3 +122,12 @@ def test_a_clash_names_both_owners_and_a_reimport_replaces(scratch):
     with pytest.raises(RegistryError, match=r"capture format 'blender' is registered twice: by lift3d.data.formats.blender "
                                             r"and by (tests\.)?test_registry;"):
         registry.register_entry("capture-format", "blender", SimpleNamespace(priority=1))
+
+
+def test_the_docs_list_every_builtin_export_format():
+    from pathlib import Path
+
+    section = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text().split("## Formats", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    missing = [name for name in registry.entries("export-format") if f"`{name}`" not in section]
+    assert not missing, f"docs/export.md's Formats section does not name {missing}"
