@@ -5,8 +5,8 @@ import logging
 import pytest
 
 from lift3d.cli import main
-from lift3d.export.formats import FORMATS
-from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
+from lift3d.export.formats import export_table
+from lift3d.export.naming import converted_stem, export_name, file_endings
 from lift3d.gaussians.formats.files import load_gaussian_file
 from lift3d.gaussians.formats.gltf import save_gltf_splat
 from lift3d.gaussians.formats.ply import save_ply
@@ -21,8 +21,9 @@ SMALL_MESH = ["system.export.resolution=24", "system.export.texture_size=64", "s
 
 
 def test_every_format_has_its_own_ending():
-    assert set(FILE_ENDINGS) == set(FORMATS)
-    assert len(set(FILE_ENDINGS.values())) == len(FILE_ENDINGS)
+    endings = file_endings()
+    assert set(endings) == set(export_table()) >= {"glb", "3dgs-ply", "gltf-splat", "mp4", "sog-lod"}
+    assert len(set(endings.values())) == len(endings)
     assert converted_stem("a/model.SOG") == "model-sog" and export_name("model-sog", "3dgs-ply") == "model-sog-gaussians.ply"
 
 

@@ -50,7 +50,7 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
     ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
     from lift3d.export.formats import ExportFormatError, export_formats
-    from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
+    from lift3d.export.naming import converted_stem, export_name, file_endings
     from lift3d.render.splats.sh import degree_of
     from lift3d.saving import OutputSaver
     from lift3d.systems.gaussian_files import gaussian_file_system
@@ -59,7 +59,7 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     stem = stems[-1] if stems and stems[-1] else converted_stem(path)
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
-        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+        if fmt in file_endings() and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
             raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
                                     "system.export.stem=NAME")
     system, params = gaussian_file_system(path, overrides)

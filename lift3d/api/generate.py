@@ -158,11 +158,11 @@ def without_mesh_exports(config: Path) -> list[str]:
     user's own ``system.export.formats`` wins (it comes later)."""
     from lift3d.config import load_config
     from lift3d.export.config import ExportConfig
-    from lift3d.export.formats import MESH_FORMATS
+    from lift3d.export.formats import formats_from
 
     export = load_config(config).system.get("export") or {}
     formats = list(export.get("formats", ExportConfig().formats))
-    kept = [name for name in formats if name not in MESH_FORMATS]
+    kept = [name for name in formats if name not in formats_from("mesh")]
     return [] if kept == formats else [f"system.export.formats=[{','.join(kept)}]"]
 
 

@@ -102,7 +102,7 @@ def source_layer(parsed: Path, folder: Path) -> tuple[Path, dict[str, Any], str]
 def edit_overrides(run_dir: Path, checkpoint: Path, instruction: str) -> list[str]:
     """Where the edit run goes (next to the source run: same output root and name, tag ``<scene>-edit-<words>``),
     what it starts from and the instruction (quoted, so any characters survive the dotlist parser)."""
-    from lift3d.commands.generate import prompt_tag
+    from lift3d.api.generate import prompt_tag
     from lift3d.config import ConfigError
 
     if not instruction.strip() or "=" in instruction.split()[0]:  # missing, or an override where it goes

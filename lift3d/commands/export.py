@@ -13,14 +13,13 @@ log = logging.getLogger("lift3d.export")
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the run's save/, or convert a 3DGS "
         ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
         "format)")
-GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_arguments(parser)
     parser.add_argument("--format", nargs="+", default=None, metavar="FMT",
-                        help="formats to write (default: the recipe's own list)")
+                        help="formats to write (default: the recipe's own list; `lift3d info` lists every format)")
 
 
 def _size(n: int) -> str:
@@ -79,11 +78,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gaussian_file(items: list[str]) -> Path | None:
-    """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
-    from lift3d.gaussians.formats.files import READERS
+    """The one positional item when it is a Gaussian file (a suffix a registered Gaussian codec reads) rather than a
+    config or run folder."""
+    from lift3d.gaussians.formats.files import reader_suffixes
 
     paths = [Path(item) for item in items if "=" not in item]
-    if len(paths) == 1 and paths[0].suffix.lower() in (*GAUSSIAN_FILE_SUFFIXES, *READERS):
+    if len(paths) == 1 and paths[0].suffix.lower() in reader_suffixes():
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
         return paths[0]

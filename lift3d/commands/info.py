@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         print("  CUDA             not available (CPU only)")
     print("writers (lift3d export --format ...):")
     from lift3d.aftercare import writer_status
-    from lift3d.export.formats import FORMATS, format_status
+    from lift3d.export.formats import export_table, format_status
 
     for name, status in format_status().items():
-        print(f"  {name:18s} {status}  ({FORMATS[name][1]})" if status == "ok" else f"  {name:18s} {status}")
+        print(f"  {name:18s} {status}  ({export_table()[name].description})" if status == "ok" else f"  {name:18s} {status}")
     print("mesh tools:")
     for name, status in writer_status().items():
         if name in ("textures (UV atlas)", "marching cubes"):  # the parts of mesh exports that are no format of their own

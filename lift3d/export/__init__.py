@@ -2,13 +2,14 @@
 turntable video.
 
 A system says what it can provide in ``export_sources() -> ExportSources``; ``BaseSystem.export`` hands that to
-``export_formats`` (``lift3d export CONFIG --resume CKPT [--format glb obj ...]``). Nothing here is registered,
-and no exporter reaches into a system. Options live in ``ExportConfig``, which a system's config embeds as
-``export`` (so ``system.export.resolution=512`` works on the command line). The Gaussian file codecs live in
+``export_formats`` (``lift3d export CONFIG --resume CKPT [--format glb obj ...]``). No exporter reaches into a
+system. Options live in ``ExportConfig``, which a system's config embeds as ``export`` (so
+``system.export.resolution=512`` works on the command line). The Gaussian file codecs live in
 ``lift3d.gaussians.formats``; this package only calls them.
 
-Modules: ``config`` (ExportConfig, device defaults), ``formats`` (the format table, ``export_formats``),
-``sources`` (mesh_from_field, gaussian_sources), ``views`` (turntable and back-projection cameras).
+Modules: ``config`` (ExportConfig, device defaults), ``formats`` (every export format, each registered in
+``lift3d.registry`` as kind ``export-format``; ``export_formats``), ``job`` (ExportSources, and the ExportJob a format's
+writer gets), ``sources`` (mesh_from_field, gaussian_sources), ``views`` (turntable and back-projection cameras).
 
 A NeRF system::
 
@@ -31,10 +32,10 @@ A Gaussian system (activated tensors; colors from SH degree 0)::
 
 A mesh system passes ``mesh=lambda: Mesh(vertices, faces, vertex_colors=...)`` and a ``color_fn``.
 
-Formats (``FORMATS``): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply`` (needs ``mesh``); ``3dgs-ply``
-(needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``, ``gltf-splat`` (need
-``gaussian_params``; codecs in ``lift3d.gaussians.formats``); ``mp4``, ``gif`` (need
-``render_fn``; framed by ``content_points``, as the viewer frames them: ``lift3d.framing``). Files are
+Formats (``export_table()``; a plugin package adds its own): ``glb``, ``obj`` (+ .mtl + .png), ``mesh-ply``
+(need ``mesh``); ``3dgs-ply`` (needs ``write_3dgs_ply``); ``splat``, ``html`` (need ``gaussians``); ``spz``, ``sog``,
+``gltf-splat``, ``ksplat``, ``sog-lod`` (need ``gaussian_params``; codecs in ``lift3d.gaussians.formats``); ``mp4``,
+``gif`` (need ``render_fn``; framed by ``content_points``, as the viewer frames them: ``lift3d.framing``). Files are
 ``<stem>.glb``, ``<stem>.obj``/``.mtl``/``.png``, ``<stem>-mesh.ply``, ``<stem>-gaussians.ply``, ``<stem>.splat``,
 ``<stem>.spz``, ``<stem>.sog``, ``<stem>-gaussians.glb``, ``<stem>-orbit.mp4``/``.gif``, ``<stem>.html``
 (``lift3d.export.naming``: a converted file's stem carries its format, so no export replaces another). A format the
@@ -50,7 +51,7 @@ color of Gaussians), ``RenderedColors`` (colors back-projected from renders), ``
 
 from lift3d.export.backproject import RenderedColors
 from lift3d.export.config import ExportConfig
-from lift3d.export.formats import FORMATS, ExportSources, export_formats
+from lift3d.export.formats import ExportFormat, ExportSources, export_format, export_formats, export_table
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
 from lift3d.export.mesh import Mesh, extract_mesh
 from lift3d.export.sources import gaussian_color_fn, gaussian_sources, mesh_from_field
@@ -60,15 +61,17 @@ from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.formats.splat import read_splat, rgb_from_sh_dc, write_splat
 
 __all__ = [
-    "FORMATS",
     "ExportConfig",
+    "ExportFormat",
     "ExportSources",
     "GaussianField",
     "GaussianTensors",
     "Mesh",
     "RenderedColors",
     "bake_texture",
+    "export_format",
     "export_formats",
+    "export_table",
     "extract_mesh",
     "gaussian_bbox",
     "gaussian_color_fn",

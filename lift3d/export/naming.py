@@ -1,6 +1,6 @@
 """Export file names, one rule for every export, so that no two exports write the same file.
 
-A run's exports are ``<stem><ending>`` with the stem ``it<step>`` and one ending per format (``FILE_ENDINGS``): each
+A run's exports are ``<stem><ending>`` with the stem ``it<step>`` and one ending per format (``file_endings``): each
 format has its own ending, so the formats of one run never meet (the mesh ``it1000.glb`` and the Gaussians
 ``it1000-gaussians.glb``). A file converted by ``lift3d export FILE`` is written beside it, and its stem carries
 the source's format (``converted_stem``): ``model.sog`` -> ``model-sog-gaussians.ply`` and ``model.splat`` ->
@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# format -> what follows the stem in the file's name (the obj's .mtl and texture .png take the stem too)
-FILE_ENDINGS: dict[str, str] = {
-    "glb": ".glb", "obj": ".obj", "mesh-ply": "-mesh.ply", "3dgs-ply": "-gaussians.ply", "splat": ".splat",
-    "spz": ".spz", "sog": ".sog", "gltf-splat": "-gaussians.glb", "mp4": "-orbit.mp4", "gif": "-orbit.gif", "html": ".html",
-    "ksplat": ".ksplat", "sog-lod": "-lod/lod-meta.json",
-}
+from lift3d.registry import EXPORT_FORMAT, entries, find
+
+
+def file_endings() -> dict[str, str]:
+    """format -> what follows the stem in its file's name (the obj's .mtl and texture .png take the stem too): each
+    registered export format's ``ending`` (``lift3d.export.formats``)."""
+    return {name: record.ending for name, record in entries(EXPORT_FORMAT).items()}
 
 
 def export_name(stem: str, fmt: str) -> str:
     """The file name of format ``fmt`` for exports named ``stem``."""
-    return f"{stem}{FILE_ENDINGS[fmt]}"
+    return f"{stem}{find(fmt, EXPORT_FORMAT).ending}"
 
 
 def converted_stem(source: str | Path) -> str:

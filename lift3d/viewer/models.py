@@ -116,10 +116,10 @@ def _run_model(run_dir: Path, checkpoint: Path, device: torch.device, allow_impo
 
 
 def gaussian_suffixes() -> tuple[str, ...]:
-    """The suffixes of every Gaussian file lift3d reads (``lift3d.gaussians.formats.files``: .ply and its READERS)."""
-    from lift3d.gaussians.formats.files import READERS
+    """The suffixes of every Gaussian file lift3d reads (the registry's Gaussian codecs: ``lift3d.gaussians.formats.files``)."""
+    from lift3d.gaussians.formats.files import reader_suffixes
 
-    return tuple(sorted({".ply", *READERS}))
+    return reader_suffixes()
 
 
 def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:

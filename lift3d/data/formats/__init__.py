@@ -1,20 +1,19 @@
-"""The table of capture formats: one module per format in this folder, each declaring one ``FORMAT`` record.
+"""The capture formats: one module per format in this folder, each registering one ``FORMAT`` record.
 
-A new capture format is one new module here (and its test): ``formats()`` finds every module of this package
-that holds a ``FORMAT``, ordered by its ``priority``, so detection, reading, ``data.format``'s choices and the
-format lists in help and error texts (the data module, ``lift3d reconstruct``, the app's uploads) follow it.
+A new capture format is one new module here (and its test) whose ``FORMAT = register_format(CaptureFormat(...))``
+enters it in the registry (``lift3d.registry``, kind ``capture-format``; a plugin package registers its own the
+same way). ``formats()`` reads the registry in ``priority`` order, so detection, reading, ``data.format``'s choices
+and the format lists in help and error texts (the data module, ``lift3d reconstruct``, the app's uploads) follow it.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from lift3d.data.capture import Capture, SceneFormatError
+from lift3d.registry import CAPTURE_FORMAT, calling_module, entries, register_entry
 
 # reads a capture: (root, downscale) -> (capture, the downscale left to apply when its images are read)
 Reader = Callable[[Path, int], tuple[Capture, int]]
@@ -48,16 +47,14 @@ class CaptureFormat:
         return (self.name,) if self.config_names is None else self.config_names
 
 
-@cache
+def register_format(record: CaptureFormat) -> CaptureFormat:
+    """Enter ``record`` in the registry under its name, in detection order by its ``priority``; returns it."""
+    return register_entry(CAPTURE_FORMAT, record.name, record, priority=record.priority, owner=calling_module())
+
+
 def formats() -> tuple[CaptureFormat, ...]:
-    """Every capture format of this package, in detection order."""
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        record = getattr(module, "FORMAT", None)
-        if isinstance(record, CaptureFormat):
-            found.append(record)
-    return tuple(sorted(found, key=lambda f: (f.priority, f.name)))
+    """Every registered capture format (this package's and plugins'), in detection order (priority, then name)."""
+    return tuple(sorted(entries(CAPTURE_FORMAT).values(), key=lambda f: (f.priority, f.name)))
 
 
 def posed_formats() -> tuple[CaptureFormat, ...]:

@@ -14,7 +14,7 @@ import torch
 
 from lift3d.cameras import Cameras
 from lift3d.data.capture import Capture, Frame, SceneFormatError
-from lift3d.data.formats import CaptureFormat
+from lift3d.data.formats import CaptureFormat, register_format
 from lift3d.data.scene import FrameLoader, PosedScene
 from lift3d.data.transforms_json import IMAGE_SUFFIXES, frames_from_meta, load_json, named_files
 
@@ -76,7 +76,7 @@ def read_cameras(root: str | Path, split: str) -> Cameras:
     return Cameras(c2w, intrinsics, lenses[0].width, lenses[0].height)
 
 
-FORMAT = CaptureFormat(
+FORMAT = register_format(CaptureFormat(
     name="blender",
     description="Blender / NeRF-synthetic (transforms_train.json + transforms_val.json)",
     detect=lambda path: (path / "transforms_train.json").is_file(),
@@ -84,4 +84,4 @@ FORMAT = CaptureFormat(
     object_centric=True,
     priority=10,
     named_files=lambda root: named_files(root, sorted(p.name for p in root.glob("transforms_*.json"))),
-)
+))

@@ -15,7 +15,7 @@ import numpy as np
 
 from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
 from lift3d.data.colmap_model import ColmapCamera, find_model, qvec_to_rotmat, read_model
-from lift3d.data.formats import CaptureFormat
+from lift3d.data.formats import CaptureFormat, register_format
 
 _GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 
@@ -115,7 +115,7 @@ def _named_files(root: Path) -> list[tuple[str, Path]]:
     return [(image.name, folder / image.name) for image in model.images.values() for folder in folders]
 
 
-FORMAT = CaptureFormat(
+FORMAT = register_format(CaptureFormat(
     name="colmap",
     description="COLMAP (sparse/0/ or sparse/ beside images/)",
     detect=lambda path: find_model(path) is not None,
@@ -123,4 +123,4 @@ FORMAT = CaptureFormat(
     priority=30,
     named_files=_named_files,
     rescale=rescale,
-)
+))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lift3d.data.formats import CaptureFormat
+from lift3d.data.formats import CaptureFormat, register_format
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
 
 
@@ -16,9 +16,9 @@ def photo_folder(path: Path) -> Path | None:
     return None
 
 
-FORMAT = CaptureFormat(
+FORMAT = register_format(CaptureFormat(
     name="photos",
     description="a folder of photos alone",
     detect=lambda path: path.is_dir() and photo_folder(path) is not None,
     priority=90,
-)
+))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from lift3d.data.capture import Capture, SceneFormatError
-from lift3d.data.formats import CaptureFormat
+from lift3d.data.formats import CaptureFormat, register_format
 from lift3d.data.point_cloud import read_point_cloud
 from lift3d.data.transforms_json import frames_from_meta, load_json, named_files
 
@@ -58,7 +58,7 @@ def _read(root: Path, downscale: int) -> tuple[Capture, int]:
     return read_transforms_json(root), downscale
 
 
-FORMAT = CaptureFormat(
+FORMAT = register_format(CaptureFormat(
     name="transforms",
     description="nerfstudio or instant-ngp (transforms.json)",
     detect=lambda path: (path / "transforms.json").is_file(),
@@ -66,4 +66,4 @@ FORMAT = CaptureFormat(
     priority=20,
     config_names=("nerfstudio", "instant-ngp"),
     named_files=lambda root: named_files(root, ["transforms.json"]),
-)
+))

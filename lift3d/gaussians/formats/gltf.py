@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import rotate_gaussians
 from lift3d.render.splats.sh import Y0, degree_of
@@ -240,3 +240,6 @@ def _written_axes(document: dict) -> str:
 def load_gltf_splat(path: str | Path, up_axis: str = "y") -> dict[str, Tensor]:
     """Pre-activation parameters of a KHR_gaussian_splatting .glb, in lift3d's world (see the module docstring)."""
     return decode_gltf_splat(read_file(path, "glTF file"), str(path), up_axis)
+
+
+register_codec(".glb", load_gltf_splat, save_gltf_splat, "glTF with KHR_gaussian_splatting")

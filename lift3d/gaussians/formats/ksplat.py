@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.render.splats.sh import Y0, degree_of
 
@@ -228,3 +228,6 @@ def save_ksplat(path: str | Path, params: dict[str, Tensor], keep: Tensor | None
 def load_ksplat(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of a .ksplat file, in lift3d's world (the .ply's coordinates)."""
     return decode_ksplat(read_file(path, ".ksplat file"), str(path))
+
+
+register_codec(".ksplat", load_ksplat, save_ksplat, "GaussianSplats3D's .ksplat")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import write_file
+from lift3d.gaussians.formats.codec import register_codec, write_file
 from lift3d.render.splats.sh import degree_of, num_bases
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
@@ -142,3 +142,6 @@ def with_sh_degree(params: dict[str, Tensor], sh_degree: int) -> dict[str, Tenso
     k = num_bases(sh_degree) - 1
     shN = params["shN"][:, :k]
     return {**params, "shN": torch.cat([shN, shN.new_zeros(len(shN), k - shN.shape[1], 3)], dim=1)}
+
+
+register_codec(".ply", load_ply, save_ply, "the 3DGS .ply")

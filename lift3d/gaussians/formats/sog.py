@@ -32,7 +32,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.render.splats.sh import degree_of
 
@@ -322,3 +322,6 @@ def _decode(bundle: zipfile.ZipFile, meta: dict, n: int, files: set[str], name: 
 def load_sog(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of a bundled .sog file (see the module docstring for the layout)."""
     return decode_sog(read_file(path, "SOG file"), str(path))
+
+
+register_codec(".sog", load_sog, save_sog, "PlayCanvas's bundled .sog")

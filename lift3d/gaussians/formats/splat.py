@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError
 from lift3d.gaussians.tensors import GaussianTensors
 from lift3d.render.splats.sh import rgb_to_sh
@@ -99,3 +99,6 @@ def load_splat(path: str | Path) -> dict[str, Tensor]:
     return {"means": values["means"], "log_scales": values["scales"].clamp_min(1e-12).log(), "quats": values["quats"],
             "opacity_logits": torch.logit(values["opacities"], eps=1e-4), "sh0": rgb_to_sh(values["colors"])[:, None, :],
             "shN": torch.zeros(len(values["means"]), 0, 3)}
+
+
+register_codec(".splat", load_splat, None, "the compact .splat of web viewers (written from activated Gaussians: write_splat)")

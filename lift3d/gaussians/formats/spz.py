@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, write_file
+from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
 from lift3d.render.splats.sh import MAX_DEGREE, degree_of
@@ -357,3 +357,6 @@ def spz_info(path: str | Path) -> SpzInfo:
 def load_spz(path: str | Path) -> dict[str, Tensor]:
     """Pre-activation parameters of an .spz file, in lift3d's world (see the module docstring for the axes)."""
     return decode_spz(read_file(path, "SPZ file"), str(path))
+
+
+register_codec(".spz", load_spz, save_spz, "Niantic's compressed .spz")
