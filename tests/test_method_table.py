@@ -5,6 +5,7 @@ CUDA."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -87,7 +88,7 @@ def test_variants_follow_the_machine_and_the_scene():
 
 
 @pytest.fixture
-def no_cuda_runs(monkeypatch):
+def no_cuda_runs(monkeypatch, tmp_path):
     """No CUDA, and training replaced by a record of the config each entry point would train."""
     import torch
 
@@ -95,29 +96,22 @@ def no_cuda_runs(monkeypatch):
 
     trained: list[str] = []
 
-    def record(mode, cfg, *args, **kwargs):
-        trained.append(cfg.name)
-        raise _Stop
+    def record(mode, cfg, config_paths, *args, **kwargs):
+        trained.append(Path(config_paths[0]).stem)
+        return tmp_path
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(runner, "run_experiment", record)
     return trained
 
 
-class _Stop(Exception):
-    pass
-
-
-def test_without_cuda_every_entry_point_runs_the_cpu_variant(no_cuda_runs, tmp_path):
+def test_without_cuda_every_entry_point_runs_the_cpu_variant(no_cuda_runs):
     import lift3d
     from lift3d.cli import main
 
-    with pytest.raises(_Stop):
-        lift3d.reconstruct(method="nerf")
-    with pytest.raises(_Stop):
-        main(["reconstruct", "--method", "nerf"])
-    with pytest.raises(_Stop):
-        main(["reconstruct"])
+    lift3d.reconstruct(method="nerf")
+    assert main(["reconstruct", "--method", "nerf"]) == 0
+    assert main(["reconstruct"]) == 0
     assert no_cuda_runs == ["reconstruct-nerf-cpu", "reconstruct-nerf-cpu", "reconstruct-gaussians-sample"]
 
 
