@@ -1,12 +1,13 @@
-# Source on the GPU machine (device tool) from the repository root: installs the wheels carried in .whl/
-# (packages its image lacks: diffusers, omegaconf, gsplat, trimesh, ...) into /tmp/site and puts them and
-# the repository on PYTHONPATH. Usage: `source benchmarks/device_env.sh && python benchmarks/...`
+# Source on a GPU machine without network access, from the repository root, before running benchmarks there:
+#     source benchmarks/device_env.sh && python -m benchmarks NAME [args]
+# Installs the wheels carried in .whl/ (packages the machine's image lacks: diffusers, omegaconf, gsplat, trimesh,
+# zstandard, ...) into /tmp/site and puts them and the repository on PYTHONPATH; then prints the versions it sees.
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
 fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# imageio-ffmpeg's wheel (68 MB) is over the device tool's 64 MiB: carry .ffmpeg/ instead, holding the package
-# without its binaries/ and the binary xz-compressed as .ffmpeg/ffmpeg.xz (46 MiB); unpacked here once
+# imageio-ffmpeg's wheel is large; a machine that limits what it is sent can get .ffmpeg/ instead: the package without
+# its binaries/ and the ffmpeg binary xz-compressed as .ffmpeg/ffmpeg.xz, unpacked here once
 if [ -f .ffmpeg/ffmpeg.xz ]; then
     [ -x /tmp/ffmpeg ] ||
         python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('.ffmpeg/ffmpeg.xz'), open('/tmp/ffmpeg', 'wb'))" &&
@@ -14,7 +15,9 @@ if [ -f .ffmpeg/ffmpeg.xz ]; then
     export IMAGEIO_FFMPEG_EXE=/tmp/ffmpeg PYTHONPATH="$PYTHONPATH:$PWD/.ffmpeg"
 fi
 export PYTHONUNBUFFERED=1
-# several-GPU kinds: NVLink multicast stays off (the device tool's KINDS.md says why)
+# one build of gsplat's CUDA kernels for every run (a changed XDG_CACHE_HOME would otherwise move it: a rebuild)
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch_extensions}
+# several GPUs of one host: NVLink multicast off (NCCL's NVLS and torch's symmetric memory)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 - <<'PY'
 import importlib, importlib.util, torch

@@ -14,12 +14,9 @@ from collections.abc import Callable
 
 import torch
 
+from benchmarks.timing import sync
+
 PRECISIONS = ("fp16", "bf16", "tf32", "fp32")
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def count_flops(fn: Callable[[], object]) -> int:

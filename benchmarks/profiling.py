@@ -19,14 +19,16 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from benchmarks.timing import sync
+
 RUNTIME_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync",
                  "cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
 def build_gsplat_kernels() -> float:
     """Build (or load) gsplat's CUDA kernels now, before any clock starts, and return the seconds it took (0 without
-    CUDA or gsplat). Its JIT build takes 1-2 minutes on a fresh machine, and again wherever its installed files are
-    newer than the build (the device's wheels are reinstalled every call): inside a training clock it swamps it."""
+    CUDA or gsplat). Its JIT build takes minutes on a fresh machine, and again wherever its installed files are newer
+    than the build (a machine that reinstalls its wheels before each run): inside a training clock it swamps it."""
     if not torch.cuda.is_available() or importlib.util.find_spec("gsplat") is None:
         return 0.0
     start = time.perf_counter()
@@ -47,7 +49,7 @@ class ProfiledSteps:
         self._started = 0.0
 
     def __enter__(self) -> ProfiledSteps:
-        torch.cuda.synchronize()
+        sync()
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         # without verbose, key_averages(group_by_stack_n=...) has empty stacks
         verbose = torch._C._profiler._ExperimentalConfig(verbose=True) if self.stacks else None
@@ -63,7 +65,7 @@ class ProfiledSteps:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        torch.cuda.synchronize()
+        sync()
         self.wall_s = time.perf_counter() - self._started
         torch.cuda.set_sync_debug_mode("default")
         self._catcher.__exit__(None, None, None)
@@ -123,7 +125,7 @@ class ProfiledSteps:
 
 
 class ProfileWindow(Callback):
-    """Profiles ``n`` training steps starting after ``start`` steps (benchmarks/profiling.py)."""
+    """Profiles ``n`` training steps starting after ``start`` steps (a ``ProfiledSteps`` window)."""
 
     def __init__(self, start: int, n: int, stacks: bool = False) -> None:
         self.start, self.n, self.stacks = start, n, stacks
@@ -155,14 +157,14 @@ class HostProfile:
         self._started = 0.0
 
     def __enter__(self) -> HostProfile:
-        torch.cuda.synchronize()
+        sync()
         self._started = time.perf_counter()
         self.profile.enable()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.profile.disable()
-        torch.cuda.synchronize()
+        sync()
         self.wall_s = time.perf_counter() - self._started
 
     def summary(self, n: int, top: int = 25) -> dict[str, Any]:
@@ -191,6 +193,24 @@ class HostProfileWindow(ProfileWindow):
         return HostProfile()
 
 
+class StageTimer(Callback):
+    """Seconds from the first training step's start to the last one's end (the device synchronized at both), and the
+    step count: a stage's training time as its user waits for it."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.seconds, self.steps = 0.0, 0
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if self.start is None:
+            sync()
+            self.start = time.perf_counter()
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        sync()
+        self.seconds, self.steps = time.perf_counter() - (self.start or time.perf_counter()), trainer.global_step
+
+
 class StepTimes(Callback):
     """Every training step's time, the device synchronized at each step's end (a diagnostic run: the host cannot
     queue ahead). ``summary()`` splits the steps into ordinary ones (median by thousand steps, with the Gaussian
@@ -204,13 +224,13 @@ class StepTimes(Callback):
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         if not self._last:
-            _synchronize()
+            sync()
             self._last = time.perf_counter()
         if trainer.global_step % 1000 == 0 and hasattr(module, "gaussians"):
             self.sizes[trainer.global_step] = len(module.gaussians)
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        _synchronize()
+        sync()
         now = time.perf_counter()
         self.times.append(now - self._last)
         self._last = now
@@ -225,8 +245,3 @@ class StepTimes(Callback):
                 "slow_steps": int(slow.sum()), "slow_total_s": round(float(times[slow].sum()) / 1000, 2),
                 "slow_median_ms": round(float(times[slow].median()), 1) if bool(slow.any()) else 0.0,
                 "ordinary_total_s": round(float(times[~slow].sum()) / 1000, 2)}
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks import bench_mesh_stages as bench
 from benchmarks.records import json_lines
+from benchmarks.suite import mesh_stages as bench
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 

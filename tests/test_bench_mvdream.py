@@ -1,13 +1,13 @@
-"""The mvdream cases of benchmarks/bench_recipes.py run on the CPU with tiny MVDream-shaped models (so the GPU
-benchmark cannot rot), and benchmarks/random_mvdream.py writes a folder the mvdream guidance loads."""
+"""The mvdream cases of the recipes benchmark run on the CPU with tiny MVDream-shaped models (so the GPU benchmark
+cannot rot), and the random MVDream stand-in writes a folder the mvdream guidance loads."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks import bench_recipes as bench
 from benchmarks.records import json_lines
+from benchmarks.suite import recipes as bench
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 
 
@@ -47,7 +47,7 @@ def test_field_start_times_the_late_stage_from_a_pretrained_field(capsys):
 def test_the_pretrained_state_is_the_timed_systems_and_not_a_fresh_one():
     """The pretraining shares the timed case's field, renderer, background and optimizer config (radius 1, the
     recipe's), so its whole state loads strictly; a state of another shape is refused."""
-    from benchmarks.field_start import load_pretrained, parse_field_start, pretrain, pretrain_config
+    from benchmarks.stand_ins.field_start import load_pretrained, parse_field_start, pretrain, pretrain_config
     from lift3d.config import load_config
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import build_parts
@@ -76,7 +76,7 @@ def test_the_pretrained_state_is_the_timed_systems_and_not_a_fresh_one():
 
 
 def test_random_mvdream_folder_loads_as_an_mvdream_model(tmp_path):
-    from benchmarks.random_mvdream import write_random_mvdream
+    from benchmarks.stand_ins.random_mvdream import write_random_mvdream
     from lift3d.guidance.multiview import MultiViewAttnProcessor
     from lift3d.guidance.mvdream import load_mvdream
 

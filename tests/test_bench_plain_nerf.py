@@ -1,9 +1,9 @@
-"""benchmarks/plain_nerf.py, the NeRF benchmark's plain-loop reference, trains the recipe's field without Lightning."""
+"""benchmarks/reference/plain_nerf.py, the NeRF benchmark's plain-loop reference, trains the recipe's field without Lightning."""
 
 import pytest
 import torch
 
-from benchmarks.plain_nerf import train_plain
+from benchmarks.reference.plain_nerf import train_plain
 from lift3d.config import load_config
 from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config

@@ -1,9 +1,9 @@
-"""benchmarks/bench_quality_modes.py: every variant's overrides make a valid reconstruct-gaussians config whose parts
+"""The quality_modes benchmark: every variant's overrides make a valid reconstruct-gaussians config whose parts
 build (so the GPU benchmark that picks the defaults cannot rot on a renamed key)."""
 
 from __future__ import annotations
 
-from benchmarks import bench_quality_modes as bench
+from benchmarks.suite import quality_modes as bench
 
 
 def test_every_variant_builds(tmp_path):
@@ -28,7 +28,7 @@ def test_every_variant_builds(tmp_path):
 
 
 def test_capture_records_count_the_gaussians(tmp_path):
-    from benchmarks import bench_capture as module
+    from benchmarks.suite import capture as module
 
     (tmp_path / "scene").mkdir()
     (tmp_path / "scene" / "point_cloud.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 1234\n"

@@ -1,11 +1,11 @@
-"""benchmarks/bench_recipes.py --tiny runs every case on the CPU, so the GPU benchmark script cannot rot."""
+"""``python -m benchmarks recipes --tiny`` runs every case on the CPU, so the GPU benchmark cannot rot."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import bench_recipes as bench
 from benchmarks.records import json_lines
+from benchmarks.suite import recipes as bench
 
 
 def test_tiny_benchmark_measures_every_case(capsys):

@@ -4,8 +4,8 @@ dreamgaussian-image's in the same call."""
 
 from __future__ import annotations
 
-from benchmarks import bench_image_to_3d as bench
 from benchmarks.records import json_lines
+from benchmarks.suite import image_to_3d as bench
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 

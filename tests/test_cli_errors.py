@@ -43,7 +43,7 @@ wrong, what to do) and no traceback; --debug shows the traceback. One row per ca
 | app upload | a .zip that is not a zip | not a readable .zip |
 | app upload | nothing uploaded | upload photos |
 
-Issue 38's second round, each one exit code 2, one line, no traceback, under a time limit (TRAINER_CASES and the
+More bad inputs, each one exit code 2, one line, no traceback, under a time limit (TRAINER_CASES and the
 tests below them):
 
 | command | bad input | what it says |
@@ -62,7 +62,7 @@ tests below them):
 | any | a path that is not UTF-8 | is not valid UTF-8 |
 | poses | a file that is not a video | cannot read the video (no ffmpeg banner) |
 | generate | no network, no local weights | cannot reach the Hugging Face hub ... system.guidance.pretrained_model_name_or_path= |
-| python -m benchmarks | no CUDA | no CUDA GPU here ... --tiny |
+| python -m benchmarks step_floors | no CUDA | no CUDA GPU here ... --tiny |
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     assert "Traceback" in err and "config file not found" in err
 
 
-# ------------------------------------------------------------------------------------------- issue 38
+# ----------------------------------------------------------------------------- under a time limit
 
 
 class Hung(BaseException):
@@ -429,8 +429,7 @@ def test_generate_without_network_or_weights(command, twin, unreachable_hub, tmp
 
 
 def test_benchmarks_without_cuda_exit_at_once(monkeypatch, capsys, time_limit):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.__main__ import main as bench_main
+    from benchmarks.suite.step_floors import main as bench_main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench_main([]) == 2

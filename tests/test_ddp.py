@@ -116,7 +116,7 @@ def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
     """Two views per rank: one process with two, one with four (the same batch as two ranks), two ranks with two;
     one JSON line with every run, the views/s ratios and the PSNR difference at equal views seen."""
     repo = TEST_CONFIGS.parents[1]
-    command = [sys.executable, "benchmarks/bench_ddp.py", "--cpu", "--config", "lift3d/configs/reconstruct-gaussians-sample.yaml",
+    command = [sys.executable, "-m", "benchmarks", "ddp", "--cpu", "--config", "lift3d/configs/reconstruct-gaussians-sample.yaml",
                "--steps", "4", "--warmup", "2", "--views-per-rank", "2", "--same-batch", "--psnr",
                f"data.root={repo / 'lift3d' / 'assets' / 'sample_scene'}", "data.max_side=32",
                "system.gaussians.init_points=300", "system.export.formats=[]"]
@@ -137,7 +137,7 @@ def test_bench_ddp_compares_views_per_second_and_psnr_at_equal_views_seen():
 
 
 def test_bench_ddp_plans_the_same_batch_reference_and_compares_at_equal_views_seen():
-    from benchmarks.bench_ddp import compare, planned_runs
+    from benchmarks.suite.ddp import compare, planned_runs
 
     assert planned_runs(["0", "0,1"], False, 4, True, "both") == [("0", 4, False), ("0", 8, False), ("0,1", 4, False),
                                                                   ("0,1", 4, True)]

@@ -24,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - triton ships with CUDA builds of torch
     triton = None
 
-# launch settings (points per program, warps per program) of each kernel, from benchmarks/bench_hash_grid.py's sweep
+# launch settings (points per program, warps per program) of each kernel, from `python -m benchmarks hash_grid`'s sweep
 LAUNCH = {"forward": (128, 8), "backward": (128, 4)}
 # A one-dimensional grid whose consecutive programs are the levels of one block of points, rather than every block of
 # one level and then the next: the levels read the same points from the cache, and a coarse level's rows, which many

@@ -28,7 +28,7 @@ from torch import Tensor
 from lift3d.distributed import all_reduce_sum_, world_size
 
 DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
-DDP_GRAPHS_DEFAULT = True  # without the variable: captured, as on one GPU (its scaling: benchmarks/RESULTS.md, issue 40)
+DDP_GRAPHS_DEFAULT = True  # without the variable: captured, as on one GPU (its scaling: benchmarks/RESULTS.md, ddp)
 
 
 def graphs_under_ddp() -> bool:
