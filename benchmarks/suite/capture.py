@@ -62,15 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import lift3d.runs.runner as runner
-    from lift3d.commands.reconstruct import recipe_for
     from lift3d.config import load_config
     from lift3d.data.scene import detect
     from lift3d.data.sfm import prepare_capture
+    from lift3d.method_table import find_method, stage_recipes
     from lift3d.recipes import recipe_config
 
     scene = prepare_capture(Path(args.scene).expanduser().resolve())
     unbounded = not detect(scene).object_centric
-    config = recipe_for(args.method, sample=False, on_cpu=not torch.cuda.is_available(), unbounded=unbounded)
+    config = recipe_config(stage_recipes(find_method(args.method), on_cpu=not torch.cuda.is_available(), unbounded=unbounded)[0])
     if args.recipe:
         config = recipe_config(args.recipe)
     overrides = [f"data.root={scene}", f"tag={scene.name}", f"trainer.max_steps={args.steps}",

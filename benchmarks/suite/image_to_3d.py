@@ -41,7 +41,7 @@ from benchmarks.stand_ins.random_sd import write_random_sd21
 from benchmarks.stand_ins.random_triposr import sculpt_sphere, write_random_release
 from benchmarks.stand_ins.random_zero123 import write_random_zero123
 from benchmarks.timing import on_cuda, peak_memory_gib, peak_reserved_gib, process_peak_rss_gib, reset_peak_memory, sync
-from lift3d.commands.generate import without_mesh_exports
+from lift3d.api.generate import without_mesh_exports
 from lift3d.recipes import recipe_config
 
 # case -> (first stage, mesh stage or "", extra overrides)
