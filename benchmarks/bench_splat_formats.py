@@ -51,7 +51,7 @@ from lift3d.gaussians.tensors import GaussianTensors  # noqa: E402
 from lift3d.metrics import psnr  # noqa: E402
 from lift3d.recipes import recipe_config  # noqa: E402
 from lift3d.registry import find  # noqa: E402
-from lift3d.render.splats.sh import degree_of  # noqa: E402
+from lift3d.sh import degree_of  # noqa: E402
 
 
 def train_lego(data: Path, steps: int, max_side: int, output: Path) -> dict[str, torch.Tensor]:

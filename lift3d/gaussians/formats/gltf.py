@@ -42,7 +42,7 @@ from torch import Tensor
 from lift3d.gaussians.formats.codec import read_file, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import rotate_gaussians
-from lift3d.render.splats.sh import Y0, degree_of
+from lift3d.sh import Y0, degree_of
 
 EXTENSION = "KHR_gaussian_splatting"
 GLB_MAGIC, JSON_CHUNK, BIN_CHUNK = 0x46546C67, 0x4E4F534A, 0x004E4942
