@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from lift3d.export.config import DEVICE_DEFAULTS, ExportConfig, for_device
 from lift3d.export.gaussian_density import GaussianTensors
 from lift3d.export.grid import ColorFn
 from lift3d.export.html import write_html
-from lift3d.export.mesh import Mesh, decimated_to
+from lift3d.export.mesh import decimated_to
 from lift3d.export.naming import export_name
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import render_frames
@@ -29,6 +29,7 @@ from lift3d.gaussians.formats.sog import save_sog
 from lift3d.gaussians.formats.sog_lod import save_sog_lod
 from lift3d.gaussians.formats.splat import write_splat
 from lift3d.gaussians.formats.spz import save_spz
+from lift3d.meshes.mesh import Mesh
 from lift3d.saving import OutputSaver
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
 
     def mesh() -> Mesh:
         if "mesh" not in cache:
-            cache["mesh"] = sources.mesh()
+            cache["mesh"] = sources.mesh().numpy()  # the exporters work on numpy arrays
             if sources.mesh_to_budget:
                 cache["mesh"] = decimated_to(cache["mesh"], cfg.target_faces, sources.color_fn, cfg.chunk, sources.device)
         return cache["mesh"]
@@ -173,7 +174,7 @@ def export_formats(saver: OutputSaver, formats: Sequence[str], cfg: ExportConfig
         if frame is None:
             return m
         normals = None if m.normals is None else frame.directions_to_file(m.normals)
-        return Mesh(frame.to_file(m.vertices), m.faces, m.vertex_colors, normals, m.uvs, m.texture)
+        return replace(m, vertices=frame.to_file(m.vertices), normals=normals)
 
     def write(fmt: str) -> list[Path]:
         path = saver.path(export_name(stem, fmt))
