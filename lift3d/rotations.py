@@ -12,6 +12,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+# lift3d's world is +z up; glTF (the .glb meshes and Gaussians lift3d writes) is +y up: (x, y, z) -> (x, z, -y)
+Z_UP_TO_Y_UP = ((1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0))
+
 
 def normalize_quaternion(wxyz: Tensor, eps: float = 1e-12) -> Tensor:
     """Unit quaternions [..., 4] (any norm above ``eps`` in)."""

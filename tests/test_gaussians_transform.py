@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from lift3d.gaussians.transform import FLIP_YZ, Z_UP_TO_Y_UP, rotate_gaussians
-from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix
+from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
+from lift3d.rotations import Z_UP_TO_Y_UP, matrix_to_quaternion, quaternion_to_matrix
 from lift3d.sh import eval_sh, sh_rotation
 from tests.gaussian_params import covariances, random_params
 

@@ -21,9 +21,10 @@ from PIL import Image
 from plyfile import PlyData, PlyElement
 
 from lift3d.meshes.mesh import Mesh
+from lift3d.rotations import Z_UP_TO_Y_UP
 from lift3d.saving import atomic_write_bytes
 
-_Z_UP_TO_Y_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
+_Z_UP_TO_Y_UP = np.array(Z_UP_TO_Y_UP)
 
 
 def oriented(mesh: Mesh, up_axis: str) -> Mesh:

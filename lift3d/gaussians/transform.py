@@ -13,8 +13,6 @@ from torch import Tensor
 from lift3d.rotations import matrix_to_quaternion, quaternion_multiply
 from lift3d.sh import degree_of, sh_rotation
 
-# lift3d's world is +z up; glTF (and the .glb meshes lift3d writes) is +y up: (x, y, z) -> (x, z, -y).
-Z_UP_TO_Y_UP = ((1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0))
 # A 180-degree turn about x, (x, y, z) -> (x, -y, -z): between the .ply frame (right-down-front, as
 # COLMAP-trained splats are) and right-up-back, the frame SPZ stores.
 FLIP_YZ = ((1.0, 0.0, 0.0), (0.0, -1.0, 0.0), (0.0, 0.0, -1.0))
