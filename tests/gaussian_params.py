@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lift3d.export.gaussian_density import quat_to_rotmat
-from lift3d.render.splats.sh import num_bases
+from lift3d.rotations import quaternion_to_matrix
+from lift3d.sh import num_bases
 
 
 def random_params(n: int = 64, degree: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -33,5 +33,5 @@ def same_sign(reference: torch.Tensor, quats: torch.Tensor) -> torch.Tensor:
 
 def covariances(log_scales: torch.Tensor, quats: torch.Tensor) -> torch.Tensor:
     """[N, 3, 3] covariances R diag(s^2) R^T: what a renderer sees, whatever the quaternion's sign convention."""
-    r = quat_to_rotmat(quats.double())
+    r = quaternion_to_matrix(quats.double())
     return r @ torch.diag_embed((2 * log_scales.double()).exp()) @ r.transpose(1, 2)

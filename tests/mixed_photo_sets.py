@@ -12,8 +12,9 @@ import torch
 from PIL import Image
 
 from lift3d.cameras import Cameras, intrinsics_matrix
-from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, rotmat_to_qvec, write_model_binary
+from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, write_model_binary
 from lift3d.data.sample_scene import render_toy, sample_cameras
+from lift3d.rotations import matrix_to_quaternion_np
 
 GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 SIDE = 48  # the renders' side before cropping
@@ -50,7 +51,7 @@ def crop_boxes(kind: str, n: int, rng: np.random.Generator) -> list[tuple[int, i
 
 def _w2c(c2w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w2c = np.linalg.inv(c2w @ GL_FROM_CV)
-    return rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3]
+    return matrix_to_quaternion_np(w2c[:3, :3]), w2c[:3, 3]
 
 
 def write_colmap_scene(root: Path, kind: str, seed: int = 0) -> Path:

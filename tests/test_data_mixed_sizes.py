@@ -103,7 +103,7 @@ def test_nerf_trains_on_two_cameras_in_rays_and_image_mode(tmp_path):
     config = recipe_config("reconstruct-nerf")
     tiny = ["data.rays_per_batch=256", "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
             "system.field.encoding.base_resolution=4", "system.field.encoding.per_level_scale=2.0",
-            "system.field.hidden_dim=16", "system.material.hidden_dim=16", "system.material.sh_degree=2",
+            "system.field.hidden_dim=16", "system.material.hidden_dim=16", "system.material.sh_degree=1",
             "system.renderer.steps_per_diagonal=64", "system.renderer.occupancy.resolution=16",
             "system.renderer.occupancy.warmup_steps=32", "system.eval_normals=false", "data.max_val_views=2"]
     for mode in ("rays", "image"):

@@ -16,9 +16,7 @@ from lift3d.data.colmap_model import (
     ColmapImage,
     ColmapModel,
     ColmapPoint,
-    qvec_to_rotmat,
     read_model,
-    rotmat_to_qvec,
     write_model_binary,
     write_model_text,
 )
@@ -26,6 +24,7 @@ from lift3d.data.formats.colmap import c2w_from_colmap
 from lift3d.data.normalize import normalizing_transform, rotation_between, transform_poses
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.scene import detect_format
+from lift3d.rotations import matrix_to_quaternion_np, quaternion_to_matrix_np
 
 W, H = 24, 16
 GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
@@ -33,7 +32,7 @@ GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 
 def random_rotation(rng: np.random.Generator) -> np.ndarray:
     q = rng.normal(size=4)
-    return qvec_to_rotmat(q / np.linalg.norm(q))
+    return quaternion_to_matrix_np(q / np.linalg.norm(q))
 
 
 def inward_c2w(n: int, rng: np.random.Generator, up=(0.0, 0.0, 1.0)) -> np.ndarray:
@@ -62,7 +61,7 @@ def colmap_model_of(c2w: np.ndarray, names, rng, camera=None) -> ColmapModel:
     for i, (pose, name) in enumerate(zip(c2w, names), start=1):
         w2c = np.linalg.inv(pose @ GL_FROM_CV)
         xys = rng.uniform(0, W, (3, 2))
-        images[i] = ColmapImage(i, rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3], 1, name, xys, np.array([1, -1, 2]))
+        images[i] = ColmapImage(i, matrix_to_quaternion_np(w2c[:3, :3]), w2c[:3, 3], 1, name, xys, np.array([1, -1, 2]))
     points = {k: ColmapPoint(k, rng.normal(size=3), rng.integers(0, 255, 3).astype(np.uint8), 0.5,
                              np.array([[1, 0], [2, 2]])) for k in (1, 2)}
     return ColmapModel({1: camera}, images, points)
@@ -72,8 +71,8 @@ def test_quaternions_round_trip():
     rng = np.random.default_rng(0)
     for _ in range(20):
         R = random_rotation(rng)
-        q = rotmat_to_qvec(R)
-        assert q[0] >= 0 and np.allclose(qvec_to_rotmat(q), R, atol=1e-10)
+        q = matrix_to_quaternion_np(R)
+        assert q[0] >= 0 and np.allclose(quaternion_to_matrix_np(q), R, atol=1e-10)
 
 
 @pytest.mark.parametrize("writer", [write_model_binary, write_model_text])
@@ -154,7 +153,7 @@ def test_colmap_pose_conversion_matches_a_projection():
     R, t = random_rotation(rng), rng.normal(size=3)
     point = rng.normal(size=3)
     camera_point = R @ point + t  # COLMAP: world -> camera, OpenCV axes (z forward)
-    c2w = c2w_from_colmap(rotmat_to_qvec(R), t)
+    c2w = c2w_from_colmap(matrix_to_quaternion_np(R), t)
     local = np.linalg.inv(c2w) @ np.append(point, 1.0)  # OpenGL camera axes: x right, y up, -z forward
     assert np.allclose(local[:3], camera_point * [1, -1, -1])
 

@@ -9,8 +9,8 @@ from scipy.spatial.transform import Rotation
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.export import ExportConfig, GaussianField, GaussianTensors, RenderedColors, extract_mesh, gaussian_bbox
-from lift3d.export.gaussian_density import quat_to_rotmat
 from lift3d.export.sources import gaussian_sources
+from lift3d.rotations import quaternion_to_matrix
 from tests.plugins.analytic_sphere import position_color, render_sphere
 
 
@@ -67,7 +67,7 @@ def random_gaussians(n: int, seed: int = 0) -> GaussianTensors:
 def test_quaternions_follow_the_wxyz_convention():
     q = torch.randn(50, 4)
     expected = Rotation.from_quat(q[:, [1, 2, 3, 0]].numpy()).as_matrix()
-    assert np.allclose(quat_to_rotmat(q).numpy(), expected, atol=1e-5)
+    assert np.allclose(quaternion_to_matrix(q).numpy(), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("cell_size, max_pairs, max_entries", [(None, 2**22, 2**25), (0.05, 20000, 2**25), (None, 2**22, 3000)])
@@ -95,7 +95,7 @@ def test_gaussian_bbox_holds_every_cutoff_ellipsoid():
     box = torch.from_numpy(gaussian_bbox(g, 3.0)).float()
     # points on each ellipsoid's 3-sigma surface, in many directions
     dirs = torch.nn.functional.normalize(torch.randn(64, 3), dim=-1)
-    surface = g.means[:, None] + torch.einsum("gij,gkj->gki", quat_to_rotmat(g.quats), 3.0 * g.scales[:, None] * dirs[None])
+    surface = g.means[:, None] + torch.einsum("gij,gkj->gki", quaternion_to_matrix(g.quats), 3.0 * g.scales[:, None] * dirs[None])
     assert (surface >= box[0] - 1e-5).all() and (surface <= box[1] + 1e-5).all()
 
 

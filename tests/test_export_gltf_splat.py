@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.export.mesh import Mesh
 from lift3d.export.writers import srgb_to_linear, write_glb
 from lift3d.gaussians.formats.gltf import GltfSplatError, encode_gltf_splat, load_gltf_splat, save_gltf_splat
 from lift3d.gaussians.formats.ply import load_ply, save_ply
-from lift3d.render.splats.sh import Y0
+from lift3d.meshes.mesh import Mesh
+from lift3d.sh import Y0
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import gltf_problems, splat_transform, validate_gltf
 

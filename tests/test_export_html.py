@@ -15,7 +15,7 @@ import torch
 
 from lift3d.cli import main
 from lift3d.gaussians.formats.ply import save_ply
-from lift3d.render.splats.sh import rgb_to_sh
+from lift3d.sh import rgb_to_sh
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
 

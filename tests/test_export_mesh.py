@@ -8,7 +8,8 @@ import torch
 import trimesh
 
 from lift3d.export.grid import auto_threshold, grid_axes, otsu_level, sample_grid, tighten_bbox
-from lift3d.export.mesh import Mesh, decimate, extract_mesh, keep_largest_components, keep_largest_regions
+from lift3d.export.mesh import decimate, extract_mesh, keep_largest_components, keep_largest_regions
+from lift3d.meshes.mesh import Mesh
 from tests.plugins.analytic_sphere import box_density, position_color, sphere_density
 
 BOX = [[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]
@@ -159,7 +160,7 @@ def test_a_whole_mesh_is_cut_to_the_export_budget_and_recolored():
     assert 1800 <= len(small.faces) <= 2100 and small.normals is not None
     np.testing.assert_allclose(small.vertex_colors, position_color(torch.from_numpy(small.vertices)).numpy(), atol=1e-6)
     assert np.abs(np.linalg.norm(small.vertices, axis=1) - 0.6).max() < 0.01
-    with_uvs = Mesh(mesh.vertices, mesh.faces, uvs=np.zeros((len(mesh.vertices), 2), np.float32))
+    with_uvs = Mesh(mesh.vertices, mesh.faces, uv=np.zeros((len(mesh.vertices), 2), np.float32))
     assert decimated_to(with_uvs, 2000, position_color) is with_uvs  # a layout is kept whole
     assert decimated_to(mesh, 2000, None) is mesh and decimated_to(mesh, 0, position_color) is mesh
 

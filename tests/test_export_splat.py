@@ -8,7 +8,8 @@ import torch
 from plyfile import PlyData, PlyElement
 
 from lift3d.export import GaussianTensors, read_splat, rgb_from_sh_dc, write_splat
-from lift3d.gaussians.formats.splat import SH_C0, splat_records
+from lift3d.gaussians.formats.splat import splat_records
+from lift3d.sh import Y0
 from tests.validators import read_csv_columns, splat_transform
 
 
@@ -121,8 +122,8 @@ def test_splat_reads_in_splat_transform(tmp_path):
         assert np.array_equal(cols[axis].astype(np.float32), raw["means"][:, i])
     for c in range(3):
         assert np.allclose(cols[f"scale_{c}"], raw["log_scales"][:, c], atol=1e-5)
-        rgb = np.clip(0.5 + SH_C0 * raw["sh_dc"][:, c], 0, 1)
-        assert np.abs((0.5 + SH_C0 * cols[f"f_dc_{c}"]) - rgb).max() <= 0.5 / 255 + 1e-6
+        rgb = np.clip(0.5 + Y0 * raw["sh_dc"][:, c], 0, 1)
+        assert np.abs((0.5 + Y0 * cols[f"f_dc_{c}"]) - rgb).max() <= 0.5 / 255 + 1e-6
     opacity = 1 / (1 + np.exp(-cols["opacity"]))
     assert np.abs(opacity - 1 / (1 + np.exp(-raw["logit_opacities"].astype(np.float64)))).max() <= 0.5 / 255 + 1e-4
     q = np.stack([cols[f"rot_{i}"] for i in range(4)], 1)

@@ -13,7 +13,7 @@ import zstandard
 
 from lift3d.gaussians.formats.ply import load_ply, save_ply
 from lift3d.gaussians.formats.spz import SpzFormatError, decode_spz, encode_spz, load_spz, save_spz, spz_info, unpack_rotations
-from lift3d.gaussians.transform import quat_multiply
+from lift3d.rotations import quaternion_multiply
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import splat_transform
 
@@ -223,7 +223,7 @@ def test_splat_transform_reads_our_spz_as_we_do(tmp_path, version):
     assert len(theirs["means"]) == len(ours["means"]) == 200
     for name in ("means", "log_scales", "opacity_logits", "sh0", "shN"):
         assert torch.allclose(theirs[name], ours[name], rtol=0, atol=1e-5), name
-    mapped = quat_multiply(theirs["quats"], HALF_TURN_X.expand_as(theirs["quats"]))
+    mapped = quaternion_multiply(theirs["quats"], HALF_TURN_X.expand_as(theirs["quats"]))
     assert torch.allclose(same_sign(ours["quats"], mapped), ours["quats"], atol=1e-6)
     assert_within_spz_steps({**theirs, "quats": mapped}, params)
 
@@ -235,7 +235,7 @@ def test_spz_written_by_splat_transform_reads_back_within_the_quantization(tmp_p
     splat_transform(tmp_path / "g.ply", "--spz-version", str(version), tmp_path / "theirs.spz")  # Niantic's encoder
     assert spz_info(tmp_path / "theirs.spz").version == version
     back = load_spz(tmp_path / "theirs.spz")
-    assert_within_spz_steps({**back, "quats": quat_multiply(back["quats"], HALF_TURN_X.expand_as(back["quats"]))}, params)
+    assert_within_spz_steps({**back, "quats": quaternion_multiply(back["quats"], HALF_TURN_X.expand_as(back["quats"]))}, params)
 
 
 def test_files_read_through_load_gaussian_file(tmp_path):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.mesh import extract_mesh
 from lift3d.export.texture import bake_texture, fill_empty_texels, rasterize_uv, unwrap_uv
+from lift3d.meshes.mesh import Mesh
 from tests.plugins.analytic_sphere import position_color, sphere_density
 
 BOX = [[-1, -1, -1], [1, 1, 1]]
@@ -72,12 +73,12 @@ def test_unwrap_keeps_the_geometry_and_places_every_face(sphere_mesh, scale):
     sphere_mesh = Mesh(sphere_mesh.vertices * scale, sphere_mesh.faces)
     unwrapped = unwrap_uv(sphere_mesh, texture_size=256)
     assert len(unwrapped.faces) == len(sphere_mesh.faces)
-    assert unwrapped.uvs.min() >= 0 and unwrapped.uvs.max() <= 1
+    assert unwrapped.uv.min() >= 0 and unwrapped.uv.max() <= 1
     # each output face has the same corners as some input face (vertices are only split along seams)
     key = {tuple(np.round(sphere_mesh.vertices[f], 6).ravel()) for f in sphere_mesh.faces}
     assert all(tuple(np.round(unwrapped.vertices[f], 6).ravel()) in key for f in unwrapped.faces)
     # no face left at a single UV point (xatlas skips tiny faces unless scaled)
-    assert (_area(unwrapped.uvs[unwrapped.faces]) > 0).all()
+    assert (_area(unwrapped.uv[unwrapped.faces]) > 0).all()
 
 
 def test_baked_texture_reproduces_the_color_field(sphere_mesh):
@@ -88,7 +89,7 @@ def test_baked_texture_reproduces_the_color_field(sphere_mesh):
     # read the texture at random points inside each face and compare with the field at the 3D point
     rng = np.random.default_rng(0)
     w = rng.dirichlet([1, 1, 1], size=len(textured.faces))
-    uv = np.einsum("fk,fkc->fc", w, textured.uvs[textured.faces])
+    uv = np.einsum("fk,fkc->fc", w, textured.uv[textured.faces])
     points = np.einsum("fk,fkc->fc", w, textured.vertices[textured.faces])
     x = np.clip((uv[:, 0] * size).astype(int), 0, size - 1)
     y = np.clip(((1 - uv[:, 1]) * size).astype(int), 0, size - 1)
@@ -97,7 +98,7 @@ def test_baked_texture_reproduces_the_color_field(sphere_mesh):
     error = np.abs(got - expected).max(1)
     # nearest-texel reading is off by the field's gradient (0.5 per unit length) times the distance to
     # the texel center (under 0.71 texels), plus 8-bit rounding; a texel spans sqrt(area / uv area) / size
-    texel = np.sqrt(_area(textured.vertices[textured.faces]).sum() / _area(textured.uvs[textured.faces]).sum()) / size
+    texel = np.sqrt(_area(textured.vertices[textured.faces]).sum() / _area(textured.uv[textured.faces]).sum()) / size
     assert np.percentile(error, 99) < 0.5 * 0.71 * texel + 1 / 255
     assert error.max() < 0.5 * 1.5 * texel + 1 / 255  # UV stretch lets a few read a little farther
 

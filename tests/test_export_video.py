@@ -57,7 +57,7 @@ def test_render_frames_checks_the_renderer_output():
 def _small_object_ply(path, center=(1.0, -0.5, 0.3), across=0.2, n=1500):
     """A red ball of opaque Gaussians ``across`` units wide, away from the origin, saved as a 3DGS .ply."""
     from lift3d.gaussians.formats.ply import save_ply
-    from lift3d.render.splats.sh import rgb_to_sh
+    from lift3d.sh import rgb_to_sh
 
     g = torch.Generator().manual_seed(0)
     direction = torch.randn(n, 3, generator=g)

@@ -54,7 +54,7 @@ def test_glb_reloads_with_geometry_texture_and_linear_vertex_colors(tmp_path, te
     tex = _single(trimesh.load(write_glb(textured, tmp_path / "t.glb")[0], process=False))
     assert np.allclose(_z_up(tex.vertices), textured.vertices, atol=1e-6)
     assert np.array_equal(np.asarray(tex.visual.material.baseColorTexture.convert("RGB")), textured.texture)
-    assert np.allclose(tex.visual.uv, textured.uvs, atol=1e-6)  # trimesh flips v back on import
+    assert np.allclose(tex.visual.uv, textured.uv, atol=1e-6)  # trimesh flips v back on import
     path = write_glb(colored, tmp_path / "c.glb")[0]
     colors = _glb_attribute(path, "COLOR_0")  # read straight from the file's JSON and binary chunks
     assert colors.dtype == np.uint8 and colors.shape == (len(colored.vertices), 4)

@@ -1,4 +1,4 @@
-"""Hash grid against a naive per-point loop (Instant-NGP's definition), gradients, frequency and SH encodings."""
+"""Hash grid against a naive per-point loop (Instant-NGP's definition), gradients, the frequency encoding."""
 
 import math
 import textwrap
@@ -12,7 +12,6 @@ from lift3d.fields.encodings import (
     frequency_encode,
     hash_grid_encode,
     hash_grid_layout,
-    spherical_harmonics,
 )
 from lift3d.fields.hash_reference import HASH_PRIMES
 from tests.conftest import run_in_triton_interpreter
@@ -101,19 +100,6 @@ def test_frequency_encoding_matches_loop():
     out = frequency_encode(x, 3)
     expected = [x] + [torch.sin(2**k * math.pi * x) for k in range(3)] + [torch.cos(2**k * math.pi * x) for k in range(3)]
     torch.testing.assert_close(out, torch.cat(expected, -1))
-
-
-def test_spherical_harmonics_are_orthonormal():
-    # Fibonacci sphere quadrature of integral Y_i Y_j dS = delta_ij
-    n = 20000
-    i = torch.arange(n, dtype=torch.float64) + 0.5
-    z = 1 - 2 * i / n
-    phi = math.pi * (1 + 5**0.5) * i
-    r = (1 - z * z).sqrt()
-    dirs = torch.stack([r * torch.cos(phi), r * torch.sin(phi), z], -1)
-    basis = spherical_harmonics(dirs, 5)
-    gram = basis.T @ basis * (4 * math.pi / n)
-    torch.testing.assert_close(gram, torch.eye(25, dtype=torch.float64), atol=2e-3, rtol=0)
 
 
 TRITON_CHECK = textwrap.dedent(

@@ -17,9 +17,9 @@ import torch.nn as nn
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import load_config
 from lift3d.export import GaussianField
-from lift3d.export.gaussian_density import quat_to_rotmat
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
+from lift3d.rotations import quaternion_to_matrix
 from lift3d.runs.runner import run_experiment
 from lift3d.systems.stages import load_previous_stage
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (one_thread: autouse fixture)
@@ -85,7 +85,7 @@ def texture_stage(checkpoint: str, *extra: str, guidance: list[str] = SD) -> tup
 
 def brute_force_density(g, points: torch.Tensor) -> torch.Tensor:
     """sum_i o_i exp(-1/2 (x - mu_i)^T Sigma_i^-1 (x - mu_i)) over every Gaussian, cut off at 3 sigma."""
-    rot = quat_to_rotmat(g.quats.detach())
+    rot = quaternion_to_matrix(g.quats.detach())
     cov = rot @ torch.diag_embed(g.scales.detach() ** 2) @ rot.transpose(1, 2)
     d = points[:, None, :] - g.means.detach()[None]
     m2 = torch.einsum("pni,nij,pnj->pn", d, torch.linalg.inv(cov), d)

@@ -12,7 +12,7 @@ from lift3d.data.posed_images import read_transforms
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.gaussians import init
 from lift3d.gaussians.model import GaussianModel
-from lift3d.render.splats.sh import sh_to_rgb
+from lift3d.sh import sh_to_rgb
 
 
 def test_initialize_sets_the_3dgs_starting_values():

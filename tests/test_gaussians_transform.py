@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from lift3d.export.gaussian_density import quat_to_rotmat
-from lift3d.gaussians.transform import FLIP_YZ, Z_UP_TO_Y_UP, rotate_gaussians, rotation_quat, sh_rotation
-from lift3d.render.splats.sh import eval_sh
+from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
+from lift3d.rotations import Z_UP_TO_Y_UP, matrix_to_quaternion, quaternion_to_matrix
+from lift3d.sh import eval_sh, sh_rotation
 from tests.gaussian_params import covariances, random_params
 
 
@@ -24,11 +24,11 @@ ROTATIONS = {"z-up to y-up": torch.tensor(Z_UP_TO_Y_UP, dtype=torch.float64),
 
 
 @pytest.mark.parametrize("name", list(ROTATIONS))
-def test_rotation_quat_gives_the_matrix_back(name):
+def test_matrix_to_quaternion_gives_the_matrix_back(name):
     matrix = ROTATIONS[name]
-    q = rotation_quat(matrix)
+    q = matrix_to_quaternion(matrix)
     assert math.isclose(float(q.norm()), 1.0, abs_tol=1e-12)
-    assert torch.allclose(quat_to_rotmat(q[None])[0].double(), matrix, atol=1e-12)
+    assert torch.allclose(quaternion_to_matrix(q[None])[0], matrix, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", list(ROTATIONS))

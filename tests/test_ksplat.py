@@ -14,7 +14,7 @@ import torch
 from lift3d.gaussians.formats.files import load_gaussian_file
 from lift3d.gaussians.formats.ksplat import KsplatFormatError, decode_ksplat, encode_ksplat, load_ksplat, save_ksplat
 from lift3d.gaussians.formats.ply import load_ply, save_ply
-from lift3d.render.splats.sh import Y0
+from lift3d.sh import Y0
 from tests.gaussian_params import random_params, same_sign, unit
 from tests.validators import JS, _node, _require, splat_transform
 

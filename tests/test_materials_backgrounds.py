@@ -1,11 +1,17 @@
-"""Materials (emission, diffuse shading modes, normal shading, neural radiance) and backgrounds."""
+"""Materials (emission, diffuse shading modes, normal shading, neural radiance) and backgrounds; the width of the
+spherical-harmonic direction encoding in every recipe."""
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+import lift3d
+from lift3d.config import ConfigError
+from lift3d.config.layers import import_plugins, load_yaml_layers, merge_layers, register_resolvers
 from lift3d.registry import find
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 
@@ -64,7 +70,7 @@ def test_normal_shading():
 
 def test_neural_radiance_is_view_dependent_and_has_an_albedo():
     torch.manual_seed(0)
-    material = find("neural-radiance")({"n_input_dims": 4, "sh_degree": 3, "hidden_dim": 16})
+    material = find("neural-radiance")({"n_input_dims": 4, "sh_degree": 2, "hidden_dim": 16})
     features = torch.randn(6, 4)
     a = material(features, torch.tensor([[0.0, 0.0, 1.0]]).expand(6, 3))
     b = material(features, torch.tensor([[1.0, 0.0, 0.0]]).expand(6, 3))
@@ -105,3 +111,49 @@ def test_neural_environment_background():
     assert (out - out[:, :1, :1]).abs().max() == 0  # replaced by one random color per view
     fixed = find("neural-environment")({"eval_color": [1.0, 1.0, 1.0]}).eval()
     torch.testing.assert_close(fixed(dirs), torch.ones(2, 8, 8, 3))
+
+
+def test_sh_degree_is_the_highest_degree_and_out_of_range_is_a_config_error():
+    material = find("neural-radiance")({"n_input_dims": 4, "sh_degree": 3})
+    assert material.mlp.layers[0].in_features == 4 + 16  # degree 3: (3 + 1)^2 values, as Gaussians' SH
+    background = find("neural-environment")({"sh_degree": 0})
+    assert background.encode(torch.randn(5, 3)).shape == (5, 1)
+    with pytest.raises(ConfigError, match="system.material.sh_degree must be 0..4"):
+        find("neural-radiance")({"sh_degree": 5})
+    with pytest.raises(ConfigError, match="system.background.sh_degree must be 0..4"):
+        find("neural-environment")({"sh_degree": -1})
+
+
+PACKAGE = Path(lift3d.__file__).parent
+RECIPES = sorted([*(PACKAGE / "configs").glob("*.yaml"), *(Path(__file__).parent / "configs").glob("*.yaml")])
+
+
+def sh_widths(recipe: Path) -> dict[str, int]:
+    """The number of spherical-harmonic values the recipe's neural-radiance material and neural-environment background
+    encode a direction into (only the parts it has). The recipe's layers are merged and resolved as ``load_config``
+    does; its parts are built from them and the system's defaults."""
+    register_resolvers()
+    merged = merge_layers([layer for _, layer in load_yaml_layers(recipe)])
+    OmegaConf.resolve(merged)
+    import_plugins([str(entry) for entry in merged.get("imports", []) or []])
+    system = OmegaConf.to_container(merged.get("system", {}))
+    defaults = find(merged["system_type"]).Config()
+    widths = {}
+    for part, kind in (("material", "neural-radiance"), ("background", "neural-environment")):
+        if system.get(f"{part}_type", getattr(defaults, f"{part}_type", None)) != kind:
+            continue
+        built = find(kind)(system.get(part, getattr(defaults, part, {})))
+        if getattr(built.cfg, "encoding", "spherical_harmonics") == "spherical_harmonics":
+            widths[part] = built.mlp.layers[0].in_features - getattr(built.cfg, "n_input_dims", 0)
+    return widths
+
+
+def test_every_recipe_encodes_directions_to_degree_3_in_materials_and_2_in_backgrounds():
+    """Materials encode the view direction to degree 3 (16 values), backgrounds to degree 2 (9 values): the widths
+    the recipes' networks (and their checkpoints) are built for."""
+    found = {recipe.name: sh_widths(recipe) for recipe in RECIPES}
+    for name, widths in found.items():
+        assert widths.get("material", 16) == 16, name
+        assert widths.get("background", 9) == 9, name
+    assert found["reconstruct-nerf.yaml"] == {"material": 16}  # the recipe that sets sh_degree itself
+    assert sum("background" in widths for widths in found.values()) >= 5  # the text-to-3D recipes' environments

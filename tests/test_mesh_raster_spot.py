@@ -92,7 +92,7 @@ def test_uv_texture_can_be_optimized_through_the_renderer(spot, cameras):
     renderer = find("mesh-rasterizer")({"background_color": [0.0, 0.0, 0.0], "antialias": False})
     small = torch.nn.functional.interpolate(spot.texture.permute(2, 0, 1)[None], size=(32, 32), mode="area")[0].permute(1, 2, 0)
     with torch.no_grad():
-        target = renderer(Mesh(spot.vertices, spot.faces, spot.uv, spot.uv_faces, small), cameras)["rgb"]
+        target = renderer(Mesh(spot.vertices, spot.faces, uv=spot.uv, uv_faces=spot.uv_faces, texture=small), cameras)["rgb"]
     texture = torch.full((32, 32, 3), 0.5, requires_grad=True)
     optimizer = torch.optim.Adam([texture], lr=0.05)
     losses = []

@@ -23,10 +23,8 @@ from lift3d.render.pose_refinement import (
     correct_cameras,
     correct_viewmats,
     resolve_enabled,
-    rotation_error_deg,
-    so3_exp,
-    so3_log,
 )
+from lift3d.rotations import rotation_error_deg, so3_exp, so3_log
 
 SIDE = 32  # photo side in pixels
 ROTATION_DEG = 1.5  # the perturbation of each training pose: a rotation of this angle about a random axis ...

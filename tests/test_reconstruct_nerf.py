@@ -21,7 +21,7 @@ TINY = [
     "data.rays_per_batch=256", "data.val_split=train", "data.n_orbit_views=2",
     "system.field.encoding.n_levels=4", "system.field.encoding.log2_hashmap_size=10",
     "system.field.encoding.base_resolution=4", "system.field.encoding.per_level_scale=2.0",
-    "system.field.hidden_dim=16", "system.material.hidden_dim=16", "system.material.sh_degree=2",
+    "system.field.hidden_dim=16", "system.material.hidden_dim=16", "system.material.sh_degree=1",
     "system.renderer.steps_per_diagonal=64", "system.renderer.occupancy.resolution=16",
     "system.renderer.occupancy.warmup_steps=32", "system.eval_normals=false",
     "trainer.max_steps=100", "trainer.val_check_interval=100", "checkpoint.every_n_train_steps=0",

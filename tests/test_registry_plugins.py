@@ -18,7 +18,7 @@ from lift3d.data.scene import read_capture
 from lift3d.gaussians.formats.files import load_gaussian_file, reader_suffixes, save_gaussian_file
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.registry import CAPTURE_FORMAT, ENTRY_POINT_GROUP, EXPORT_FORMAT, GAUSSIAN_CODEC, PART, RegistryError
-from lift3d.render.splats.sh import sh_to_rgb
+from lift3d.sh import sh_to_rgb
 from tests.gaussian_params import random_params
 
 PLUGIN = "tests.plugins.every_kind"

@@ -7,13 +7,14 @@ import json
 import numpy as np
 import torch
 
-from lift3d.gaussians.formats.sog_lod import _rotmats, load_sog_lod, merge_pairs, save_sog_lod
+from lift3d.gaussians.formats.sog_lod import load_sog_lod, merge_pairs, save_sog_lod
+from lift3d.rotations import quaternion_to_matrix_np
 from tests.gaussian_params import random_params
 from tests.validators import read_csv_columns, splat_transform
 
 
 def covariance(params: dict, i: int) -> np.ndarray:
-    r = _rotmats(params["quats"][i: i + 1].double().numpy())[0]
+    r = quaternion_to_matrix_np(params["quats"][i: i + 1].double().numpy())[0]
     return r @ np.diag(np.exp(2 * params["log_scales"][i].double().numpy())) @ r.T
 
 

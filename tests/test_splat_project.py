@@ -9,8 +9,8 @@ from lift3d.render.splats.project import (
     covariance_3d,
     extent_for_opacity,
     project_gaussians,
-    quat_to_rotmat,
 )
+from lift3d.rotations import quaternion_to_matrix
 from tests.splat_reference import project_one
 
 W, H = 40, 30
@@ -26,10 +26,10 @@ def _project(means, quats, scales, opacities, cam, **kw):
 
 
 def test_rotation_matrices_are_rotations_of_any_norm_quaternion():
-    R = quat_to_rotmat(3.0 * torch.randn(20, 4, dtype=torch.float64))
+    R = quaternion_to_matrix(3.0 * torch.randn(20, 4, dtype=torch.float64))
     assert torch.allclose(R @ R.transpose(-1, -2), torch.eye(3, dtype=R.dtype).expand(20, 3, 3), atol=1e-12)
     assert torch.allclose(torch.linalg.det(R), torch.ones(20, dtype=R.dtype))
-    assert torch.allclose(quat_to_rotmat(torch.tensor([[2.0, 0, 0, 0]])), torch.eye(3)[None])
+    assert torch.allclose(quaternion_to_matrix(torch.tensor([[2.0, 0, 0, 0]])), torch.eye(3)[None])
 
 
 def test_centers_follow_the_opengl_camera_axes():

@@ -11,7 +11,7 @@ from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.render.splats import composite as splat_composite
 from lift3d.render.splats import renderer as splat
 from lift3d.render.splats.renderer import Splats, rasterize
-from lift3d.render.splats.sh import sh_to_color
+from lift3d.sh import sh_to_color
 from tests.splat_reference import render_reference
 
 F64 = torch.float64

@@ -8,13 +8,12 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy
 from lift3d.config import ConfigError
+from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix
 from lift3d.viewer.camera_math import (
     c2w_to_viser_pose,
     catmull_rom,
     interpolate_path,
-    matrix_to_quaternion,
     normals_from_depth,
-    quaternion_to_matrix,
     render_size,
     slerp,
     viewer_cameras,
@@ -51,8 +50,9 @@ def test_pose_round_trip_and_quaternion_sign():
         assert torch.allclose(back, q if q[0] >= 0 else -q, atol=1e-9)
         assert torch.allclose(position, torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
     # 180 degrees about z: the matrix diag(-1, -1, 1), the quaternion (0, 0, 0, 1)
-    assert torch.allclose(quaternion_to_matrix([0, 0, 0, 1]), torch.diag(torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64)))
-    assert torch.allclose(matrix_to_quaternion(torch.diag(torch.tensor([-1.0, -1.0, 1.0]))).abs(),
+    half_turn = torch.diag(torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(quaternion_to_matrix(torch.tensor([0, 0, 0, 1.0], dtype=torch.float64)), half_turn)
+    assert torch.allclose(matrix_to_quaternion(half_turn).abs(),
                           torch.tensor([0, 0, 0, 1.0], dtype=torch.float64))
 
 
@@ -87,7 +87,8 @@ def test_catmull_rom_hand_values():
 def _keyframes(positions, yaw_deg):
     c2w = torch.zeros(len(positions), 4, 4, dtype=torch.float64)
     for i, (pos, yaw) in enumerate(zip(positions, yaw_deg)):
-        c2w[i, :3, :3] = quaternion_to_matrix([math.cos(math.radians(yaw) / 2), 0, 0, math.sin(math.radians(yaw) / 2)])
+        half = math.radians(yaw) / 2
+        c2w[i, :3, :3] = quaternion_to_matrix(torch.tensor([math.cos(half), 0, 0, math.sin(half)], dtype=torch.float64))
         c2w[i, :3, 3] = torch.tensor(pos, dtype=torch.float64)
         c2w[i, 3, 3] = 1
     return c2w

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from lift3d.gaussians.formats.ply import save_ply
-from lift3d.render.splats.sh import rgb_to_sh
+from lift3d.sh import rgb_to_sh
 
 
 def write_gaussian_ply(path: Path, n: int = 400, radius: float = 0.7, seed: int = 0) -> Path:

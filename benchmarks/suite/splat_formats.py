@@ -48,7 +48,7 @@ from lift3d.gaussians.tensors import GaussianTensors
 from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
-from lift3d.render.splats.sh import degree_of
+from lift3d.sh import degree_of
 
 
 def train_lego(data: Path, steps: int, max_side: int, output: Path) -> dict[str, torch.Tensor]:

@@ -51,8 +51,8 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
     from lift3d.export.formats import ExportFormatError, export_formats
     from lift3d.export.naming import converted_stem, export_name, file_endings
-    from lift3d.render.splats.sh import degree_of
     from lift3d.saving import OutputSaver
+    from lift3d.sh import degree_of
     from lift3d.systems.gaussian_files import gaussian_file_system
 
     stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]

@@ -61,26 +61,6 @@ class ColmapModel:
     points: dict[int, ColmapPoint]
 
 
-def qvec_to_rotmat(q: np.ndarray) -> np.ndarray:
-    """Rotation matrix of a unit quaternion ``w x y z``."""
-    w, x, y, z = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])
-
-
-def rotmat_to_qvec(R: np.ndarray) -> np.ndarray:
-    """Unit quaternion ``w x y z`` (w >= 0) of a rotation matrix (symmetric-matrix eigenvector method)."""
-    (xx, yx, zx), (xy, yy, zy), (xz, yz, zz) = np.asarray(R, dtype=np.float64)
-    K = np.array([[xx - yy - zz, 0, 0, 0], [yx + xy, yy - xx - zz, 0, 0], [zx + xz, zy + yz, zz - xx - yy, 0],
-                  [yz - zy, zx - xz, xy - yx, xx + yy + zz]]) / 3.0
-    values, vectors = np.linalg.eigh(K)
-    q = vectors[[3, 0, 1, 2], np.argmax(values)]
-    return -q if q[0] < 0 else q
-
-
 # ----------------------------------------------------------------------------------------------- binary
 def _read(f: BinaryIO, fmt: str) -> tuple:
     size = struct.calcsize("<" + fmt)

@@ -244,7 +244,8 @@ def triangulate_points(capture, max_side: int = 800, max_num_features: int = 204
 
     import numpy as np
 
-    from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, rotmat_to_qvec, write_model_text
+    from lift3d.data.colmap_model import ColmapCamera, ColmapImage, ColmapModel, write_model_text
+    from lift3d.rotations import matrix_to_quaternion_np
 
     image_dir = Path(os.path.commonpath([str(f.image.parent) for f in capture.frames]))
     names = [f.image.relative_to(image_dir).as_posix() for f in capture.frames]
@@ -306,7 +307,7 @@ def triangulate_points(capture, max_side: int = 800, max_num_features: int = 204
                 continue
             image_id, camera_id = ids[name]
             w2c = np.linalg.inv(frame.c2w @ np.diag([1.0, -1.0, -1.0, 1.0]))  # OpenGL c2w -> COLMAP world-to-camera
-            images[image_id] = ColmapImage(image_id, rotmat_to_qvec(w2c[:3, :3]), w2c[:3, 3], camera_id, name)
+            images[image_id] = ColmapImage(image_id, matrix_to_quaternion_np(w2c[:3, :3]), w2c[:3, 3], camera_id, name)
             model_name, params = cameras[frame.lens]
             colmap_cameras[camera_id] = ColmapCamera(camera_id, model_name, frame.lens.width, frame.lens.height, params)
         write_model_text(ColmapModel(colmap_cameras, images, {}), folder / "known")

@@ -53,12 +53,13 @@ from lift3d.export.backproject import RenderedColors
 from lift3d.export.config import ExportConfig
 from lift3d.export.formats import ExportFormat, ExportSources, export_format, export_formats, export_table
 from lift3d.export.gaussian_density import GaussianField, GaussianTensors, gaussian_bbox
-from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.mesh import extract_mesh
 from lift3d.export.sources import gaussian_color_fn, gaussian_sources, mesh_from_field
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import orbit_cameras, write_orbit_video
 from lift3d.export.writers import write_glb, write_obj, write_ply
 from lift3d.gaussians.formats.splat import read_splat, rgb_from_sh_dc, write_splat
+from lift3d.meshes.mesh import Mesh
 
 __all__ = [
     "ExportConfig",

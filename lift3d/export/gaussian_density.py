@@ -14,20 +14,7 @@ import torch
 from torch import Tensor
 
 from lift3d.gaussians.tensors import GaussianTensors
-
-
-def quat_to_rotmat(quats: Tensor) -> Tensor:
-    """Rotation matrices [N, 3, 3] from wxyz quaternions [N, 4] (normalized first)."""
-    q = quats / quats.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    w, x, y, z = q.unbind(-1)
-    return torch.stack(
-        [
-            1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-        ],
-        dim=-1,
-    ).reshape(-1, 3, 3)
+from lift3d.rotations import quaternion_to_matrix
 
 
 def gaussian_bbox(gaussians: GaussianTensors, cutoff_sigma: float = 3.0) -> np.ndarray:
@@ -62,7 +49,7 @@ def reaching(gaussians: GaussianTensors, box: np.ndarray, cutoff_sigma: float = 
 
 def _extents(g: GaussianTensors, cutoff_sigma: float) -> Tensor:
     """Half-widths [N, 3] of the axis-aligned boxes around each Gaussian out to ``cutoff_sigma``."""
-    rot = quat_to_rotmat(g.quats)
+    rot = quaternion_to_matrix(g.quats)
     # the standard deviation along world axis k is sqrt(sum_j R_kj^2 s_j^2)
     return cutoff_sigma * torch.sqrt(((rot * g.scales[:, None, :]) ** 2).sum(-1))
 
@@ -89,7 +76,7 @@ class GaussianField:
         self.gaussians = g
         self.cutoff_sigma = cutoff_sigma
         self.max_pairs = max_pairs  # (point, Gaussian) pairs evaluated at once
-        rot = quat_to_rotmat(g.quats)
+        rot = quaternion_to_matrix(g.quats)
         # whitening: d = diag(1/s) R^T (x - mu), so the exponent is -|d|^2 / 2
         self._whiten = rot.transpose(1, 2) / g.scales.clamp_min(1e-12)[:, :, None]
         extent = _extents(g, cutoff_sigma)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -15,10 +15,11 @@ from lift3d.export.backproject import RenderFn
 from lift3d.export.config import ExportConfig
 from lift3d.export.gaussian_density import GaussianTensors
 from lift3d.export.grid import ColorFn
-from lift3d.export.mesh import Mesh, decimated_to
+from lift3d.export.mesh import decimated_to
 from lift3d.export.texture import bake_texture
 from lift3d.export.video import render_frames
 from lift3d.export.views import framing_points, turntable_cameras
+from lift3d.meshes.mesh import Mesh
 from lift3d.registry import EXPORT_FORMAT, entries
 from lift3d.saving import OutputSaver
 
@@ -75,7 +76,7 @@ class ExportJob:
     def mesh(self) -> Mesh:
         """The sources' vertex-colored mesh, decimated to export.target_faces when it comes whole."""
         if "mesh" not in self.made:
-            mesh = self.sources.mesh()
+            mesh = self.sources.mesh().numpy()  # the exporters work on numpy arrays
             if self.sources.mesh_to_budget:
                 mesh = decimated_to(mesh, self.cfg.target_faces, self.sources.color_fn, self.cfg.chunk, self.sources.device)
             self.made["mesh"] = mesh
@@ -96,7 +97,7 @@ class ExportJob:
         if frame is None:
             return mesh
         normals = None if mesh.normals is None else frame.directions_to_file(mesh.normals)
-        return Mesh(frame.to_file(mesh.vertices), mesh.faces, mesh.vertex_colors, normals, mesh.uvs, mesh.texture)
+        return replace(mesh, vertices=frame.to_file(mesh.vertices), normals=normals)
 
     def kept_gaussians(self) -> torch.Tensor | None:
         """The Gaussians the files keep (None: all), by the export's opacity floor and count cap; chosen once."""

@@ -8,7 +8,7 @@ between triangles) and wound counter-clockwise seen from the low-density side, i
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import mcubes
 import numpy as np
@@ -27,63 +27,10 @@ from lift3d.export.grid import (
     sample_box,
     voxel_size,
 )
+from lift3d.meshes.mesh import Mesh
 from lift3d.progress import Stage
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Mesh:
-    """A triangle mesh in lift3d's world frame (+z up); arrays are numpy."""
-
-    vertices: np.ndarray  # [V, 3] float32 positions
-    faces: np.ndarray  # [F, 3] int64 vertex indices, counter-clockwise seen from outside
-    vertex_colors: np.ndarray | None = None  # [V, 3] float32 sRGB in 0..1
-    normals: np.ndarray | None = None  # [V, 3] float32 unit outward vertex normals
-    uvs: np.ndarray | None = None  # [V, 2] float32 texture coordinates, origin at the image's bottom-left
-    texture: np.ndarray | None = None  # [H, W, 3] uint8 sRGB albedo addressed by ``uvs``
-
-    def __post_init__(self) -> None:
-        self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
-        self.faces = np.ascontiguousarray(self.faces, dtype=np.int64)
-        if self.vertices.ndim != 2 or self.vertices.shape[1] != 3:
-            raise ValueError(f"Mesh.vertices must be [V, 3], got {self.vertices.shape}")
-        if self.faces.ndim != 2 or self.faces.shape[1] != 3:
-            raise ValueError(f"Mesh.faces must be [F, 3], got {self.faces.shape}")
-        if len(self.faces) and (self.faces.min() < 0 or self.faces.max() >= len(self.vertices)):
-            raise ValueError(f"Mesh.faces index vertices outside 0..{len(self.vertices) - 1}")
-        for name, width in (("vertex_colors", 3), ("normals", 3), ("uvs", 2)):
-            value = getattr(self, name)
-            if value is not None:
-                value = np.ascontiguousarray(value, dtype=np.float32)
-                if value.shape != (len(self.vertices), width):
-                    raise ValueError(f"Mesh.{name} must be [{len(self.vertices)}, {width}], got {value.shape}")
-                setattr(self, name, value)
-        if self.texture is not None and self.uvs is None:
-            raise ValueError("a Mesh with a texture needs uvs")
-
-    @property
-    def face_normals(self) -> np.ndarray:
-        """Unit normals [F, 3] of the faces (outward for counter-clockwise winding)."""
-        tri = self.vertices[self.faces].astype(np.float64)
-        n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-        return (n / np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-20)).astype(np.float32)
-
-    def with_normals(self) -> Mesh:
-        """This mesh with area-weighted vertex normals."""
-        return replace(self, normals=vertex_normals(self.vertices, self.faces))
-
-
-def vertex_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """Area-weighted unit vertex normals [V, 3] from counter-clockwise faces."""
-    tri = vertices[faces].astype(np.float64)
-    face_n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])  # length = twice the area
-    corners = faces.T.reshape(-1)  # corner 0 of every face, then corner 1, then 2 (the order np.add.at would sum in)
-    weights = np.concatenate([face_n] * 3)
-    normals = np.stack([np.bincount(corners, weights[:, k], minlength=len(vertices)) for k in range(3)], axis=1)
-    length = np.linalg.norm(normals, axis=1, keepdims=True)
-    normals = np.where(length > 0, normals / np.maximum(length, 1e-20), np.array([0.0, 0.0, 1.0]))
-    return normals.astype(np.float32)
 
 
 def marching_cubes(volume: np.ndarray, threshold: float, axes: list[np.ndarray], close_boundary: bool = True) -> Mesh:
@@ -122,9 +69,7 @@ def remove_degenerate(mesh: Mesh, tolerance: float) -> Mesh:
     tri = mesh.vertices[first][faces].astype(np.float64)
     area2 = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)
     keep = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 2] != faces[:, 0]) & (area2 > tolerance**2)
-    per_vertex = (mesh.vertex_colors, mesh.normals, mesh.uvs)
-    welded = Mesh(mesh.vertices[first], faces, *(None if a is None else a[first] for a in per_vertex), mesh.texture)
-    return submesh(welded, keep)
+    return submesh(on_vertices(mesh, first, faces), keep)
 
 
 def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,10 +155,19 @@ def submesh(mesh: Mesh, face_mask: np.ndarray) -> Mesh:
     remap = np.full(len(mesh.vertices), -1, dtype=np.int64)
     remap[used] = np.arange(len(used))
 
-    def pick(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a[used]
+    kept = mesh if mesh.uv_faces is None else replace(mesh, uv_faces=mesh.uv_faces[face_mask], faces=faces)
+    return on_vertices(kept, used, remap[faces])
 
-    return Mesh(mesh.vertices[used], remap[faces], pick(mesh.vertex_colors), pick(mesh.normals), pick(mesh.uvs), mesh.texture)
+
+def on_vertices(mesh: Mesh, index: np.ndarray, faces: np.ndarray) -> Mesh:
+    """``mesh`` on its vertices ``index`` [V'] (per-vertex colors, normals and UVs follow) with ``faces`` [F, 3] over
+    them; a separate UV index buffer and the texture are kept."""
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[index]
+
+    uv = pick(mesh.uv) if mesh.uv_faces is None else mesh.uv
+    return replace(mesh, vertices=mesh.vertices[index], faces=faces, vertex_colors=pick(mesh.vertex_colors),
+                   normals=pick(mesh.normals), uv=uv)
 
 
 def decimate(mesh: Mesh, target_faces: int) -> Mesh:
@@ -234,7 +188,7 @@ def decimated_to(mesh: Mesh, target_faces: int, color_fn: ColorFn | None, chunk:
     """A mesh that came whole (a mesh stage's surface) cut to about ``target_faces`` as a meshed field is: decimated,
     its normals and colors (``color_fn`` at the new vertices) taken again. Kept whole when it has UVs (a layout to
     keep), no color function to recolor it, or no more faces than the target."""
-    if mesh.uvs is not None or color_fn is None or target_faces <= 0 or len(mesh.faces) <= target_faces:
+    if mesh.uv is not None or color_fn is None or target_faces <= 0 or len(mesh.faces) <= target_faces:
         return mesh
     edges = mesh.vertices[mesh.faces] - mesh.vertices[np.roll(mesh.faces, 1, axis=1)]
     tolerance = 1e-4 * float(np.median(np.linalg.norm(edges, axis=-1)))

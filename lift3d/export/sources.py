@@ -25,8 +25,9 @@ from lift3d.export.grid import (
     sample_box,
     voxel_size,
 )
-from lift3d.export.mesh import Mesh, extract_mesh
+from lift3d.export.mesh import extract_mesh
 from lift3d.export.views import backproject_cameras
+from lift3d.meshes.mesh import Mesh
 
 log = logging.getLogger(__name__)
 

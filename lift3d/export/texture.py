@@ -15,14 +15,14 @@ import torch
 from scipy import ndimage
 
 from lift3d.export.grid import ColorFn, query_points
-from lift3d.export.mesh import Mesh
+from lift3d.meshes.mesh import Mesh
 from lift3d.progress import Stage
 
 log = logging.getLogger(__name__)
 
 
 def unwrap_uv(mesh: Mesh, texture_size: int = 1024, padding: int = 2) -> Mesh:
-    """The mesh cut along UV seams with ``uvs`` from an xatlas atlas packed for a ``texture_size``
+    """The mesh cut along UV seams with per-vertex ``uv`` from an xatlas atlas packed for a ``texture_size``
     texture with ``padding`` texels between charts (vertices on seams are duplicated)."""
     import xatlas
 
@@ -49,7 +49,8 @@ def unwrap_uv(mesh: Mesh, texture_size: int = 1024, padding: int = 2) -> Mesh:
         log.warning("xatlas left %d degenerate face(s) at a single UV point; they take one texel's color", unplaced)
     log.info("UV atlas: %d charts, %d -> %d vertices, %.0f%% of the texture used", atlas.chart_count, len(mesh.vertices),
              len(vmapping), 100 * float(atlas.utilization))
-    return Mesh(mesh.vertices[vmapping], faces.astype(np.int64), pick(mesh.vertex_colors), pick(mesh.normals), uvs, None)
+    return Mesh(mesh.vertices[vmapping], faces.astype(np.int64), vertex_colors=pick(mesh.vertex_colors),
+                normals=pick(mesh.normals), uv=uvs)
 
 
 def rasterize_uv(uvs: np.ndarray, faces: np.ndarray, size: int, chunk: int = 2**22) -> tuple[np.ndarray, np.ndarray]:
@@ -126,10 +127,10 @@ def bake_texture(
     (within ``dilation`` texels; None: all). A mesh that already has uvs keeps them."""
     if texture_size < 8:
         raise ValueError(f"texture_size must be at least 8 texels, got {texture_size}")
-    if mesh.uvs is None:
+    if mesh.uv is None:
         with Stage(f"texture: UV atlas of {len(mesh.faces)} faces (xatlas)"):
             mesh = unwrap_uv(mesh, texture_size, padding)
-    face_id, bary = rasterize_uv(mesh.uvs, mesh.faces, texture_size)
+    face_id, bary = rasterize_uv(mesh.uv, mesh.faces, texture_size)
     covered = face_id >= 0
     if not covered.any():
         raise ValueError("no texel center falls inside a triangle of the UV atlas; raise texture_size")

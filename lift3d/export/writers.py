@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,20 +20,24 @@ import trimesh
 from PIL import Image
 from plyfile import PlyData, PlyElement
 
-from lift3d.export.mesh import Mesh
+from lift3d.meshes.mesh import Mesh
+from lift3d.rotations import Z_UP_TO_Y_UP
 from lift3d.saving import atomic_write_bytes
 
-_Z_UP_TO_Y_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
+_Z_UP_TO_Y_UP = np.array(Z_UP_TO_Y_UP)
 
 
 def oriented(mesh: Mesh, up_axis: str) -> Mesh:
-    """The mesh with points and normals in the file's frame (see the module docstring)."""
+    """The mesh (as numpy arrays) with points and normals in the file's frame (see the module docstring)."""
+    mesh = mesh.numpy()
+    if mesh.uv_faces is not None:
+        raise ValueError("mesh files take one UV per vertex: split the mesh at its UV seams before writing it")
     if up_axis == "z":
         return mesh
     if up_axis != "y":
         raise ValueError(f"up_axis must be 'y' (glTF/Blender convention) or 'z' (lift3d's world as is), got {up_axis!r}")
     normals = None if mesh.normals is None else mesh.normals @ _Z_UP_TO_Y_UP.T
-    return Mesh(mesh.vertices @ _Z_UP_TO_Y_UP.T, mesh.faces, mesh.vertex_colors, normals, mesh.uvs, mesh.texture)
+    return replace(mesh, vertices=mesh.vertices @ _Z_UP_TO_Y_UP.T, normals=normals)
 
 
 def srgb_to_linear(c: np.ndarray) -> np.ndarray:
@@ -61,7 +66,7 @@ def to_trimesh(mesh: Mesh, name: str = "lift3d", linear_vertex_colors: bool = Fa
         name=name, baseColorTexture=texture, metallicFactor=0.0, roughnessFactor=1.0, doubleSided=False
     )
     if mesh.texture is not None:
-        out.visual = trimesh.visual.TextureVisuals(uv=mesh.uvs, material=material)
+        out.visual = trimesh.visual.TextureVisuals(uv=mesh.uv, material=material)
     elif mesh.vertex_colors is not None:
         colors = srgb_to_linear(mesh.vertex_colors) if linear_vertex_colors else mesh.vertex_colors
         out.visual = trimesh.visual.TextureVisuals(material=material)
@@ -94,7 +99,7 @@ def write_obj(mesh: Mesh, path: str | Path, up_axis: str = "y") -> list[Path]:
             name=path.stem, image=Image.fromarray(mesh.texture), diffuse=[255, 255, 255, 255],
             ambient=[255, 255, 255, 255], specular=[0, 0, 0, 255],
         )
-        tm.visual = trimesh.visual.TextureVisuals(uv=mesh.uvs, material=material)
+        tm.visual = trimesh.visual.TextureVisuals(uv=mesh.uv, material=material)
         text, files = trimesh.exchange.obj.export_obj(
             tm, include_normals=mesh.normals is not None, include_texture=True, return_texture=True,
             mtl_name=f"{path.stem}.mtl",

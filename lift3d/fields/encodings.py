@@ -1,4 +1,5 @@
-"""Input encodings: the multiresolution hash grid (Instant-NGP), frequency and spherical-harmonic encodings.
+"""Input encodings: the multiresolution hash grid (Instant-NGP) and the frequency encoding (the spherical-harmonic
+encoding of directions is ``lift3d.sh.sh_bases``).
 
 The hash grid's reference math (``hash_grid_encode`` over a table and a ``HashGridLayout``) lives in
 ``lift3d.fields.hash_reference``; the ``HashGrid`` module here owns the table, progressive level masking and the
@@ -122,47 +123,3 @@ def frequency_encode(x: Tensor, n_frequencies: int, include_input: bool = True) 
 
 def frequency_output_dim(input_dim: int, n_frequencies: int, include_input: bool = True) -> int:
     return input_dim * (int(include_input) + 2 * n_frequencies)
-
-
-def spherical_harmonics(directions: Tensor, degree: int) -> Tensor:
-    """Real spherical harmonics of unit ``directions`` [..., 3] up to ``degree`` (1..5) -> [..., degree**2].
-
-    Orthonormal on the sphere (integral of Y_i Y_j over the sphere is delta_ij)."""
-    if not 1 <= degree <= 5:
-        raise ValueError(f"spherical harmonics degree must be in 1..5, got {degree}")
-    x, y, z = directions.unbind(-1)
-    xx, yy, zz, xy, yz, xz = x * x, y * y, z * z, x * y, y * z, x * z
-    out = [torch.full_like(x, 0.28209479177387814)]
-    if degree > 1:
-        out += [-0.48860251190291987 * y, 0.48860251190291987 * z, -0.48860251190291987 * x]
-    if degree > 2:
-        out += [
-            1.0925484305920792 * xy,
-            -1.0925484305920792 * yz,
-            0.31539156525252005 * (3 * zz - 1),
-            -1.0925484305920792 * xz,
-            0.5462742152960396 * (xx - yy),
-        ]
-    if degree > 3:
-        out += [
-            -0.5900435899266435 * y * (3 * xx - yy),
-            2.890611442640554 * xy * z,
-            -0.4570457994644658 * y * (5 * zz - 1),
-            0.3731763325901154 * z * (5 * zz - 3),
-            -0.4570457994644658 * x * (5 * zz - 1),
-            1.445305721320277 * z * (xx - yy),
-            -0.5900435899266435 * x * (xx - 3 * yy),
-        ]
-    if degree > 4:
-        out += [
-            2.5033429417967046 * xy * (xx - yy),
-            -1.7701307697799304 * yz * (3 * xx - yy),
-            0.9461746957575601 * xy * (7 * zz - 1),
-            -0.6690465435572892 * yz * (7 * zz - 3),
-            0.10578554691520431 * (35 * zz * zz - 30 * zz + 3),
-            -0.6690465435572892 * xz * (7 * zz - 3),
-            0.47308734787878004 * (xx - yy) * (7 * zz - 1),
-            -1.7701307697799304 * xz * (xx - 3 * yy),
-            0.6258357354491761 * (xx * (xx - 3 * yy) - yy * (3 * xx - yy)),
-        ]
-    return torch.stack(out, dim=-1)

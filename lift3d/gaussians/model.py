@@ -22,7 +22,7 @@ from lift3d.config import ConfigError
 from lift3d.config.checks import check_minimums
 from lift3d.gaussians.init import knn_scales, mesh_rotation
 from lift3d.registry import register
-from lift3d.render.splats.sh import degree_of, num_bases, rgb_to_sh
+from lift3d.sh import degree_of, num_bases, rgb_to_sh
 
 log = logging.getLogger("lift3d.gaussians")
 

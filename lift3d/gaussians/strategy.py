@@ -31,8 +31,8 @@ from lift3d.distributed import all_reduce_sum_, world_size
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
 from lift3d.gaussians.resolution_schedule import check_schedule
 from lift3d.registry import register
-from lift3d.render.splats.project import quat_to_rotmat
 from lift3d.rng import step_generator
+from lift3d.rotations import quaternion_to_matrix
 
 log = logging.getLogger("lift3d.gaussians.strategy")
 SPLIT_STREAM = 41  # the random stream of split offsets: the same on every DDP rank at a given step
@@ -251,7 +251,7 @@ def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | Non
     scales, quats = model.scales[mask], model.quats[mask]
     draws = torch.randn(into, n, 3, 1, generator=generator).to(scales.device) if generator is not None else \
         torch.randn(into, n, 3, 1, device=scales.device)
-    offsets = (quat_to_rotmat(quats)[None] @ (draws * scales[None, :, :, None]))
+    offsets = (quaternion_to_matrix(quats)[None] @ (draws * scales[None, :, :, None]))
     means = (model.means[mask][None] + offsets.squeeze(-1)).reshape(into * n, 3)
     new = {"means": means, "log_scales": torch.log(scales / shrink).repeat(into, 1)}
     keep = ~mask

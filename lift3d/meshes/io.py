@@ -126,6 +126,8 @@ def load_mesh_in_frame(
 
     if uv is not None and texture is None and not uv_without_texture:
         uv = None  # UVs without a texture are of no use to the renderer (a texturing stage may bake into them)
+    if uv is None:
+        texture = None  # a texture needs UVs to be drawn
     frame = FileFrame(rotation, center, float(scale))
     return Mesh(
         vertices=tensor(welded, torch.float32),

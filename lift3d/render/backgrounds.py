@@ -14,9 +14,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.fields.encodings import frequency_encode, frequency_output_dim, spherical_harmonics
+from lift3d.config import ConfigError
+from lift3d.fields.encodings import frequency_encode, frequency_output_dim
 from lift3d.fields.mlp import MLP
 from lift3d.registry import register
+from lift3d.sh import MAX_BASIS_DEGREE, num_bases, sh_bases
 
 
 def random_color_augment(colors: Tensor, probability: float, group: int = 1) -> Tensor:
@@ -71,7 +73,7 @@ class NeuralEnvironmentConfig:
     """A small MLP from view direction to color (an environment map learned with the scene)."""
 
     encoding: str = "spherical_harmonics"  # spherical_harmonics or frequency
-    sh_degree: int = 3  # degree when encoding is spherical_harmonics
+    sh_degree: int = 2  # highest spherical-harmonic degree (0..4) when encoding is spherical_harmonics
     n_frequencies: int = 4  # frequencies when encoding is frequency
     hidden_dim: int = 32  # MLP width
     n_hidden_layers: int = 2  # MLP hidden layers
@@ -90,7 +92,10 @@ class NeuralEnvironmentBackground(BaseModule):
         super().__init__(cfg)
         c = self.cfg
         if c.encoding == "spherical_harmonics":
-            input_dim = c.sh_degree**2
+            if not 0 <= c.sh_degree <= MAX_BASIS_DEGREE:
+                raise ConfigError(f"system.background.sh_degree must be 0..{MAX_BASIS_DEGREE} (the highest spherical-harmonic "
+                                  f"degree: 2 encodes 9 values), got {c.sh_degree}: e.g. system.background.sh_degree=2")
+            input_dim = num_bases(c.sh_degree, MAX_BASIS_DEGREE)
         elif c.encoding == "frequency":
             input_dim = frequency_output_dim(3, c.n_frequencies)
         else:
@@ -102,7 +107,7 @@ class NeuralEnvironmentBackground(BaseModule):
     def encode(self, dirs: Tensor) -> Tensor:
         dirs = torch.nn.functional.normalize(dirs, dim=-1)
         if self.cfg.encoding == "spherical_harmonics":
-            return spherical_harmonics(dirs, self.cfg.sh_degree)
+            return sh_bases(self.cfg.sh_degree, dirs)
         return frequency_encode(dirs, self.cfg.n_frequencies)
 
     def forward(self, dirs: Tensor) -> Tensor:

@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.fields.encodings import spherical_harmonics
+from lift3d.config import ConfigError
 from lift3d.fields.mlp import MLP, activation
 from lift3d.registry import register
 from lift3d.rng import step_generator
+from lift3d.sh import MAX_BASIS_DEGREE, num_bases, sh_bases
 
 SHADING_MODES = ("albedo", "lambertian", "textureless")
 
@@ -153,7 +154,7 @@ class NeuralRadianceConfig:
     """View-dependent color: an MLP on features + spherical harmonics of the view direction (Instant-NGP)."""
 
     n_input_dims: int = 15  # feature dims taken from the field (the field's n_feature_dims)
-    sh_degree: int = 4  # spherical-harmonic degree of the view-direction encoding (degree**2 values)
+    sh_degree: int = 3  # highest spherical-harmonic degree of the view-direction encoding, 0..4 ((degree+1)**2 values)
     hidden_dim: int = 64  # MLP width
     n_hidden_layers: int = 2  # MLP hidden layers
     color_activation: str = "sigmoid"  # output activation
@@ -168,14 +169,18 @@ class NeuralRadianceMaterial(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        self.mlp = MLP(self.cfg.n_input_dims + self.cfg.sh_degree**2, 3, self.cfg.hidden_dim, self.cfg.n_hidden_layers)
+        if not 0 <= self.cfg.sh_degree <= MAX_BASIS_DEGREE:
+            raise ConfigError(f"system.material.sh_degree must be 0..{MAX_BASIS_DEGREE} (the highest spherical-harmonic "
+                              f"degree: 3 encodes 16 values), got {self.cfg.sh_degree}: e.g. system.material.sh_degree=3")
+        n_sh = num_bases(self.cfg.sh_degree, MAX_BASIS_DEGREE)
+        self.mlp = MLP(self.cfg.n_input_dims + n_sh, 3, self.cfg.hidden_dim, self.cfg.n_hidden_layers)
 
     def forward(self, features: Tensor, view_dirs: Tensor, normals: Tensor | None = None, positions: Tensor | None = None,
                 light_positions: Tensor | None = None, shading: str | None = None) -> Tensor:
         if features.shape[-1] < self.cfg.n_input_dims:
             raise ValueError(f"neural-radiance expects {self.cfg.n_input_dims} feature dims, got {features.shape[-1]}: "
                              "set the field's n_feature_dims to the material's n_input_dims")
-        encoded = spherical_harmonics(view_dirs, self.cfg.sh_degree).to(features.dtype)
+        encoded = sh_bases(self.cfg.sh_degree, view_dirs).to(features.dtype)
         h = self.mlp(torch.cat([features[..., : self.cfg.n_input_dims], encoded], dim=-1))
         return activation(self.cfg.color_activation, h)
 

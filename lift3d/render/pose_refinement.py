@@ -22,6 +22,7 @@ from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
 from lift3d.config import scheduled
 from lift3d.data.formats import is_photographed
+from lift3d.rotations import so3_exp
 from lift3d.schedule import is_schedule, validate_schedule
 
 ENABLED = ("auto", "true", "false")
@@ -43,43 +44,6 @@ class PoseRefinementConfig:
 
 
 # ----------------------------------------------------------------------------------- the math
-def skew(v: Tensor) -> Tensor:
-    """The cross-product matrices [..., 3, 3] of vectors ``v`` [..., 3]."""
-    x, y, z = v.unbind(-1)
-    zero = torch.zeros_like(x)
-    return torch.stack([zero, -z, y, z, zero, -x, -y, x, zero], dim=-1).reshape(*v.shape[:-1], 3, 3)
-
-
-def so3_exp(w: Tensor) -> Tensor:
-    """Rotation matrices [..., 3, 3] of axis-angle vectors ``w`` [..., 3] (Rodrigues), exact with finite gradients at
-    and near zero (Taylor series below 1e-4 rad, where the closed form loses precision)."""
-    theta2 = (w * w).sum(-1, keepdim=True)[..., None]  # [..., 1, 1]
-    small = theta2 < 1e-8
-    safe2 = torch.where(small, torch.ones_like(theta2), theta2)
-    theta = safe2.sqrt()
-    a = torch.where(small, 1.0 - theta2 / 6.0, torch.sin(theta) / theta)  # sin(t) / t
-    b = torch.where(small, 0.5 - theta2 / 24.0, (1.0 - torch.cos(theta)) / safe2)  # (1 - cos(t)) / t^2
-    K = skew(w)
-    eye = torch.eye(3, dtype=w.dtype, device=w.device).expand_as(K)
-    return eye + a * K + b * (K @ K)
-
-
-def so3_log(R: Tensor) -> Tensor:
-    """Axis-angle vectors [..., 3] of rotations ``R`` [..., 3, 3] with angles below pi (the inverse of ``so3_exp``)."""
-    cos = ((R.diagonal(dim1=-2, dim2=-1).sum(-1) - 1.0) / 2.0).clamp(-1.0, 1.0)
-    theta = torch.acos(cos)
-    vee = torch.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
-    sin = torch.sin(theta)
-    scale = torch.where(sin.abs() < 1e-6, 0.5 + theta**2 / 12.0, theta / (2.0 * sin.clamp_min(1e-12)))
-    return vee * scale[..., None]
-
-
-def rotation_error_deg(R_a: Tensor, R_b: Tensor) -> Tensor:
-    """The angle [...] in degrees of the rotation between ``R_a`` and ``R_b`` [..., 3, 3] (geodesic distance)."""
-    cos = (((R_a.transpose(-1, -2) @ R_b).diagonal(dim1=-2, dim2=-1).sum(-1) - 1.0) / 2.0).clamp(-1.0, 1.0)
-    return torch.rad2deg(torch.acos(cos))
-
-
 def correct_c2w(c2w: Tensor, delta: Tensor, extent: float | Tensor = 1.0) -> Tensor:
     """Camera-to-world matrices [B, 4, 4] of ``c2w`` [B, 4, 4] corrected by ``delta`` [B, 6] (t, w): rotated by exp(w)
     about their own centers, centers shifted by ``extent`` x t (see the module docstring)."""

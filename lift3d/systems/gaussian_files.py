@@ -19,7 +19,7 @@ def gaussian_file_system(path: Path, overrides: Sequence[str] = ()) -> tuple[Any
     from lift3d.gaussians.formats.spz import spz_info
     from lift3d.recipes import recipe_config
     from lift3d.registry import find
-    from lift3d.render.splats.sh import degree_of
+    from lift3d.sh import degree_of
 
     params = load_gaussian_file(path)
     degree = degree_of(params["shN"].shape[1] + 1)

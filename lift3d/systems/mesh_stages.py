@@ -32,14 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from lift3d.config import scheduled
 from lift3d.export import ExportSources
-from lift3d.export import Mesh as ExportMesh
 from lift3d.export.grid import auto_threshold
 from lift3d.export.mesh import fill_cavities, keep_largest_regions
 from lift3d.meshes.mesh import Mesh
@@ -307,22 +305,17 @@ class MeshStageSystem(TextTo3DSystem):
 
     # ------------------------------------------------------------------------------ export
     @torch.no_grad()
-    def export_mesh(self) -> ExportMesh:
-        """The current mesh with vertex albedo, as the exporters take it."""
+    def export_mesh(self) -> Mesh:
+        """The current mesh with vertex albedo, as the exporters take it (numpy arrays)."""
         mesh = self.geometry()
         vertices, faces, normals = mesh.vertices.detach(), mesh.faces, mesh.vertex_normals().detach()
         layout = self.geometry.uv_layout() if hasattr(self.geometry, "uv_layout") else None
-        uvs = None
+        uv = None
         if layout is not None:  # a user's mesh with UVs: split at its seams, the texture is baked into its UVs
             index, uv, faces = layout
-            vertices, normals, uvs = vertices[index], normals[index], uv.detach().cpu().numpy()
-        return ExportMesh(
-            vertices=vertices.cpu().numpy(),
-            faces=faces.cpu().numpy().astype(np.int64),
-            vertex_colors=self.albedo_at(vertices).float().clamp(0, 1).cpu().numpy(),
-            normals=normals.cpu().numpy(),
-            uvs=uvs,
-        )
+            vertices, normals = vertices[index], normals[index]
+        colors = self.albedo_at(vertices).float().clamp(0, 1)
+        return Mesh(vertices, faces, vertex_colors=colors, normals=normals, uv=uv).numpy()
 
     def export_sources(self) -> ExportSources:
         frame = getattr(self.geometry, "file_frame", None)  # a user's mesh: exported where it was

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, normalize
+from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix
 
 _FLIP_YZ = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=torch.float64))
 
@@ -22,44 +23,10 @@ def _as_tensor(values: Sequence[float] | Tensor) -> Tensor:
     return torch.as_tensor(values, dtype=torch.float64)
 
 
-def quaternion_to_matrix(wxyz: Sequence[float] | Tensor) -> Tensor:
-    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (wxyz; normalized first)."""
-    q = normalize(_as_tensor(wxyz))
-    w, x, y, z = q.unbind(-1)
-    rows = [
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ]
-    return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (3, 3))
-
-
-def matrix_to_quaternion(matrix: Tensor) -> Tensor:
-    """Unit quaternion (wxyz, w >= 0) [4] of one rotation matrix [3, 3] (Shepperd's method: the largest pivot)."""
-    m = _as_tensor(matrix)
-    trace = m[0, 0] + m[1, 1] + m[2, 2]
-    pivots = torch.stack([trace, m[0, 0], m[1, 1], m[2, 2]])
-    k = int(torch.argmax(pivots))
-    if k == 0:
-        s = torch.sqrt(1.0 + trace) * 2
-        q = torch.stack([s / 4, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s])
-    elif k == 1:
-        s = torch.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
-        q = torch.stack([(m[2, 1] - m[1, 2]) / s, s / 4, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s])
-    elif k == 2:
-        s = torch.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
-        q = torch.stack([(m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, s / 4, (m[1, 2] + m[2, 1]) / s])
-    else:
-        s = torch.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
-        q = torch.stack([(m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, s / 4])
-    q = normalize(q)
-    return -q if q[0] < 0 else q
-
-
 def viser_pose_to_c2w(wxyz: Sequence[float] | Tensor, position: Sequence[float] | Tensor) -> Tensor:
     """lift3d c2w [4, 4] (OpenGL axes, float64) of a viser camera pose (OpenCV axes)."""
     c2w = torch.eye(4, dtype=torch.float64)
-    c2w[:3, :3] = quaternion_to_matrix(wxyz) @ _FLIP_YZ
+    c2w[:3, :3] = quaternion_to_matrix(_as_tensor(wxyz)) @ _FLIP_YZ
     c2w[:3, 3] = _as_tensor(position)
     return c2w
 
@@ -114,7 +81,7 @@ def interpolate_path(c2w: Tensor, fovy: Tensor, n_frames: int, interpolation: st
     if k < 1 or n_frames < 1:
         raise ValueError(f"a camera path needs at least one keyframe and one frame, got {k} and {n_frames}")
     positions = c2w[:, :3, 3]
-    quats = [matrix_to_quaternion(m) for m in c2w[:, :3, :3]]
+    quats = matrix_to_quaternion(c2w[:, :3, :3])
     out_c2w = torch.zeros(n_frames, 4, 4, dtype=torch.float64)
     out_fovy = torch.zeros(n_frames, dtype=torch.float64)
     for i in range(n_frames):

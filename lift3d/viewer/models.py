@@ -124,7 +124,7 @@ def gaussian_suffixes() -> tuple[str, ...]:
 
 def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
     """The Gaussians of a file as ``lift3d export`` reads them (``gaussian_file_system``), rendered by that system."""
-    from lift3d.render.splats.sh import degree_of
+    from lift3d.sh import degree_of
     from lift3d.systems.gaussian_files import gaussian_file_system
 
     system, params = gaussian_file_system(path)

@@ -17,7 +17,7 @@ from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.files import save_gaussian_file
 from lift3d.gaussians.formats.ply import pruned
 from lift3d.registry import EXPORT_FORMAT, register, register_entry
-from lift3d.render.splats.sh import rgb_to_sh, sh_to_rgb
+from lift3d.sh import rgb_to_sh, sh_to_rgb
 
 POINT_LOG_SCALE = -4.0  # every .pts Gaussian is a small opaque ball
 

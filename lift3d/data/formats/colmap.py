@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
-from lift3d.data.colmap_model import ColmapCamera, find_model, qvec_to_rotmat, read_model
+from lift3d.data.colmap_model import ColmapCamera, find_model, read_model
 from lift3d.data.formats import CaptureFormat, register_format
+from lift3d.rotations import quaternion_to_matrix_np
 
 _GL_FROM_CV = np.diag([1.0, -1.0, -1.0, 1.0])
 
@@ -50,7 +51,7 @@ def lens_from_colmap(camera: ColmapCamera) -> Lens:
 def c2w_from_colmap(qvec: np.ndarray, tvec: np.ndarray) -> np.ndarray:
     """Camera-to-world [4, 4] with OpenGL camera axes from COLMAP's world-to-camera quaternion + translation."""
     w2c = np.eye(4)
-    w2c[:3, :3] = qvec_to_rotmat(qvec)
+    w2c[:3, :3] = quaternion_to_matrix_np(qvec)
     w2c[:3, 3] = tvec
     return np.linalg.inv(w2c) @ _GL_FROM_CV
 

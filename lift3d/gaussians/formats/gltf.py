@@ -42,7 +42,8 @@ from torch import Tensor
 from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import rotate_gaussians
-from lift3d.render.splats.sh import Y0, degree_of
+from lift3d.rotations import Z_UP_TO_Y_UP  # lift3d's world to glTF's +y up, as lift3d.export.writers turns meshes
+from lift3d.sh import Y0, degree_of
 
 EXTENSION = "KHR_gaussian_splatting"
 GLB_MAGIC, JSON_CHUNK, BIN_CHUNK = 0x46546C67, 0x4E4F534A, 0x004E4942
@@ -50,9 +51,7 @@ FLOAT, UNSIGNED_BYTE = 5126, 5121
 WIDTHS = {"SCALAR": 1, "VEC3": 3, "VEC4": 4}
 # right-down-front (the .ply frame) to glTF's left-up-front: a half turn about z, (x, y, z) -> (-x, -y, z)
 PLY_TO_GLTF = ((-1.0, 0.0, 0.0), (0.0, -1.0, 0.0), (0.0, 0.0, 1.0))
-# lift3d's world (+z up) to glTF's +y up, as lift3d.export.writers turns meshes: (x, y, z) -> (x, z, -y)
-WORLD_TO_GLTF = ((1.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0))
-AXES = {"y": PLY_TO_GLTF, "world": WORLD_TO_GLTF, "z": None}  # up_axis -> the turn into glTF's axes
+AXES = {"y": PLY_TO_GLTF, "world": Z_UP_TO_Y_UP, "z": None}  # up_axis -> the turn into glTF's axes
 
 
 class GltfSplatError(PlyFormatError):

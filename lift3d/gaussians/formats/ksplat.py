@@ -32,7 +32,7 @@ from torch import Tensor
 
 from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
-from lift3d.render.splats.sh import Y0, degree_of
+from lift3d.sh import Y0, degree_of
 
 log = logging.getLogger(__name__)
 

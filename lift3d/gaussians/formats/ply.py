@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from lift3d.gaussians.formats.codec import register_codec, write_file
-from lift3d.render.splats.sh import degree_of, num_bases
+from lift3d.sh import degree_of, num_bases
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
 

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
-from lift3d.render.splats.sh import degree_of
+from lift3d.sh import degree_of
 
 SH_COEFFS = {0: 0, 1: 3, 2: 8, 3: 15}
 FILES = ("means_l.webp", "means_u.webp", "quats.webp", "scales.webp", "sh0.webp")

@@ -30,49 +30,11 @@ from torch import Tensor
 
 from lift3d.gaussians.formats.ply import pruned
 from lift3d.gaussians.formats.sog import decode_sog, encode_sog, morton_order
+from lift3d.rotations import matrix_to_quaternion_np, quaternion_to_matrix_np
 from lift3d.saving import atomic_write_bytes
 
 CHUNK_COUNT, CHUNK_EXTENT = 512 * 1024, 16.0  # splat-transform's --lod-chunk-count (K) and --lod-chunk-extent
 META = "lod-meta.json"
-
-
-def _rotmats(quats: np.ndarray) -> np.ndarray:
-    """[N, 3, 3] rotation matrices of wxyz quaternions [N, 4] (normalized here)."""
-    w, x, y, z = (quats / np.maximum(np.linalg.norm(quats, axis=1, keepdims=True), 1e-30)).T
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], axis=1)
-
-
-def _quats(m: np.ndarray) -> np.ndarray:
-    """Unit wxyz quaternions [N, 4] of rotation matrices [N, 3, 3] (Shepperd's method, branch by branch)."""
-    q = np.zeros((len(m), 4))
-    trace = m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2]
-    cases = [trace > 0, (m[:, 0, 0] >= m[:, 1, 1]) & (m[:, 0, 0] >= m[:, 2, 2]), m[:, 1, 1] >= m[:, 2, 2]]
-    done = np.zeros(len(m), dtype=bool)
-    for case, pick in enumerate(cases + [np.ones(len(m), dtype=bool)]):
-        i = pick & ~done
-        done |= i
-        a = m[i]
-        if case == 0:
-            s = np.sqrt(trace[i] + 1.0) * 2
-            q[i] = np.stack([s / 4, (a[:, 2, 1] - a[:, 1, 2]) / s, (a[:, 0, 2] - a[:, 2, 0]) / s,
-                             (a[:, 1, 0] - a[:, 0, 1]) / s], -1)
-        elif case == 1:
-            s = np.sqrt(1.0 + a[:, 0, 0] - a[:, 1, 1] - a[:, 2, 2]) * 2
-            q[i] = np.stack([(a[:, 2, 1] - a[:, 1, 2]) / s, s / 4, (a[:, 0, 1] + a[:, 1, 0]) / s,
-                             (a[:, 0, 2] + a[:, 2, 0]) / s], -1)
-        elif case == 2:
-            s = np.sqrt(1.0 + a[:, 1, 1] - a[:, 0, 0] - a[:, 2, 2]) * 2
-            q[i] = np.stack([(a[:, 0, 2] - a[:, 2, 0]) / s, (a[:, 0, 1] + a[:, 1, 0]) / s, s / 4,
-                             (a[:, 1, 2] + a[:, 2, 1]) / s], -1)
-        else:
-            s = np.sqrt(1.0 + a[:, 2, 2] - a[:, 0, 0] - a[:, 1, 1]) * 2
-            q[i] = np.stack([(a[:, 1, 0] - a[:, 0, 1]) / s, (a[:, 0, 2] + a[:, 2, 0]) / s, (a[:, 1, 2] + a[:, 2, 1]) / s,
-                             s / 4], -1)
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
 
 
 def merge_pairs(params: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -85,7 +47,8 @@ def merge_pairs(params: dict[str, Tensor]) -> dict[str, Tensor]:
     a, b, rest = order[0: 2 * half: 2], order[1: 2 * half: 2], order[2 * half:]
     alpha = 1.0 / (1.0 + np.exp(-p["opacity_logits"]))
     scales = np.exp(p["log_scales"])
-    cov = _rotmats(p["quats"]) @ (scales[:, :, None] ** 2 * np.eye(3)) @ _rotmats(p["quats"]).transpose(0, 2, 1)
+    rot = quaternion_to_matrix_np(p["quats"])
+    cov = rot @ (scales[:, :, None] ** 2 * np.eye(3)) @ rot.transpose(0, 2, 1)
     weight = alpha * scales.prod(axis=1) + 1e-30
     wa, wb = weight[a] / (weight[a] + weight[b]), weight[b] / (weight[a] + weight[b])
     mean = wa[:, None] * p["means"][a] + wb[:, None] * p["means"][b]
@@ -101,7 +64,7 @@ def merge_pairs(params: dict[str, Tensor]) -> dict[str, Tensor]:
         return wa.reshape(shape) * p[name][a] + wb.reshape(shape) * p[name][b]
 
     merged = {
-        "means": mean, "log_scales": 0.5 * np.log(np.maximum(values, 1e-30)), "quats": _quats(vectors),
+        "means": mean, "log_scales": 0.5 * np.log(np.maximum(values, 1e-30)), "quats": matrix_to_quaternion_np(vectors),
         "opacity_logits": np.log(opacity / (1.0 - opacity)), "sh0": mixed("sh0"), "shN": mixed("shN"),
     }
     return {k: torch.from_numpy(np.concatenate([merged[k], p[k][rest]]).astype(np.float32)) for k in merged}
@@ -180,7 +143,7 @@ def save_sog_lod(folder: str | Path, params: dict[str, Tensor], keep: Tensor | N
             index = int(leaf[start])
             ranges.setdefault(index, {})[str(level)] = {"file": level, "offset": int(start), "count": int(stop - start)}
             means, quats = p["means"][start:stop].double().numpy(), p["quats"][start:stop].double().numpy()
-            half = np.abs(_rotmats(quats)) @ np.exp(p["log_scales"][start:stop].double().numpy())[:, :, None]
+            half = np.abs(quaternion_to_matrix_np(quats)) @ np.exp(p["log_scales"][start:stop].double().numpy())[:, :, None]
             bounds.setdefault(index, []).append(np.concatenate([means - half[:, :, 0], means + half[:, :, 0]]))
 
     def node_json(node: dict) -> dict:

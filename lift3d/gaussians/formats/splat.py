@@ -9,7 +9,7 @@ followed it, e.g. PlayCanvas splat-transform): 32 bytes per Gaussian, no header,
 
 Gaussians are written most visible first (scale volume x opacity, descending), the order viewers
 expect when they stream the file. The file holds only the view-independent color (SH degree 0):
-pass rgb = 0.5 + C0 * sh_dc (``rgb_from_sh_dc``). Positions are lift3d world coordinates.
+pass rgb = 0.5 + Y0 * sh_dc (``rgb_from_sh_dc``). Positions are lift3d world coordinates.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from torch import Tensor
 from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError
 from lift3d.gaussians.tensors import GaussianTensors
-from lift3d.render.splats.sh import rgb_to_sh
+from lift3d.sh import rgb_to_sh, sh_to_rgb
 
-SH_C0 = 0.28209479177387814  # the degree-0 spherical-harmonic constant 1 / (2 sqrt(pi))
 SPLAT_DTYPE = np.dtype(
     [("position", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rotation", "u1", (4,))]
 )
@@ -34,7 +33,7 @@ assert SPLAT_DTYPE.itemsize == 32
 
 def rgb_from_sh_dc(sh_dc: Tensor) -> Tensor:
     """View-independent color [N, 3] from the degree-0 SH coefficients [N, 3] (or [N, 1, 3])."""
-    return (0.5 + SH_C0 * sh_dc.reshape(sh_dc.shape[0], 3)).clamp(0.0, 1.0)
+    return sh_to_rgb(sh_dc.reshape(sh_dc.shape[0], 3)).clamp(0.0, 1.0)
 
 
 def _numpy(t: Tensor | np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ from torch import Tensor
 from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
 from lift3d.gaussians.formats.ply import PlyFormatError, pruned
 from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
-from lift3d.render.splats.sh import MAX_DEGREE, degree_of
+from lift3d.sh import MAX_DEGREE, degree_of
 
 log = logging.getLogger(__name__)
 

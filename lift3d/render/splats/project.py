@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lift3d.rotations import quaternion_to_matrix
+
 ALPHA_THRESHOLD = 1.0 / 255.0  # alphas below this are skipped when compositing
 MAX_EXTENT = 3.33  # cap on the bounding-box size in standard deviations
 
@@ -37,18 +39,6 @@ class Projection:
     def visible(self) -> Tensor:
         """[C, N] bool: not culled."""
         return (self.radii > 0).all(dim=-1)
-
-
-def quat_to_rotmat(quats: Tensor) -> Tensor:
-    """Rotation matrices [..., 3, 3] of quaternions [..., 4] (w, x, y, z; normalized here)."""
-    q = quats / quats.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    w, x, y, z = q.unbind(-1)
-    rows = [
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ]  # fmt: skip
-    return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (3, 3))
 
 
 @contextmanager
@@ -72,7 +62,7 @@ def small_matmul(a: Tensor, b: Tensor) -> Tensor:
 
 def covariance_3d(quats: Tensor, scales: Tensor) -> Tensor:
     """World covariances [N, 3, 3] = R S S^T R^T of quaternions [N, 4] and scales [N, 3] (activated)."""
-    M = quat_to_rotmat(quats) * scales[..., None, :]
+    M = quaternion_to_matrix(quats) * scales[..., None, :]
     return small_matmul(M, M.transpose(-1, -2))
 
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from lift3d.render.splats.bins import bin_gaussians
 from lift3d.render.splats.composite import composite
 from lift3d.render.splats.project import covariance_3d, exact_float32_matmuls, project_gaussians
+from lift3d.sh import sh_to_color
 
 
 @exact_float32_matmuls()  # the tile GEMMs of the exponents (the composite's backward sets it again)
@@ -44,7 +45,6 @@ def rasterize_torch(
     also sets ``means2d.absgrad`` [C, N, 2], the per-pixel gradients' absolute values summed (as gsplat's)."""
     if rasterize_mode not in ("classic", "antialiased"):
         raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', got {rasterize_mode!r}")
-    from lift3d.render.splats.sh import sh_to_color  # lazily: lift3d.gaussians imports the renderer
 
     proj = project_gaussians(means, covariance_3d(quats, scales), opacities, viewmats, Ks, width, height,
                              eps2d=eps2d, near_plane=near_plane, far_plane=far_plane,

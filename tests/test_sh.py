@@ -1,4 +1,5 @@
-"""Spherical harmonics: basis against SciPy, orthonormality by exact quadrature, color conventions."""
+"""Spherical harmonics (``lift3d.sh``): basis against SciPy to degree 4, orthonormality by exact quadrature, color
+conventions, the degree helpers."""
 
 import math
 
@@ -7,7 +8,7 @@ import pytest
 import scipy.special
 import torch
 
-from lift3d.render.splats.sh import Y0, degree_of, eval_sh, num_bases, rgb_to_sh, sh_bases, sh_to_color, sh_to_rgb
+from lift3d.sh import MAX_BASIS_DEGREE, Y0, degree_of, eval_sh, num_bases, rgb_to_sh, sh_bases, sh_to_color, sh_to_rgb
 
 
 def _complex_sh(degree: int, order: int, polar: np.ndarray, azimuth: np.ndarray) -> np.ndarray:
@@ -36,10 +37,10 @@ def _scipy_real_sh(l_max: int, dirs: np.ndarray) -> np.ndarray:
 
 def test_bases_match_scipy_up_to_the_3dgs_sign_convention():
     dirs = torch.nn.functional.normalize(torch.randn(64, 3, dtype=torch.float64), dim=-1)
-    ours = sh_bases(3, dirs).numpy()
-    reference = _scipy_real_sh(3, dirs.numpy())
+    ours = sh_bases(4, dirs).numpy()
+    reference = _scipy_real_sh(4, dirs.numpy())
     # 3DGS (and gsplat) flip the sign of every basis with odd m relative to SciPy's real SH
-    signs = np.array([(-1.0) ** abs(m) for l in range(4) for m in range(-l, l + 1)])  # noqa: E741
+    signs = np.array([(-1.0) ** abs(m) for l in range(5) for m in range(-l, l + 1)])  # noqa: E741
     np.testing.assert_allclose(ours, reference * signs, atol=1e-12)
     # the first bands, written out as in the 3DGS CUDA code
     x, y, z = dirs.unbind(-1)
@@ -48,16 +49,17 @@ def test_bases_match_scipy_up_to_the_3dgs_sign_convention():
 
 
 def test_bases_are_orthonormal_on_the_sphere():
-    # Gauss-Legendre in cos(theta) x uniform phi integrates products of degree <= 6 exactly
+    # Gauss-Legendre in cos(theta) x uniform phi integrates products of degree <= 8 exactly
     nodes, weights = np.polynomial.legendre.leggauss(8)
     phi = np.arange(16) * 2 * np.pi / 16
     z = np.repeat(nodes, len(phi))
     w = np.repeat(weights, len(phi)) * (2 * np.pi / len(phi))
     r = np.sqrt(1 - z**2)
     dirs = torch.tensor(np.stack([r * np.cos(np.tile(phi, 8)), r * np.sin(np.tile(phi, 8)), z], -1))
-    B = sh_bases(3, dirs)
+    B = sh_bases(4, dirs)
     gram = (B * torch.tensor(w)[:, None]).T @ B
-    assert torch.allclose(gram, torch.eye(16, dtype=gram.dtype), atol=1e-12)
+    assert torch.allclose(gram, torch.eye(25, dtype=gram.dtype), atol=1e-12)
+    assert torch.equal(sh_bases(2, dirs), B[:, :9])  # a lower degree is the first bands of a higher one
 
 
 def test_color_conventions():
@@ -89,4 +91,7 @@ def test_degree_helpers():
     with pytest.raises(ValueError):
         degree_of(5)
     with pytest.raises(ValueError):
-        num_bases(4)
+        num_bases(4)  # Gaussians stop at degree 3
+    assert num_bases(4, MAX_BASIS_DEGREE) == 25  # the directional encoding goes one further
+    with pytest.raises(ValueError, match="0..4"):
+        sh_bases(5, torch.zeros(1, 3))
