@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_arguments(parser)
     parser.add_argument("--format", nargs="+", default=None, metavar="FMT",
                         help="formats to write (default: the recipe's own list)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files that lift3d did not write (by default an export never replaces a file that is "
+                             "not lift3d's own earlier export, as recorded in the folder's .lift3d-exports.json)")
 
 
 def _size(n: int) -> str:
@@ -44,7 +47,9 @@ def raise_failed_exports() -> None:
     if failed:
         aftercare.reset()
         full = any("No space left" in line or "Disk quota" in line for line in failed)
+        foreign = any("ForeignFileError" in line for line in failed)
         fix = ("free some space (or export elsewhere: copy the input or the run to a disk with space)" if full else
+               "the files in the way were left untouched" if foreign else
                "fix the cause above and run lift3d export again; the checkpoint is untouched")
         raise ExportFailedError(f"{'; '.join(failed)}: {fix}")
 
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     gaussian_file = _gaussian_file(args.config)
     if gaussian_file is not None:
         written = export_gaussian_file(gaussian_file, args.format or GAUSSIAN_FILE_FORMATS,
-                                       [item for item in args.config if "=" in item])
+                                       [item for item in args.config if "=" in item], overwrite=args.overwrite)
         raise_failed_exports()
         print(f"lift3d: exported {len(written)} file(s) beside {gaussian_file}:")
         for path in written:
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     cfg, _, _ = load_experiment(args)
     run_dir = run_dir_of_checkpoint(cfg.resume) or make_run_dir(cfg)
     system = load_system(cfg, cfg.resume)
-    written = system.export(OutputSaver(run_dir / "save"), args.format)
+    written = system.export(OutputSaver(run_dir / "save", overwrite=args.overwrite), args.format)
     raise_failed_exports()
     print(f"lift3d: exported {len(written)} file(s) into {run_dir / 'save'}:")
     for path in written:
@@ -88,11 +93,12 @@ def _gaussian_file(items: list[str]) -> Path | None:
     return None
 
 
-def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
+def export_gaussian_file(path: Path, formats: list[str], overrides: list[str], overwrite: bool = False) -> list[Path]:
     """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
     its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
     table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
-    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
+    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports; nor, unless
+    ``overwrite``, any file there that lift3d did not write (``OutputSaver.exporting``)."""
     from lift3d.export.formats import ExportFormatError, export_formats
     from lift3d.export.naming import FILE_ENDINGS, converted_stem, export_name
     from lift3d.render.splats.sh import degree_of
@@ -111,4 +117,6 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
     sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)
+    saver = OutputSaver(path.parent, overwrite=overwrite)
+    with saver.exporting():
+        return export_formats(saver, formats, system.cfg.export, sources, stem=stem)
