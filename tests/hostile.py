@@ -13,7 +13,7 @@ from PIL import Image
 
 from lift3d.cli import main
 
-SECONDS = 60  # a refusal comes from a header or a size, not from decoding: far less on any machine
+SECONDS = 120  # a refusal comes from a header or a size, not from decoding: far less on any machine not shared
 
 
 def refused(argv: list[str], capsys, *expected: str, seconds: float = SECONDS) -> str:
@@ -72,3 +72,23 @@ def gzip_bomb(head: bytes, inflated: int) -> bytes:
         parts.append(packer.compress(zeros[:min(left, len(zeros))]))
         left -= len(zeros)
     return b"".join(parts) + packer.flush()
+
+
+def huge_png(width: int, height: int) -> bytes:
+    """A genuine PNG of ``width`` x ``height`` black pixels (1-bit gray), a few hundred kilobytes however large:
+    the decompression bomb a scanner or an attacker writes, valid to its last checksum."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    packer, row = zlib.compressobj(9), bytes(1 + (width + 7) // 8)  # filter byte 0, then the row's bits
+    rows = b"".join(packer.compress(row * 512) for _ in range(height // 512)) + packer.compress(row * (height % 512))
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows + packer.flush()) + chunk(b"IEND", b"")
+
+
+def jpeg_bytes(width: int = 96, height: int = 64, seed: int = 0) -> bytes:
+    """A real JPEG (noise, so its scan is long)."""
+    pixels = (np.random.default_rng(seed).random((height, width, 3)) * 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()

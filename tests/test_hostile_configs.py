@@ -31,7 +31,7 @@ def test_hostile_config_files_are_refused_by_name(hostile_yaml, capsys):
     folder, marker = hostile_yaml
     refused(["train", str(folder / "tag.yaml")], capsys, "tag.yaml", "YAML tag !!python/object/apply:os.system",
             "safe YAML loader")
-    refused(["train", str(folder / "bomb.yaml")], capsys, "bomb.yaml", "YAML aliases", seconds=20)
+    refused(["train", str(folder / "bomb.yaml")], capsys, "bomb.yaml", "YAML aliases", seconds=60)
     refused(["train", str(folder / "huge.yaml")], capsys, "huge.yaml", "bytes", "LIFT3D_MAX_CONFIG_BYTES")
     refused(["export", str(folder / "tag.yaml"), "--resume", str(folder / "none.ckpt")], capsys, "YAML tag")
     assert not marker.exists()
@@ -41,7 +41,7 @@ def test_hostile_app_recipe_files_are_refused_before_the_app_starts(hostile_yaml
     folder, marker = hostile_yaml
     refused(["app", "--recipes", str(folder / "recipe-tag.yaml")], capsys, "recipe-tag.yaml",
             "YAML tag !!python/object/apply:os.system")
-    refused(["app", "--recipes", str(folder / "bomb.yaml")], capsys, "bomb.yaml", "YAML aliases", seconds=20)
+    refused(["app", "--recipes", str(folder / "bomb.yaml")], capsys, "bomb.yaml", "YAML aliases", seconds=60)
     refused(["app", "--recipes", str(folder / "huge.yaml")], capsys, "LIFT3D_MAX_CONFIG_BYTES")
     refused(["app", "--recipes", str(folder / "missing.yaml")], capsys, "app recipes file not found")
     assert not marker.exists()

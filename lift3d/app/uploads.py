@@ -296,11 +296,14 @@ def check_scene(root: Path, boundary: Path | None = None) -> Scene:
         if len(photos) < 2:
             raise UploadError(f"the upload holds {len(photos)} photo(s): structure from motion needs many overlapping "
                               "photos of the object (20 or more, all around it)")
-        try:
-            with open_image(photos[0], photos[0].name, UploadError) as first:
-                width, height = first.size
-        except (OSError, SyntaxError) as error:
-            raise UploadError(f"{photos[0].name} is not a readable photo ({error}); upload .jpg or .png photos") from None
+        sizes = []
+        for photo in photos:  # headers only: a bomb or a file that is no photo is named now, not in the job
+            try:
+                with open_image(photo, photo.name, UploadError) as image:
+                    sizes.append(image.size)
+            except (OSError, SyntaxError) as error:
+                raise UploadError(f"{photo.name} is not a readable photo ({error}); upload .jpg or .png photos") from None
+        width, height = sizes[0]
         return Scene(root, {"photos": len(photos)}, width, height, poses_from=root)
     boundary = boundary or root
     check_inside(root, boundary)
