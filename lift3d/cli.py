@@ -48,7 +48,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ("lift3d.systems.base", "NonFiniteLossError"),
         ("lift3d.gaussians.formats.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),
-        ("lift3d.commands.export", "ExportFailedError"),
+        ("lift3d.api.exporting", "ExportFailedError"),
+        ("lift3d.app.recipes", "RecipeError"),
     ):
         with contextlib.suppress(ImportError, AttributeError):
             errors.append(getattr(importlib.import_module(module), name))

@@ -1,10 +1,18 @@
-"""Image conversions shared by saving and exports: tensors -> uint8 frames, color maps, grids."""
+"""Image conversions shared by saving and exports: tensors -> uint8 frames, color maps, grids; and the one way
+lift3d opens an image file (``open_image``: its size checked against a limit before a pixel is decoded)."""
 
 from __future__ import annotations
+
+import threading
+from typing import IO
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from lift3d.limits import PHOTO_PIXELS, Limit
+
+_PILLOW_LIMIT = threading.Lock()  # Pillow's own bomb check is one global: lifted for one header read at a time
 
 # control points of a perceptually ordered color map (dark blue -> teal -> yellow), for depth
 _COLORMAP = np.array(
@@ -106,3 +114,25 @@ def premultiply_on(rgba: Tensor, background: Tensor) -> Tensor:
 def to_tensor_image(array: np.ndarray) -> Tensor:
     """uint8 [H, W, C] -> float [H, W, C] in 0..1."""
     return torch.from_numpy(np.ascontiguousarray(array)).float() / 255.0
+
+
+def open_image(source: str | IO[bytes], name: str, error: type[Exception], limit: Limit = PHOTO_PIXELS,
+               fix: str = "downscale it (e.g. to 8000 pixels a side)"):
+    """The image at ``source`` opened lazily (Pillow reads the header only: nothing is decoded), refused with
+    ``error`` (the caller's user error) naming ``name``, its size, the ``limit`` and ``fix`` when it holds more
+    pixels than the limit. Pillow's own decompression-bomb check gives way to the limit (it would raise its own
+    error, or warn, without naming the file or the fix); unreadable files raise what ``PIL.Image.open`` raises."""
+    from PIL import Image
+
+    with _PILLOW_LIMIT:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            image = Image.open(source)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    width, height = image.size
+    if limit.exceeded(width * height):
+        image.close()
+        limit.check(name, width * height, error, fix, detail=f"{width} x {height} px")
+    return image

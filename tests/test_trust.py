@@ -117,3 +117,33 @@ def test_explicit_configs_import_as_before_and_run_folder_configs_are_told_apart
         assert not marker.exists()
     finally:
         sys.modules.pop(f"lift3d_plugin_{stem}", None)
+
+
+@pytest.mark.parametrize("link", ["parsed.yaml", "configs"])
+def test_a_symlink_in_a_run_folders_config_chain_does_not_let_its_imports_run(shared, tmp_path, capsys, link):
+    """The guard decides on the path as given and as resolved: ``RUN/configs/parsed.yaml`` linked to
+    ``../settings.yaml``, or ``RUN/configs`` linked to a folder of another name, is still a run folder's config."""
+    run, marker, stem = shared
+    configs = run / "configs"
+    if link == "parsed.yaml":
+        (configs / "parsed.yaml").rename(run / "settings.yaml")
+        (configs / "parsed.yaml").symlink_to("../settings.yaml")
+    else:
+        moved = tmp_path / "elsewhere" / "settings"
+        moved.parent.mkdir()
+        configs.rename(moved)
+        configs.symlink_to(moved, target_is_directory=True)
+    for argv in (["export", str(run), "--format", "3dgs-ply"], ["validate", str(run)],
+                 ["export", str(configs / "parsed.yaml"), "--resume", str(run / "ckpts" / "last.ckpt")]):
+        _refused(capsys, argv, stem)
+        assert not marker.exists(), argv
+    from lift3d.viewer.models import load_view_model  # what `lift3d view RUN` loads, before it serves
+
+    with pytest.raises(ConfigError, match="--allow-imports"):
+        load_view_model(run)
+    if link == "parsed.yaml":
+        with pytest.raises(ConfigError, match="lists imports"):  # the link's target: a file of the run folder as well
+            load_config(run / "settings.yaml")
+    assert not marker.exists()
+    assert main(["export", str(run), "--allow-imports", "--format", "3dgs-ply"]) == 0, capsys.readouterr().err
+    assert marker.read_text() == "ran"

@@ -29,26 +29,37 @@ def export_run(run_dir: Path, formats: list[str] | None, overwrite: bool = False
                       allow_imports=True if allow_imports else None)
     system = load_system(cfg, checkpoint)
     aftercare.reset()
-    saver = OutputSaver(run_dir / "save")
-    if overwrite:
-        saver.overwrite = True
-    written = system.export(saver, formats)
-    failed = aftercare.problems()
-    if failed:
-        aftercare.reset()
-        raise ExportFailedError(f"{'; '.join(failed)}: fix the cause and export again; the checkpoint is untouched")
+    written = system.export(OutputSaver(run_dir / "save", overwrite=overwrite), formats)
+    raise_failed_exports()
     return [Path(p) for p in written]
 
 
 class ExportFailedError(RuntimeError):
-    """An export that could not be written (each writer's own reason, one line)."""
+    """An export asked for on the command line that could not be written (the writer's own reason, one line)."""
 
 
-def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -> list[Path]:
+def raise_failed_exports() -> None:
+    """``lift3d export`` exists to write files: a format that failed (each one fails on its own, with a warning, see
+    ``lift3d.aftercare``) fails the command, with every reason on one line."""
+    from lift3d import aftercare
+
+    failed = aftercare.problems()
+    if failed:
+        aftercare.reset()
+        full = any("No space left" in line or "Disk quota" in line for line in failed)
+        foreign = any("ForeignFileError" in line for line in failed)
+        fix = ("free some space (or export elsewhere: copy the input or the run to a disk with space)" if full else
+               "the files in the way were left untouched" if foreign else
+               "fix the cause above and run lift3d export again; the checkpoint is untouched")
+        raise ExportFailedError(f"{'; '.join(failed)}: {fix}")
+
+
+def export_gaussian_file(path: Path, formats: list[str], overrides: list[str], overwrite: bool = False) -> list[Path]:
     """Convert or mesh a Gaussian file made by any tool (3DGS .ply, .splat, .spz, .sog, KHR_gaussian_splatting .glb):
     its Gaussians in a reconstruct-gaussians system (every attribute as stored), exported through the one export
     table beside the file, named after it and its format (``lift3d.export.naming``: ``model.sog`` ->
-    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports."""
+    ``model-sog.splat``), so no export replaces the file, another conversion, or a run's own exports; nor, unless
+    ``overwrite``, any file there that lift3d did not write (``OutputSaver.exporting``)."""
     from lift3d.export.formats import ExportFormatError, export_formats
     from lift3d.export.naming import converted_stem, export_name, file_endings
     from lift3d.saving import OutputSaver
@@ -67,4 +78,6 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
     sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)
+    saver = OutputSaver(path.parent, overwrite=overwrite)
+    with saver.exporting():
+        return export_formats(saver, formats, system.cfg.export, sources, stem=stem)

@@ -29,14 +29,15 @@ class GaussianFile:
     def __len__(self) -> int:
         return len(self.parameters["means"])
 
-    def export(self, *formats: str, **settings: Any) -> list[Path]:
+    def export(self, *formats: str, overwrite: bool = False, **settings: Any) -> list[Path]:
         """Convert the file into ``formats`` (e.g. ``"spz"``, ``"glb"``, ``"splat"``), written beside it and named after it
-        and the format; ``settings`` are export config overrides by key. Returns the files written."""
+        and the format; ``settings`` are export config overrides by key; ``overwrite`` replaces files lift3d did not
+        write. Returns the files written."""
         from lift3d.api.exporting import export_gaussian_file
         from lift3d.api.overrides import as_overrides
 
         overrides = as_overrides({f"system.export.{key}": value for key, value in settings.items()})
-        return export_gaussian_file(self.path, list(formats) or ["glb", "splat"], overrides)
+        return export_gaussian_file(self.path, list(formats) or ["glb", "splat"], overrides, overwrite=overwrite)
 
 
 def load(path: str | Path, allow_imports: bool = False) -> Run | GaussianFile | Any:

@@ -129,10 +129,12 @@ def load_recipe_file(path: str | Path) -> list[AppRecipe]:
     """Recipes from a YAML file holding a list of entries (the fields of ``AppRecipe``; ``config`` for one file)."""
     from omegaconf import OmegaConf
 
+    from lift3d.config.layers import read_yaml
+
     path = Path(path).expanduser()
     if not path.is_file():
         raise RecipeError(f"app recipes file not found: {path}")
-    entries = OmegaConf.to_container(OmegaConf.load(path))
+    entries = OmegaConf.to_container(read_yaml(path, RecipeError))
     if not isinstance(entries, list):
         raise RecipeError(f"{path} must hold a list of recipe entries (label, config, input, options, ...)")
     return [recipe_from_dict(entry, path.parent) for entry in entries]

@@ -13,10 +13,12 @@ frame path a scene names must lie inside the upload, and a rejected upload leave
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import shutil
 import stat
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -116,20 +118,47 @@ def safe_extract_zip(archive: str | Path, dest: str | Path, max_bytes: int = MAX
             dest.mkdir(parents=True, exist_ok=True)
             root = dest.resolve()
             for member, parts in plan:
-                target = dest.joinpath(*parts)
-                if not target.resolve().is_relative_to(root):  # belt and braces: nothing lands outside dest
-                    raise UploadError(f"{archive.name}: '{member.filename}' would unpack outside the upload folder")
-                if member.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(member) as source, open(target, "wb") as out:
-                    while chunk := source.read(1 << 20):
-                        budget -= len(chunk)
-                        if budget < 0:  # more bytes than the directory declared: stop at once
-                            raise UploadError(f"{archive.name} unpacks to more than its directory says; "
-                                              "zip the scene folder again")
-                        out.write(chunk)
+                try:
+                    budget = _unpack_member(zf, member, dest.joinpath(*parts), root, archive, budget)
+                except (zipfile.BadZipFile, zlib.error, EOFError) as error:  # a bad checksum, a stream cut short
+                    raise UploadError(f"{archive.name} is damaged: '{member.filename}' does not unpack ({error}); "
+                                      "zip the scene folder again and upload it once more") from None
+                except OSError as error:  # a name too long for the disk, a file where the archive has a folder
+                    raise UploadError(f"{archive.name}: '{member.filename}' cannot be unpacked here "
+                                      f"({_os_reason(error)}); {_os_fix(error)}") from None
+
+
+def _unpack_member(zf: zipfile.ZipFile, member: zipfile.ZipInfo, target: Path, root: Path, archive: Path,
+                   budget: int) -> int:
+    """Unpack one member at ``target`` (inside ``root``), at most ``budget`` bytes; returns the budget left."""
+    if not target.resolve().is_relative_to(root):  # belt and braces: nothing lands outside dest
+        raise UploadError(f"{archive.name}: '{member.filename}' would unpack outside the upload folder")
+    if member.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        return budget
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zf.open(member) as source, open(target, "wb") as out:
+        while chunk := source.read(1 << 20):
+            budget -= len(chunk)
+            if budget < 0:  # more bytes than the directory declared: stop at once
+                raise UploadError(f"{archive.name} unpacks to more than its directory says; zip the scene folder again")
+            out.write(chunk)
+    return budget
+
+
+def _os_reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def _os_fix(error: OSError) -> str:
+    """What to do about an OSError while unpacking or copying an upload."""
+    if error.errno == errno.ENAMETOOLONG:
+        return "shorten the file and folder names (at most 255 bytes each) and zip it again"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        return "the archive holds a file and a folder of one name: rename one of them and zip it again"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the server's disk is full: upload a smaller scene or ask the operator to free disk space"
+    return "zip the scene folder again"
 
 
 @contextlib.contextmanager
@@ -256,11 +285,10 @@ def check_inside(root: Path, boundary: Path) -> None:
 def check_scene(root: Path, boundary: Path | None = None) -> Scene:
     """Read the scene's cameras (or list its photos); SceneFormatError says what is malformed. Every file the
     scene names must lie inside ``boundary`` (the upload folder; default ``root``), checked before it is read."""
-    from PIL import Image
-
     from lift3d.data.formats.photos import photo_folder
     from lift3d.data.scene import read_capture, split_frames
     from lift3d.data.sfm import has_poses
+    from lift3d.imaging import open_image
 
     if not has_poses(root):
         folder = photo_folder(root)
@@ -268,8 +296,14 @@ def check_scene(root: Path, boundary: Path | None = None) -> Scene:
         if len(photos) < 2:
             raise UploadError(f"the upload holds {len(photos)} photo(s): structure from motion needs many overlapping "
                               "photos of the object (20 or more, all around it)")
-        with Image.open(photos[0]) as first:
-            width, height = first.size
+        sizes = []
+        for photo in photos:  # headers only: a bomb or a file that is no photo is named now, not in the job
+            try:
+                with open_image(photo, photo.name, UploadError) as image:
+                    sizes.append(image.size)
+            except (OSError, SyntaxError) as error:
+                raise UploadError(f"{photo.name} is not a readable photo ({error}); upload .jpg or .png photos") from None
+        width, height = sizes[0]
         return Scene(root, {"photos": len(photos)}, width, height, poses_from=root)
     boundary = boundary or root
     check_inside(root, boundary)
@@ -292,14 +326,19 @@ def check_video(path: Path) -> Scene:
     """An uploaded video: readable, with frames; its scene folder is where its frames will go."""
     import imageio.v2 as imageio
 
-    from lift3d.data.video import frames_folder
+    from lift3d.data.video import check_video_size, ffmpeg_reason, frames_folder
 
     try:
         reader = imageio.get_reader(str(path), "ffmpeg")
-        height, width = reader.get_next_data().shape[:2]
-        reader.close()
+        try:
+            check_video_size(path, reader.get_meta_data())
+            height, width = reader.get_next_data().shape[:2]
+        finally:
+            reader.close()
+    except SceneFormatError as error:
+        raise UploadError(str(error).replace(str(path), path.name)) from None
     except Exception as error:
-        raise UploadError(f"{path.name} is not a readable video ({error}); upload an .mp4 or .mov") from None
+        raise UploadError(f"{path.name} is not a readable video ({ffmpeg_reason(error)}); upload an .mp4 or .mov") from None
     return Scene(frames_folder(path), {}, width, height, poses_from=path)
 
 

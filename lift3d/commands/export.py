@@ -20,6 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_config_arguments(parser)
     parser.add_argument("--format", nargs="+", default=None, metavar="FMT",
                         help="formats to write (default: the recipe's own list; `lift3d info` lists every format)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files that lift3d did not write (by default an export never replaces a file that is "
+                             "not lift3d's own earlier export, as recorded in the folder's .lift3d-exports.json)")
 
 
 def _size(n: int) -> str:
@@ -30,25 +33,8 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class ExportFailedError(RuntimeError):
-    """An export asked for on the command line that could not be written (the writer's own reason, one line)."""
-
-
-def raise_failed_exports() -> None:
-    """``lift3d export`` exists to write files: a format that failed (each one fails on its own, with a warning, see
-    ``lift3d.aftercare``) fails the command, with every reason on one line."""
-    from lift3d import aftercare
-
-    failed = aftercare.problems()
-    if failed:
-        aftercare.reset()
-        full = any("No space left" in line or "Disk quota" in line for line in failed)
-        fix = ("free some space (or export elsewhere: copy the input or the run to a disk with space)" if full else
-               "fix the cause above and run lift3d export again; the checkpoint is untouched")
-        raise ExportFailedError(f"{'; '.join(failed)}: {fix}")
-
-
 def run(args: argparse.Namespace) -> int:
+    from lift3d.api.exporting import raise_failed_exports
     from lift3d.runs.run_dirs import load_system, make_run_dir, run_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
@@ -60,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         from lift3d.api.exporting import export_gaussian_file
 
         written = export_gaussian_file(gaussian_file, args.format or GAUSSIAN_FILE_FORMATS,
-                                       [item for item in args.config if "=" in item])
+                                       [item for item in args.config if "=" in item], overwrite=args.overwrite)
         raise_failed_exports()
         print(f"lift3d: exported {len(written)} file(s) beside {gaussian_file}:")
         for path in written:
@@ -69,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     cfg, _, _ = load_experiment(args)
     run_dir = run_dir_of_checkpoint(cfg.resume) or make_run_dir(cfg)
     system = load_system(cfg, cfg.resume)
-    written = system.export(OutputSaver(run_dir / "save"), args.format)
+    written = system.export(OutputSaver(run_dir / "save", overwrite=args.overwrite), args.format)
     raise_failed_exports()
     print(f"lift3d: exported {len(written)} file(s) into {run_dir / 'save'}:")
     for path in written:

@@ -108,9 +108,10 @@ def load_config(*yaml_paths: str | Path, overrides: Sequence[str] = (), allow_im
     untrusted: list[str] = []  # the files not trusted to run code that list imports
     for path in yaml_paths:
         layers = load_yaml_layers(Path(path))
-        if allow_imports is False or (allow_imports is None and in_run_folder(path)):
-            untrusted += [label if label == str(path) else f"{label} (the base of {path})"
-                          for label, node in layers if node.get("imports")]
+        untrusted_file = allow_imports is False or (allow_imports is None and in_run_folder(path))
+        # a file trusted itself may still pull in a run folder's config through its base: chain
+        untrusted += [label if label == str(path) else f"{label} (the base of {path})" for label, node in layers
+                      if node.get("imports") and (untrusted_file or (allow_imports is None and in_run_folder(label)))]
         sources.layers += layers
     for item in overrides:
         if "=" not in item:

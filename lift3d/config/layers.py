@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from lift3d.config.schema import ConfigError, join_key
+from lift3d.limits import CONFIG_BYTES
 
 COMMAND_LINE = "the command-line overrides"  # the label of the overrides' layer in error messages
 
@@ -45,10 +47,7 @@ def load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str,
         raise ConfigError(f"config file not found: {path} (give a path to a YAML file, e.g. configs/<recipe>.yaml)")
     if path.resolve() in seen:
         raise ConfigError(f"config 'base:' chain loops back to {path}")
-    try:
-        node = OmegaConf.load(path)
-    except Exception as error:
-        raise ConfigError(f"could not parse {path} as YAML: {error}") from None
+    node = read_yaml(path)
     if not isinstance(node, DictConfig):
         raise ConfigError(f"{path} must hold a mapping at the top level")
     layers: list[tuple[str, DictConfig]] = []
@@ -63,6 +62,33 @@ def load_yaml_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str,
         ]
     layers.append((str(path), node))
     return layers
+
+
+def read_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
+    """A YAML file through OmegaConf (YAML's safe loader: plain data only, aliases expanded within OmegaConf's
+    limit), its size checked against ``CONFIG_BYTES`` first; any failure is ``error`` with one line that names the
+    file and the problem: a Python tag the safe loader refuses, an alias bomb, or a syntax error."""
+    CONFIG_BYTES.check(str(path), path.stat().st_size, error, "a config holds a few kilobytes of settings: give the "
+                       "right file")
+    try:
+        return OmegaConf.load(path)
+    except Exception as problem:
+        raise error(yaml_problem(path, problem)) from None
+
+
+def yaml_problem(path: Path, problem: BaseException) -> str:
+    """One line for a YAML file that did not load: what the safe loader refused, or the parser's own words."""
+    text = " ".join(str(problem).split())
+    where = getattr(problem, "problem_mark", None)
+    at = f" (line {where.line + 1})" if where is not None else ""
+    tag = re.search(r"constructor for the tag '(?:tag:yaml\.org,2002:)?([^']+)'", text)
+    if tag:
+        return (f"{path} uses the YAML tag !!{tag.group(1)}{at}, which lift3d's safe YAML loader refuses: configs hold "
+                "plain data (mappings, lists, text, numbers), never Python objects; remove the tag")
+    if "expansion exceeds" in text:
+        return (f"{path} expands its YAML aliases (*name) past the limit{at}: a YAML bomb, or a config that repeats one "
+                "anchor far too often; write the values out, or repeat fewer")
+    return f"could not parse {path} as YAML: {text}"
 
 
 def _plugin_module_name(entry: str) -> str:
@@ -110,10 +136,17 @@ def allow_run_imports(allowed: bool = True) -> None:
 
 
 def in_run_folder(path: str | Path) -> bool:
-    """Whether a config file lies inside a run folder (``RUN/configs/*.yaml`` beside ``RUN/configs/parsed.yaml``):
-    written by a run, possibly someone else's, so its ``imports`` are not run without ``--allow-imports``."""
-    resolved = Path(path).expanduser().resolve()
-    return resolved.parent.name == "configs" and (resolved.parent / "parsed.yaml").is_file()
+    """Whether a config file lies inside a run folder (a folder holding ``configs/parsed.yaml``: the file in its
+    ``configs/`` or elsewhere up to three levels below it): written by a run, possibly someone else's, so its
+    ``imports`` are not run without ``--allow-imports``. Judged on the path as given and as resolved, so no symlink
+    hides where a config comes from (``RUN/configs/parsed.yaml`` linked to ``../settings.yaml``, ``RUN/configs``
+    linked to a folder of another name, a link to a run's config from outside it)."""
+    given = Path(os.path.abspath(Path(path).expanduser()))
+    for candidate in dict.fromkeys((given, given.resolve())):
+        for folder in list(candidate.parents)[:3]:
+            if os.path.lexists(folder / "configs" / "parsed.yaml"):
+                return True
+    return False
 
 
 def refuse_imports(entries: Sequence[Any], source: str) -> None:

@@ -62,6 +62,23 @@ class Lens:
         return f"{self.kind} {self.width}x{self.height} fx={self.fx:.1f} fy={self.fy:.1f}" + (f" {terms}" if terms else "")
 
 
+def check_camera(c2w: np.ndarray, lens: Lens, source: object, frame: str) -> None:
+    """Refuse a degenerate camera by its frame: a pose whose rotation block is singular (a zero matrix, a
+    flattened axis) or a lens without a positive focal length or size. NaN and infinities are left to the
+    capture-wide check, which names every such frame at once."""
+    fix = "fix or remove that frame in its poses file, or recover every pose again with lift3d poses SCENE_FOLDER --force"
+    if np.isfinite(c2w).all():
+        singular = np.linalg.svd(np.asarray(c2w, np.float64)[:3, :3], compute_uv=False)
+        if singular[0] < 1e-9 or singular[-1] < 1e-6 * singular[0]:
+            raise SceneFormatError(f"{source}: the camera of frame {frame} is degenerate (its camera-to-world rotation "
+                                   f"has singular values {', '.join(f'{v:.3g}' for v in singular)}: a zero or flattened "
+                                   f"matrix, not a pose); {fix}")
+    values = [lens.fx, lens.fy]
+    if np.isfinite(values).all() and (min(values) <= 0 or lens.width <= 0 or lens.height <= 0):
+        raise SceneFormatError(f"{source}: the camera of frame {frame} is degenerate (focal length {lens.fx:g} x "
+                               f"{lens.fy:g} px, image {lens.width} x {lens.height} px: each must be positive); {fix}")
+
+
 @dataclass
 class Frame:
     """One photo of a capture: where its file is, where the camera was, and its lens."""

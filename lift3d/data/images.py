@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from lift3d.data.capture import SceneFormatError
+from lift3d.imaging import open_image
 
 T = Image.Transpose
 # EXIF orientation tag value -> the transpose that makes the stored pixels upright
@@ -29,10 +30,17 @@ def _to_8bit(image: Image.Image) -> Image.Image:
 
 
 def _open(path: Path) -> Image.Image:
+    """The decoded image, its size checked against ``PHOTO_PIXELS`` before decoding; a truncated or unreadable file
+    is named as such."""
     try:
-        image = Image.open(path)
+        image = open_image(path, str(path), SceneFormatError)
         image.load()
-    except (UnidentifiedImageError, OSError) as error:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        if isinstance(error, SceneFormatError):
+            raise
+        if "truncated" in str(error):
+            raise SceneFormatError(f"{path} is cut short (a truncated file: {error}); copy it again from the camera "
+                                   "or leave it out") from None
         raise SceneFormatError(f"cannot read the image {path}: {error}") from None
     return image
 

@@ -21,7 +21,7 @@ from lift3d.data import formats
 from lift3d.data.capture import SceneFormatError
 from lift3d.data.formats.photos import photo_folder
 from lift3d.data.formats.video import FORMAT as VIDEO
-from lift3d.data.sfm_photos import CameraGroup, group_cameras, read_photo, upright_folder
+from lift3d.data.sfm_photos import CameraGroup, group_cameras, read_photo, upright_folder, usable_photos
 from lift3d.data.sfm_report import REASONS, describe, explain, read_evidence
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
 
@@ -100,6 +100,8 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     if len(names) < 2:
         raise SceneFormatError(f"{images} holds {len(names)} photo(s): structure from motion needs at least two "
                                "overlapping photos (better 20 or more, all around the object)")
+    photos = [read_photo(images, name) for name in names]  # sizes first: a photo over the pixel limit is refused here
+    names = usable_photos(images, names)  # photos cut short and exact copies are left out, by name
     work = scene / "colmap"
     if work.exists():
         shutil.rmtree(work)
@@ -109,7 +111,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
              pycolmap.__version__, "sequential" if sequential else "exhaustive")
 
-    photos = [read_photo(images, name) for name in names]
+    photos = [photo for photo in photos if photo.name in names]
     groups = group_cameras(photos)
     feed = upright_folder(images, photos, work / "upright")
     log.info("%d camera%s: %s", len(groups), "s" if len(groups) > 1 else "",

@@ -17,9 +17,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageOps
+from PIL import ImageOps
 
 from lift3d.data.capture import SceneFormatError
+from lift3d.imaging import open_image
 
 DEFAULT_FOCAL_FACTOR = 1.2  # COLMAP's focal length without EXIF: 1.2 * max(width, height)
 FULL_FRAME_DIAGONAL_MM = math.hypot(36.0, 24.0)  # 35 mm equivalents scale the image diagonal (as COLMAP reads them)
@@ -91,7 +92,7 @@ def read_photo(folder: Path, name: str) -> Photo:
     """The upright size and EXIF camera of the photo ``folder / name`` (the header only: no decoding)."""
     path = folder / name
     try:
-        with Image.open(path) as image:
+        with open_image(path, str(path), SceneFormatError) as image:
             stored_w, stored_h = image.size
             exif = image.getexif()
             sub = exif.get_ifd(_EXIF_IFD)
@@ -109,6 +110,68 @@ def read_photo(folder: Path, name: str) -> Photo:
         focal_px = focal_mm * pixels_per_mm * (max(width, height) / original if original else 1.0)
     return Photo(name, width, height, orientation, _text(exif.get(_MAKE)), _text(exif.get(_MODEL)), focal_mm,
                  focal_35mm, focal_px)
+
+
+def cut_short(path: Path) -> str | None:
+    """Why the photo at ``path`` is incomplete (a file cut short: a copy or upload that stopped), or None when its
+    image data is whole. A JPEG that ends with its end-of-image marker is whole; any other (one with a trailer, as
+    motion photos have, or one cut short) is decoded at an eighth of its size, which reads every byte of its scan; a
+    PNG's chunks are checked against their checksums."""
+    try:
+        if path.suffix.lower() in (".jpg", ".jpeg"):
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - 64))
+                if handle.read().rstrip(b"\0\r\n ").endswith(b"\xff\xd9"):
+                    return None
+        with open_image(path, str(path), SceneFormatError) as image:
+            if image.format == "PNG":
+                image.verify()
+            else:
+                image.draft("RGB", (max(1, image.width // 8), max(1, image.height // 8)))
+                image.load()
+    except (OSError, SyntaxError) as error:
+        return str(error) or type(error).__name__
+    return None
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def usable_photos(images: Path, names: list[str]) -> list[str]:
+    """The photos of ``names`` that structure from motion can use: photos cut short (truncated files) and exact
+    copies of an earlier photo are left out, each kind with one named warning; a set that leaves fewer than two
+    distinct photos is refused, saying which."""
+    import hashlib
+    import logging
+
+    log = logging.getLogger("lift3d.sfm")
+    broken = {name: reason for name in names if (reason := cut_short(images / name)) is not None}
+    if broken:
+        log.warning("%d of %d photos are cut short (truncated files) and are left out: %s; copy them again from the "
+                    "camera", len(broken), len(names), _listed(list(broken)))
+    first_of: dict[str, str] = {}
+    copies: dict[str, str] = {}
+    for name in names:
+        if name not in broken:
+            digest = hashlib.sha256((images / name).read_bytes()).hexdigest()
+            if digest in first_of:
+                copies[name] = first_of[digest]
+            else:
+                first_of[digest] = name
+    kept = [name for name in names if name not in broken and name not in copies]
+    if len(kept) < 2 and copies:
+        raise SceneFormatError(f"the {len(names) - len(broken)} photos in {images} are identical (copies of "
+                               f"{next(iter(first_of.values()))}): they show no parallax, and structure from motion "
+                               "needs photos taken from different spots around the object (20 or more)")
+    if len(kept) < 2:
+        raise SceneFormatError(f"{images} holds {len(kept)} whole photo(s) ({len(broken)} cut short: "
+                               f"{_listed(list(broken))}): structure from motion needs at least two overlapping photos")
+    if copies:
+        log.warning("%d photos are exact copies of others and are left out (a copy adds no parallax): %s", len(copies),
+                    ", ".join(f"{copy} (= {original})" for copy, original in list(copies.items())[:4])
+                    + (f" and {len(copies) - 4} more" if len(copies) > 4 else ""))
+    return kept
 
 
 def group_cameras(photos: list[Photo]) -> list[CameraGroup]:
@@ -139,7 +202,7 @@ def upright_folder(images: Path, photos: list[Photo], work: Path) -> Path:
             except OSError:  # no symlinks (some file systems, Windows without the privilege): copy
                 shutil.copy2(images / photo.name, target)
             continue
-        with Image.open(images / photo.name) as image:
+        with open_image(images / photo.name, photo.name, SceneFormatError) as image:
             upright = ImageOps.exif_transpose(image)  # as lift3d.data.images loads it
         params = {"quality": 95} if target.suffix.lower() in (".jpg", ".jpeg") else {}
         upright.save(target, **params)

@@ -21,6 +21,7 @@ SMALL_SIDE = 320  # photos whose longer side is under this many pixels are calle
 MIN_VERIFIED = 15  # verified matches a pair needs to count as overlapping (COLMAP's mapper min_num_matches)
 FIRST_PAIR = 100  # verified matches COLMAP's mapper needs of the pair it starts from (init_min_num_inliers)
 SHOWN = 4  # photo names shown per reason
+PLANAR_OR_PANORAMIC = (4, 5, 6)  # COLMAP's two-view configurations a homography explains (planar, panoramic, either)
 
 # reason -> (what it says of the photos, the fix)
 REASONS = {
@@ -33,6 +34,9 @@ REASONS = {
               "remove them, or add photos that connect them to the rest"),
     "separate": ("{names} {match} only photos that did not register either (a separate part of the scene)",
                  "add photos that bridge the two parts"),
+    "same": ("{names} {show} the very view of the photos {it_they} match{es} (identical photos: no parallax)",
+             "take the photos from different spots around the object (walk around it): copies of one photo, or photos "
+             "taken from one spot, show no depth"),
     "weak": ("{names} {overlap} the other photos too little ({detail})",
              "take more photos with more overlap (each spot seen from 3+ photos, about 10-20 degrees apart)"),
 }
@@ -44,6 +48,7 @@ class Evidence:
 
     keypoints: dict[str, int]
     verified: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {other name: verified matches}
+    same_view: dict[str, set[str]] = field(default_factory=dict)  # name -> other photos that show the identical view
 
 
 class LeftOut(NamedTuple):
@@ -62,14 +67,32 @@ def read_evidence(database: Path) -> Evidence:
     try:
         names = {image.image_id: image.name for image in db.read_all_images()}
         evidence = Evidence({name: db.num_keypoints_for_image(image_id) for image_id, name in names.items()})
-        for pair_id, inliers in zip(*db.read_two_view_geometry_num_inliers()):
+        for pair_id, geometry in zip(*db.read_two_view_geometries()):
             first, second = (names.get(i) for i in pycolmap.pair_id_to_image_pair(pair_id))
+            inliers = len(geometry.inlier_matches)
             if first is not None and second is not None and inliers >= MIN_VERIFIED:
                 evidence.verified.setdefault(first, {})[second] = inliers
                 evidence.verified.setdefault(second, {})[first] = inliers
+                if _identical_view(geometry):
+                    evidence.same_view.setdefault(first, set()).add(second)
+                    evidence.same_view.setdefault(second, set()).add(first)
     finally:
         db.close()
     return evidence
+
+
+def _identical_view(geometry) -> bool:
+    """Whether a verified pair is explained by the identity homography (within a pixel): the two photos show one
+    view, with no parallax between them (copies of one photo, or a camera that did not move)."""
+    import numpy as np
+
+    if int(geometry.config) not in PLANAR_OR_PANORAMIC:
+        return False
+    H = np.asarray(geometry.H, dtype=np.float64)
+    if H.shape != (3, 3) or not np.isfinite(H).all() or abs(H[2, 2]) < 1e-12:
+        return False
+    H = H / H[2, 2]
+    return bool(np.abs(H[:2, :2] - np.eye(2)).max() < 1e-2 and np.abs(H[:2, 2]).max() < 1.0 and np.abs(H[2, :2]).max() < 1e-5)
 
 
 def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int, int]) -> tuple[str, LeftOut]:
@@ -84,6 +107,8 @@ def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int
     pairs = evidence.verified.get(name, {})
     if not pairs:
         return "alone", LeftOut(name, "")
+    if set(pairs) <= evidence.same_view.get(name, set()):
+        return "same", LeftOut(name, "")
     if registered and not registered.intersection(pairs):
         return "separate", LeftOut(name, "")
     best = max(pairs.values())
@@ -123,6 +148,9 @@ def describe(reasons: dict[str, list[LeftOut]], registered: set[str],
     if not registered and list(reasons) == ["alone"]:  # every photo alone: no subject in common at all
         return (f"no two of the {len(reasons['alone'])} photos share matches ({_names(reasons['alone'])}: different "
                 "subjects, or no overlap between them)", ["take overlapping photos of one subject", REASONS["weak"][1]])
+    if not registered and list(reasons) == ["same"]:  # every photo shows the one view
+        return (f"the {len(reasons['same'])} photos are identical ({_names(reasons['same'])} show one view from one spot: "
+                "no parallax, so no depth)", [REASONS["same"][1]])
     clauses, fixes = [], []
     for reason, entries in reasons.items():
         said, fix = REASONS[reason]
@@ -130,7 +158,7 @@ def describe(reasons: dict[str, list[LeftOut]], registered: set[str],
         verbs = {verb: verb if plural else verb + ("es" if verb.endswith("ch") else "s")
                  for verb in ("show", "share", "match", "overlap")}
         clauses.append(said.format(names=_names(entries), detail=_detail(reason, entries), are="are" if plural else "is",
-                                   **verbs))
+                                   it_they="they" if plural else "it", es="" if plural else "es", **verbs))
         fixes.append(fix)
     if len(groups) > 1 and registered:  # a whole camera left out though its photos matched: its lens may be what differs
         matched = {entry.name for reason in ("separate", "weak") for entry in reasons.get(reason, [])}

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
-from lift3d.data.capture import Frame, Lens, SceneFormatError
+from lift3d.data.capture import Frame, Lens, SceneFormatError, check_camera
+from lift3d.imaging import open_image
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 
@@ -47,10 +47,14 @@ def load_json(path: Path) -> dict[str, Any]:
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """(width, height) as stored, after EXIF orientation (the header only: no decoding)."""
-    with Image.open(path) as image:
-        width, height = image.size
-        orientation = image.getexif().get(0x0112, 1)
+    """(width, height) as stored, after EXIF orientation (the header only: no decoding; over the pixel limit or
+    unreadable: SceneFormatError)."""
+    try:
+        with open_image(path, str(path), SceneFormatError) as image:
+            width, height = image.size
+            orientation = image.getexif().get(0x0112, 1)
+    except (OSError, SyntaxError) as error:
+        raise SceneFormatError(f"cannot read the image {path}: {error} (save it again as .jpg or .png)") from None
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 
 
@@ -63,8 +67,12 @@ def lens_from_meta(meta: dict[str, Any], frame: dict[str, Any], size: tuple[int,
         fx = float(merged["fl_x"])
         fy = float(merged.get("fl_y", fx))
     elif "camera_angle_x" in merged:
-        fx = 0.5 * width / math.tan(0.5 * float(merged["camera_angle_x"]))
-        fy = 0.5 * height / math.tan(0.5 * float(merged["camera_angle_y"])) if "camera_angle_y" in merged else fx
+        angles = [float(merged[key]) for key in ("camera_angle_x", "camera_angle_y") if key in merged]
+        if not all(0.0 < angle < math.pi for angle in angles if math.isfinite(angle)):
+            raise SceneFormatError(f"{source}: camera_angle_x/y must be a field of view in radians between 0 and pi, got "
+                                   f"{', '.join(f'{a:g}' for a in angles)}")
+        fx = 0.5 * width / math.tan(0.5 * angles[0])
+        fy = 0.5 * height / math.tan(0.5 * angles[1]) if len(angles) > 1 else fx
     else:
         raise SceneFormatError(f"{source} gives no intrinsics: add 'camera_angle_x' or 'fl_x' (+ 'fl_y', 'cx', 'cy')")
     cx, cy = float(merged.get("cx", width / 2)), float(merged.get("cy", height / 2))
@@ -118,7 +126,9 @@ def frames_from_meta(meta: dict[str, Any], root: Path, source: Path, max_frames:
         mask = find_image(root, entry["mask_path"]) if entry.get("mask_path") else None
         if entry.get("mask_path") and mask is None:
             raise SceneFormatError(f"{source}: frame {i}'s mask {entry['mask_path']} is missing")
-        frames.append(Frame(path, c2w, lens_from_meta(meta, entry, size, source), mask, name=str(entry["file_path"])))
+        lens = lens_from_meta(meta, entry, size, source)
+        check_camera(c2w, lens, source, str(entry["file_path"]))
+        frames.append(Frame(path, c2w, lens, mask, name=str(entry["file_path"])))
     return frames, missing
 
 

@@ -8,11 +8,13 @@ it) and the sharpest is kept, so blurry frames are dropped without leaving gaps 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import numpy as np
 
 from lift3d.data.capture import SceneFormatError
+from lift3d.limits import VIDEO_FRAME_PIXELS, VIDEO_FRAMES
 
 log = logging.getLogger("lift3d.sfm")
 CANDIDATES_PER_FRAME = 4  # frames scored per stretch of the clip
@@ -55,6 +57,18 @@ def ffmpeg_reason(error: BaseException) -> str:
     return (said[-1] if said else lines[0] if lines else type(error).__name__)[:300]
 
 
+def check_video_size(video: Path, meta: dict) -> None:
+    """Refuse a video whose frames (its container's size) or frame count (its duration x frame rate) are over
+    ``VIDEO_FRAME_PIXELS`` / ``VIDEO_FRAMES``, from its header, before a frame is decoded."""
+    width, height = (int(v) for v in (meta.get("size") or (0, 0))[:2])
+    fix = "cut it shorter, or scale it down (e.g. ffmpeg -i IN -vf scale=1920:-2 OUT.mp4)"
+    VIDEO_FRAME_PIXELS.check(str(video), width * height, SceneFormatError, fix, detail=f"frames of {width} x {height} px")
+    duration, fps = float(meta.get("duration") or 0.0), float(meta.get("fps") or 0.0)
+    if math.isfinite(duration * fps):
+        VIDEO_FRAMES.check(str(video), round(duration * fps), SceneFormatError, fix,
+                           detail=f"{duration:.0f} s at {fps:g} frames a second")
+
+
 def extract_frames(video: Path, out: Path, n_frames: int = 0) -> list[Path]:
     """Write ``n_frames`` (0: ``default_frame_count()``) sharp, evenly spaced frames of ``video`` to ``out`` as JPGs."""
     import imageio.v2 as imageio
@@ -62,8 +76,11 @@ def extract_frames(video: Path, out: Path, n_frames: int = 0) -> list[Path]:
     n_frames = n_frames or default_frame_count()
     try:
         reader = imageio.get_reader(str(video), "ffmpeg")
+        check_video_size(video, reader.get_meta_data())
         total = _frame_count(reader)
         reader.close()
+    except SceneFormatError:
+        raise
     except Exception as error:
         raise SceneFormatError(f"cannot read the video {video}: {ffmpeg_reason(error)}; give a video ffmpeg can play "
                                "(.mp4, .mov) or a folder of photos") from None

@@ -379,4 +379,5 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         """Write the asset in ``formats`` (None: ``export.formats``) through the one export table; each format
         succeeds or warns on its own (``lift3d.aftercare``)."""
         cfg = self.cfg.export
-        return export_formats(saver, formats or cfg.formats, cfg, self.export_sources(), stem=f"it{self.true_global_step}")
+        with saver.exporting():  # never over a file lift3d did not write (lift3d.saving)
+            return export_formats(saver, formats or cfg.formats, cfg, self.export_sources(), stem=f"it{self.true_global_step}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError
+from lift3d.data.capture import Capture, Frame, Lens, SceneFormatError, check_camera
 from lift3d.data.colmap_model import ColmapCamera, find_model, read_model
 from lift3d.data.formats import CaptureFormat, register_format
 from lift3d.rotations import quaternion_to_matrix_np
@@ -80,8 +80,13 @@ def read_colmap(root: Path, downscale: int = 1) -> tuple[Capture, int]:
             raise SceneFormatError(f"{folder}: image {image.name} names camera {image.camera_id}, which the model lacks")
         if image.camera_id not in lenses:
             lenses[image.camera_id] = lens_from_colmap(model.cameras[image.camera_id])
-        registered.append(Frame(root / image.name, c2w_from_colmap(image.qvec, image.tvec), lenses[image.camera_id],
-                                name=image.name))
+        if np.isfinite(image.qvec).all() and np.linalg.norm(image.qvec) < 1e-6:
+            raise SceneFormatError(f"{folder}: the camera of image {image.name} is degenerate (its rotation quaternion is "
+                                   "zero, not a rotation); fix or remove that image in the model, or recover every pose "
+                                   f"again with lift3d poses {root} --force")
+        c2w = c2w_from_colmap(image.qvec, image.tvec)
+        check_camera(c2w, lenses[image.camera_id], folder, image.name)
+        registered.append(Frame(root / image.name, c2w, lenses[image.camera_id], name=image.name))
     points = colors = None
     if model.points:
         points = np.stack([p.xyz for p in model.points.values()]).astype(np.float32)

@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
-from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.gaussians.formats.codec import PlyFormatError, check_count, finite_gaussians, read_file, register_codec, write_file
+from lift3d.gaussians.formats.ply import pruned
 from lift3d.gaussians.transform import rotate_gaussians
 from lift3d.rotations import Z_UP_TO_Y_UP  # lift3d's world to glTF's +y up, as lift3d.export.writers turns meshes
 from lift3d.sh import Y0, degree_of
@@ -180,14 +180,23 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
         if accessor.get("componentType") != FLOAT or WIDTHS.get(accessor.get("type")) != width or "byteStride" in view:
             raise GltfSplatError(f"{name}: {semantic} is not tightly packed float32 {accessor.get('type')}; lift3d reads "
                                  "float attributes (quantized ones need KHR_mesh_quantization, which it does not read)")
-        start = view.get("byteOffset", 0) + accessor.get("byteOffset", 0)
-        count = accessor["count"] * width
+        start, count = view.get("byteOffset", 0) + accessor.get("byteOffset", 0), accessor.get("count")
+        if not isinstance(count, int) or not isinstance(start, int) or start < 0:
+            raise GltfSplatError(f"{name}: the accessor of {semantic} is malformed (count {count!r}, offset {start!r})")
+        check_count(count, name)
+        count *= width
         if start + 4 * count > len(blob):
             raise GltfSplatError(f"{name} is truncated: {semantic} runs past the end of the binary chunk")
-        return np.frombuffer(blob, dtype="<f4", count=count, offset=start).reshape(-1, width).astype(np.float32)
+        values = np.frombuffer(blob, dtype="<f4", count=count, offset=start).reshape(-1, width).astype(np.float32)
+        if counts and len(values) != counts[0]:
+            raise GltfSplatError(f"{name}: {semantic} has {len(values):,} values, POSITION {counts[0]:,}; every attribute of "
+                                 "the Gaussian primitive has one value per Gaussian")
+        return values
 
+    counts: list[int] = []
     means = read("POSITION", 3)
     n = len(means)
+    counts.append(n)
     sh0 = read(f"{EXTENSION}:SH_DEGREE_0_COEF_0", 3)
     degree = 0
     while degree < 3 and f"{EXTENSION}:SH_DEGREE_{degree + 1}_COEF_0" in attributes:
@@ -195,7 +204,7 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
     rest = [read(f"{EXTENSION}:SH_DEGREE_{band}_COEF_{m}", 3) for band in range(1, degree + 1) for m in range(2 * band + 1)]
     opacity = np.clip(read(f"{EXTENSION}:OPACITY", 1)[:, 0].astype(np.float64), 1e-6, 1.0 - 1e-6)
     scales = read(f"{EXTENSION}:SCALE", 3)
-    if (scales <= 0).any():
+    if (scales <= 0).any():  # NaN compares False: left to finite_gaussians
         raise GltfSplatError(f"{name}: {EXTENSION}:SCALE holds values <= 0; the extension stores linear scales (> 0)")
     params = {
         "means": torch.from_numpy(means),
@@ -206,7 +215,7 @@ def decode_gltf_splat(data: bytes, name: str = "the data", up_axis: str = "y") -
         "shN": torch.from_numpy(np.stack(rest, axis=1)) if rest else torch.zeros(n, 0, 3),
     }
     rotation = _axes(up_axis if up_axis == "z" else _written_axes(document))
-    return params if rotation is None else rotate_gaussians(params, rotation.T)
+    return finite_gaussians(params if rotation is None else rotate_gaussians(params, rotation.T), name)
 
 
 def _gaussian_primitive(document: dict) -> dict | None:

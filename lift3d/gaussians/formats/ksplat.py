@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
-from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.gaussians.formats.codec import PlyFormatError, check_count, finite_gaussians, read_file, register_codec, write_file
+from lift3d.gaussians.formats.ply import pruned
 from lift3d.sh import Y0, degree_of
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def decode_ksplat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
     sh_min, sh_max = sh_min or -SH_RANGE, sh_max or SH_RANGE
     if level > 2:
         raise KsplatFormatError(f"{name} has compression level {level}; .ksplat files have levels 0, 1 and 2")
+    check_count(total, name)
     if HEADER_BYTES + SECTION_BYTES * sections > len(data):
         raise KsplatFormatError(f"{name} is truncated: {sections} section headers run past its {len(data)} bytes")
     base = HEADER_BYTES + SECTION_BYTES * sections
@@ -106,6 +107,11 @@ def decode_ksplat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         positions = records["position"].astype(np.float64)
         if level > 0:
             sizes = np.frombuffer(data, dtype="<u4", count=partial, offset=base).astype(np.int64)
+            filled = full * bucket_capacity + int(sizes.sum())
+            if record < BUCKET_RECORD or full + partial > buckets or filled > capacity + bucket_capacity:
+                raise KsplatFormatError(f"{name} is corrupt: section {index}'s bucket table ({full} full of "
+                                        f"{bucket_capacity}, {partial} partly filled, of {buckets}) does not fit its "
+                                        f"{capacity} Gaussians")
             centers = np.frombuffer(data, dtype="<f4", count=3 * buckets, offset=base + 4 * partial).reshape(buckets, 3)
             bucket_of = np.concatenate([np.repeat(np.arange(full), bucket_capacity),
                                         np.repeat(np.arange(full, full + partial), sizes)])
@@ -139,14 +145,14 @@ def decode_ksplat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
     means, scales, quats, rgba, shN = (np.concatenate(out[key]) for key in ("means", "scales", "quats", "rgba", "shN"))
     alpha = np.clip(rgba[:, 3], 1e-6, 1.0 - 1e-6)
     f = np.float32
-    return {
+    return finite_gaussians({
         "means": torch.from_numpy(means.astype(f)),
         "log_scales": torch.from_numpy(np.log(np.maximum(scales, 1e-12)).astype(f)),
         "quats": torch.from_numpy(quats.astype(f)),
         "opacity_logits": torch.from_numpy(np.log(alpha / (1.0 - alpha)).astype(f)),
         "sh0": torch.from_numpy(((rgba[:, None, :3] - 0.5) / Y0).astype(f)),
         "shN": torch.from_numpy(shN.astype(f)),
-    }
+    }, name)
 
 
 def encode_ksplat(params: dict[str, Tensor], level: int = 1) -> bytes:

@@ -16,14 +16,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import register_codec, write_file
+from lift3d.gaussians.formats.codec import (
+    PlyFormatError,
+    check_count,
+    check_file_size,
+    finite_gaussians,
+    register_codec,
+    write_file,
+)
 from lift3d.sh import degree_of, num_bases
 
 REST_COUNTS = {0: 0, 1: 9, 2: 24, 3: 45}
-
-
-class PlyFormatError(ValueError):
-    """A PLY file that is not a readable 3DGS Gaussian file; the message says what is wrong."""
+HEADER_BYTES = 1 << 16  # a PLY header longer than this is not a Gaussian file's
+TYPE_BYTES = {"char": 1, "uchar": 1, "int8": 1, "uint8": 1, "short": 2, "ushort": 2, "int16": 2, "uint16": 2, "int": 4,
+              "uint": 4, "int32": 4, "uint32": 4, "float": 4, "float32": 4, "double": 8, "float64": 8}
 
 
 def property_names(n_rest: int) -> list[str]:
@@ -66,11 +72,40 @@ def save_ply(path: str | Path, gaussians, keep: Tensor | None = None, sh_degree:
     return write_file(path, buffer.getvalue())
 
 
+def check_header(path: Path) -> None:
+    """Refuse a PLY whose header claims more vertices than ``GAUSSIANS``, or more than its body can hold, from the
+    header alone (plyfile would allocate what the header claims before reading a vertex)."""
+    with open(path, "rb") as handle:
+        head = handle.read(HEADER_BYTES)
+    end = head.find(b"end_header")
+    if not head.startswith(b"ply") or end < 0:
+        return  # not a PLY, or a header without its end: plyfile says what is wrong
+    body = path.stat().st_size - (head.index(b"\n", end) + 1 if b"\n" in head[end:] else len(head))
+    binary = b"binary_" in head[:end]
+    element, sizes = None, {}
+    for line in head[:end].decode("ascii", "replace").splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0] == "element":
+            element = words[1]
+            count = int(words[2]) if words[2].isdigit() else -1
+            if element == "vertex":
+                check_count(count, str(path))
+            sizes[element] = [max(count, 0), 0]
+        elif len(words) == 3 and words[0] == "property" and element in sizes:
+            sizes[element][1] += TYPE_BYTES.get(words[1], 1)
+    need = sum(count * (size if binary else 2) for count, size in sizes.values())  # text: a digit and a space at least
+    if need > body:
+        raise PlyFormatError(f"{path} is truncated or corrupt: its header counts {sizes.get('vertex', [0])[0]:,} vertices, "
+                             f"which need {need:,} bytes, and the file holds {body:,} after the header")
+
+
 def _read(path: Path):
     from plyfile import PlyData
 
     if not path.is_file():
         raise FileNotFoundError(f"Gaussian PLY not found: {path}")
+    check_file_size(path)
+    check_header(path)
     try:
         return PlyData.read(str(path))
     except Exception as error:  # plyfile raises several types for bad headers and short bodies
@@ -119,8 +154,7 @@ def load_ply(path: str | Path, sh_degree: int | None = None) -> dict[str, Tensor
         "sh0": column("f_dc_0", "f_dc_1", "f_dc_2")[:, None, :],
         "shN": rest.reshape(n, 3, n_rest // 3).transpose(1, 2).contiguous(),
     }
-    if not all(torch.isfinite(v).all() for v in params.values()):
-        raise PlyFormatError(f"{path} holds NaN or infinite values")
+    params = finite_gaussians(params, str(path))
     if sh_degree is not None and sh_degree != file_degree:
         params = with_sh_degree(params, sh_degree)
     return params

@@ -25,6 +25,7 @@ import io
 import json
 import math
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +33,15 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
-from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.gaussians.formats.codec import PlyFormatError, check_count, finite_gaussians, read_file, register_codec, write_file
+from lift3d.gaussians.formats.ply import pruned
+from lift3d.imaging import open_image
+from lift3d.limits import TEXTURE_PIXELS
 from lift3d.sh import degree_of
 
 SH_COEFFS = {0: 0, 1: 3, 2: 8, 3: 15}
 FILES = ("means_l.webp", "means_u.webp", "quats.webp", "scales.webp", "sh0.webp")
+META_BYTES = 64 * 2**20  # a meta.json larger than this (its codebooks are a few KB) is not a SOG's
 
 
 class SogFormatError(PlyFormatError):
@@ -239,14 +243,26 @@ def _decode_image(bundle: zipfile.ZipFile, name: str, files: set[str], source: s
     """A bundled WebP as [H * W, 4] uint8, checked to hold at least ``min_pixels`` pixels."""
     if name not in files:
         raise SogFormatError(f"{source} lacks {name}, which its meta.json names")
+    fix = "write it again with fewer Gaussians"
+    _check_member(bundle, name, 4 * TEXTURE_PIXELS.value + 2**20, source, fix)
     try:
-        with Image.open(io.BytesIO(bundle.read(name))) as image:
+        with open_image(io.BytesIO(bundle.read(name)), f"{source}'s {name}", SogFormatError, TEXTURE_PIXELS, fix) as image:
+            if image.width * image.height < min_pixels:
+                raise SogFormatError(f"{source}: {name} has {image.width * image.height} pixels, fewer than the "
+                                     f"{min_pixels} needed")
             rgba = np.asarray(image.convert("RGBA"))
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
+    except (OSError, SyntaxError, zipfile.BadZipFile, EOFError, zlib.error) as error:
         raise SogFormatError(f"{source}: {name} is not a readable WebP image ({error})") from None
-    if rgba.shape[0] * rgba.shape[1] < min_pixels:
-        raise SogFormatError(f"{source}: {name} has {rgba.shape[0] * rgba.shape[1]} pixels, fewer than the {min_pixels} needed")
     return rgba.reshape(-1, 4)
+
+
+def _check_member(bundle: zipfile.ZipFile, name: str, limit: int, source: str, fix: str) -> None:
+    """Refuse a bundled file whose directory entry says it unpacks to more than ``limit`` bytes, before it is read
+    (zipfile never inflates a member past that size)."""
+    size = bundle.getinfo(name).file_size
+    if size > limit:
+        raise SogFormatError(f"{source}'s {name} unpacks to {size:,} bytes, more than a SOG's {name} needs ({limit:,}): "
+                             f"{fix}")
 
 
 def decode_sog(data: bytes, name: str = "the data") -> dict[str, Tensor]:
@@ -254,8 +270,12 @@ def decode_sog(data: bytes, name: str = "the data") -> dict[str, Tensor]:
     try:
         bundle = zipfile.ZipFile(io.BytesIO(data))
         files = set(bundle.namelist())
+        if "meta.json" in files:
+            _check_member(bundle, "meta.json", META_BYTES, name, "it is not a SOG bundle")
         meta = json.loads(bundle.read("meta.json")) if "meta.json" in files else None
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
+    except SogFormatError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error) as error:
         raise SogFormatError(f"{name} is not a SOG bundle (a zip with meta.json): {error}") from None
     if meta is None:
         raise SogFormatError(f"{name} is a zip without meta.json; a .sog bundle holds meta.json and WebP images")
@@ -264,8 +284,11 @@ def decode_sog(data: bytes, name: str = "the data") -> dict[str, Tensor]:
         raise SogFormatError(f"{name} has SOG meta version {version!r}; lift3d reads version 2 (splat-transform >= 1.0)")
     try:
         n = int(meta["count"])
-        return _decode(bundle, meta, n, files, name)
-    except (KeyError, TypeError, IndexError) as error:
+        check_count(n, name)
+        return finite_gaussians(_decode(bundle, meta, n, files, name), name)
+    except PlyFormatError:
+        raise
+    except (KeyError, TypeError, IndexError, ValueError) as error:
         raise SogFormatError(f"{name}: meta.json lacks or misstates {error} "
                              "(see the SOG layout in lift3d.gaussians.formats.sog)") from None
 

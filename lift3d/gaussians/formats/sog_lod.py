@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 from lift3d.gaussians.formats.ply import pruned
-from lift3d.gaussians.formats.sog import decode_sog, encode_sog, morton_order
+from lift3d.gaussians.formats.sog import META_BYTES, SogFormatError, decode_sog, encode_sog, morton_order
+from lift3d.limits import GAUSSIAN_FILE_BYTES
 from lift3d.rotations import matrix_to_quaternion_np, quaternion_to_matrix_np
 from lift3d.saving import atomic_write_bytes
 
@@ -163,14 +164,28 @@ def save_sog_lod(folder: str | Path, params: dict[str, Tensor], keep: Tensor | N
 
 
 def load_sog_lod(path: str | Path, level: int = 0) -> dict[str, Tensor]:
-    """Pre-activation parameters of one level of a streamed SOG (``lod-meta.json``), in lift3d's world."""
+    """Pre-activation parameters of one level of a streamed SOG (``lod-meta.json``), in lift3d's world; the level's
+    files are checked as a bundled .sog's are (``decode_sog``), and their total size before they are read."""
     path = Path(path)
-    meta = json.loads(path.read_text())
-    if not 0 <= level < meta["lodLevels"]:
-        raise ValueError(f"{path} has levels 0..{meta['lodLevels'] - 1}, not {level}")
-    unit = path.parent / meta["filenames"][level]
+    if not path.is_file():
+        raise FileNotFoundError(f"SOG levels of detail not found: {path}")
+    if path.stat().st_size > META_BYTES:
+        raise SogFormatError(f"{path} is {path.stat().st_size:,} bytes, more than a lod-meta.json needs ({META_BYTES:,})")
+    try:
+        meta = json.loads(path.read_text())
+        levels, unit = int(meta["lodLevels"]), path.parent / str(meta["filenames"][level])
+    except (ValueError, KeyError, TypeError, IndexError) as error:
+        raise SogFormatError(f"{path} is not a SOG lod-meta.json with level {level} ({error})") from None
+    if not 0 <= level < levels:
+        raise SogFormatError(f"{path} has levels 0..{levels - 1}, not {level}")
+    if not unit.parent.resolve().is_relative_to(path.parent.resolve()) or not unit.parent.is_dir():
+        raise SogFormatError(f"{path}: level {level}'s folder {unit.parent} is missing or lies outside {path.parent}")
+    files = [file for file in unit.parent.iterdir() if file.is_file()]
+    GAUSSIAN_FILE_BYTES.check(f"{unit.parent}", sum(file.stat().st_size for file in files), SogFormatError,
+                              "keep fewer Gaussians in it")
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as bundle:  # the unbundled SOG as the bundle the .sog reader takes
-        for file in unit.parent.iterdir():
+        for file in files:
             bundle.writestr(file.name, file.read_bytes())
     return decode_sog(buffer.getvalue(), str(unit))
+

@@ -20,8 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
-from lift3d.gaussians.formats.ply import PlyFormatError
+from lift3d.gaussians.formats.codec import PlyFormatError, check_count, finite_gaussians, read_file, register_codec, write_file
 from lift3d.gaussians.tensors import GaussianTensors
 from lift3d.sh import rgb_to_sh, sh_to_rgb
 
@@ -74,20 +73,21 @@ def decode_splat(data: bytes, name: str = "the data") -> dict[str, Tensor]:
     (quantized color, opacity and rotation come back to within 1/255)."""
     if len(data) % SPLAT_DTYPE.itemsize or not data:
         raise PlyFormatError(f"{name} is not a .splat file: its size {len(data)} is not a positive multiple of 32 bytes")
+    check_count(len(data) // SPLAT_DTYPE.itemsize, name)
     records = np.frombuffer(data, dtype=SPLAT_DTYPE)
     rgba = records["rgba"].astype(np.float32) / 255.0
-    return {
+    return finite_gaussians({
         "means": torch.from_numpy(records["position"].copy()),
         "scales": torch.from_numpy(records["scale"].copy()),
         "quats": torch.from_numpy((records["rotation"].astype(np.float32) - 128.0) / 128.0),
         "opacities": torch.from_numpy(rgba[:, 3].copy()),
         "colors": torch.from_numpy(rgba[:, :3].copy()),
-    }
+    }, name)
 
 
 def read_splat(path: str | Path) -> GaussianTensors:
     """Decode a ``.splat`` file into activated Gaussians (see ``decode_splat``)."""
-    values = decode_splat(Path(path).read_bytes(), str(path))
+    values = decode_splat(read_file(path, "Gaussian file"), str(path))
     return GaussianTensors(means=values["means"], scales=values["scales"], quats=values["quats"],
                            opacities=values["opacities"], colors=values["colors"])
 

@@ -43,8 +43,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lift3d.gaussians.formats.codec import read_file, register_codec, write_file
-from lift3d.gaussians.formats.ply import PlyFormatError, pruned
+from lift3d.gaussians.formats.codec import (
+    PlyFormatError,
+    check_count,
+    finite_gaussians,
+    inflate_gzip,
+    read_file,
+    register_codec,
+    write_file,
+)
+from lift3d.gaussians.formats.ply import pruned
 from lift3d.gaussians.transform import FLIP_YZ, rotate_gaussians
 from lift3d.sh import MAX_DEGREE, degree_of
 
@@ -241,11 +249,17 @@ def _v4_body(data: bytes, name: str) -> tuple[tuple, bytes, np.ndarray | None]:
     if not HEADER_V4.size <= toc <= len(data) - TOC_ENTRY.size * streams:
         raise SpzFormatError(f"{name} is truncated or corrupt: its table of contents (at byte {toc}, {streams} streams) "
                              f"lies outside the file's {len(data)} bytes")
+    check_count(n, name)
+    expected = [size for size in _array_sizes(n, degree, version, name) if size]
     rotation = _extensions(data, toc, name) if flags & FLAG_EXTENSIONS else None
     offset, parts = toc + TOC_ENTRY.size * streams, []
     decompressor = _zstd().ZstdDecompressor()
     for i in range(streams):
         packed, size = TOC_ENTRY.unpack_from(data, toc + TOC_ENTRY.size * i)
+        if i >= len(expected) or size != expected[i]:  # checked before inflating: the table may claim anything
+            implied = f"{expected[i]:,}" if i < len(expected) else "none"
+            raise SpzFormatError(f"{name} is truncated or corrupt: its table of contents gives stream {i} {size:,} bytes, "
+                                 f"expected {implied} for {n:,} Gaussians of SH degree {degree}")
         frame = data[offset: offset + packed]
         if len(frame) != packed:
             raise SpzFormatError(f"{name} is truncated: stream {i} ({packed} bytes) runs past the end of the file")
@@ -262,11 +276,11 @@ def _v4_body(data: bytes, name: str) -> tuple[tuple, bytes, np.ndarray | None]:
 
 def _legacy_body(data: bytes, name: str) -> tuple[tuple, bytes]:
     """(header fields, the arrays) of a version 2 or 3 file (one gzip stream)."""
-    try:
-        raw = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as error:
-        raise SpzFormatError(f"{name} is not an SPZ file (not a complete gzip stream, as versions 2 and 3 are, nor "
-                             f"version 4's plain 'NGSP' header: {error})") from None
+    try:  # the header first: its count bounds how far the stream may inflate
+        raw = zlib.decompressobj(wbits=31).decompress(data, HEADER.size)
+    except zlib.error as error:
+        raise SpzFormatError(f"{name} is not an SPZ file (not a complete gzip stream, as versions 2 and 3 "
+                             f"are, nor version 4's plain 'NGSP' header: {error})") from None
     if len(raw) < HEADER.size:
         raise SpzFormatError(f"{name} is too short for an SPZ header ({len(raw)} bytes)")
     magic, version, n, degree, bits, flags, _ = HEADER.unpack_from(raw)
@@ -277,7 +291,19 @@ def _legacy_body(data: bytes, name: str) -> tuple[tuple, bytes]:
     if flags & FLAG_EXTENSIONS:
         raise SpzFormatError(f"{name} carries SPZ extensions inside its gzip stream, which lift3d does not read: "
                              "convert it with `splat-transform --spz-version 4 IN.spz OUT.spz`")
+    check_count(n, name)
+    try:
+        raw = inflate_gzip(data, HEADER.size + sum(_array_sizes(n, degree, version, name)), name)
+    except PlyFormatError as error:
+        raise SpzFormatError(str(error)) from None
     return (magic, version, n, degree, bits, flags), raw[HEADER.size:]
+
+
+def _array_sizes(n: int, degree: int, version: int, name: str) -> list[int]:
+    """The byte size of each of the six arrays of ``n`` Gaussians of SH ``degree`` (rotations: 4 bytes from version 3)."""
+    if degree not in SH_DIMS:
+        raise SpzFormatError(f"{name} has SH degree {degree}; SPZ allows 0..4")
+    return [9 * n, n, 3 * n, 3 * n, (4 if version >= 3 else 3) * n, 3 * SH_DIMS[degree] * n]
 
 
 def read_spz(data: bytes, name: str = "the data") -> tuple[dict[str, Tensor], SpzInfo]:
@@ -287,10 +313,7 @@ def read_spz(data: bytes, name: str = "the data") -> tuple[dict[str, Tensor], Sp
         (_, version, n, degree, bits, flags), body, rotation = _v4_body(data, name)
     else:
         (_, version, n, degree, bits, flags), body = _legacy_body(data, name)
-    if degree not in SH_DIMS:
-        raise SpzFormatError(f"{name} has SH degree {degree}; SPZ allows 0..4")
-    k, rot_bytes = SH_DIMS[degree], 4 if version >= 3 else 3
-    sizes = [9 * n, n, 3 * n, 3 * n, rot_bytes * n, 3 * k * n]
+    k, sizes = SH_DIMS.get(degree, 0), _array_sizes(n, degree, version, name)
     if len(body) != sum(sizes):
         raise SpzFormatError(f"{name} is truncated or corrupt: {len(body)} data bytes for {n} Gaussians "
                              f"of SH degree {degree}, expected {sum(sizes)}")
@@ -324,7 +347,7 @@ def read_spz(data: bytes, name: str = "the data") -> tuple[dict[str, Tensor], Sp
     if rotation is not None:  # stored in other axes (Adobe's record): to right-up-back first
         params = rotate_gaussians(params, torch.from_numpy(rotation))
     info = SpzInfo(version=version, count=n, sh_degree=degree, antialiased=bool(flags & FLAG_ANTIALIASED))
-    return rotate_gaussians(params, torch.tensor(FLIP_YZ).T), info
+    return finite_gaussians(rotate_gaussians(params, torch.tensor(FLIP_YZ).T), name), info
 
 
 def decode_spz(data: bytes, name: str = "the data") -> dict[str, Tensor]:
