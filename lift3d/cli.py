@@ -49,6 +49,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ("lift3d.gaussians.formats.ply", "PlyFormatError"),
         ("lift3d.guidance.loading", "ModelLoadError"),
         ("lift3d.api.exporting", "ExportFailedError"),
+        ("lift3d.method_table", "MethodError"),
         ("lift3d.app.recipes", "RecipeError"),
     ):
         with contextlib.suppress(ImportError, AttributeError):

@@ -149,7 +149,7 @@ def find_method(name: str | None, task: str | None = None) -> Method:
 
 
 def _task_words(task: str | None) -> str:
-    return {PHOTOS: "photos", TEXT: "a text prompt", IMAGE: "one photo", None: "anything"}[task]
+    return {PHOTOS: "photos", TEXT: "text", IMAGE: "one photo", None: "anything"}[task]
 
 
 def stage_recipes(method: Method, *, sample: bool = False, on_cpu: bool = False, unbounded: bool = False,

@@ -422,7 +422,7 @@ def test_generate_without_network_or_weights(command, twin, unreachable_hub, tmp
     assert "scheduler_config.json" not in err and "Retry" not in err, err[-2000:]
     notices = [line for line in err.splitlines() if "needs a CUDA GPU" in line]
     if NO_CUDA:  # said up front, before the model loads, with the offline twin that runs on a CPU
-        assert len(notices) == 1 and f"{twin}.yaml" in notices[0], err[-2000:]
+        assert len(notices) == 1 and f"lift3d train {twin} " in notices[0], err[-2000:]
         assert err.index("needs a CUDA GPU") < err.index("lift3d: error:")
     else:
         assert not notices
