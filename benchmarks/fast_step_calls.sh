@@ -26,11 +26,11 @@ case "${1:-1}" in
     bench baseline --steps 7000 --eval-at 7000 --reference plain
     bench profile_3k --steps 3200 --eval-at 3200 --val-views 5 --profile 200 --profile-start 3000
     bench visible_adam --steps 7000 --eval-at 7000 system.optimizer.visible_adam=true
-    bench res_4_2 --steps 7000 --eval-at 7000 "system.densify.resolution_schedule=[[0,4],[1000,2],[2500,1]]"
+    bench res_4_2 --steps 7000 --eval-at 7000 "system.resolution_schedule=[[0,4],[1000,2],[2500,1]]"
     bench budget_200k --steps 7000 --eval-at 7000 system.densify.max_gaussians=200000
     timeout 200 python3 -m pytest -m gpu -q -x tests/test_fast_splat_step_gpu.py tests/test_graphed_splats_gpu.py \
         tests/test_captured_step_gpu.py 2>&1 | tail -15 | tee -a "$OUT/log.txt"
-    bench res_2 --steps 7000 --eval-at 7000 "system.densify.resolution_schedule=[[0,2],[2000,1]]"
+    bench res_2 --steps 7000 --eval-at 7000 "system.resolution_schedule=[[0,2],[2000,1]]"
     ;;
 2)
     python3 -c "import gsplat.cuda._backend" 2>&1 | tail -1
@@ -39,7 +39,7 @@ case "${1:-1}" in
     bench baseline --steps 7000 --eval-at 7000 --reference plain
     bench visible_adam --steps 7000 --eval-at 7000 system.optimizer.visible_adam=true
     bench visible_adam_res_2 --steps 7000 --eval-at 7000 system.optimizer.visible_adam=true \
-        "system.densify.resolution_schedule=[[0,2],[2000,1]]"
+        "system.resolution_schedule=[[0,2],[2000,1]]"
     fox fox_default
     fox fox_visible_adam --set system.optimizer.visible_adam=true
     bench sched15k_visible_adam --steps 15000 --eval-at 7500,15000 system.densify.refine_stop=7500 \
