@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lift3d.cameras import Cameras
 from lift3d.config import ConfigError
+from lift3d.data.summary import SceneSummary
 from lift3d.render.appearance import (
     PhotoAppearance,
     apply_affine,
@@ -16,7 +18,7 @@ from lift3d.render.appearance import (
     identity_affine,
     resolve_enabled,
 )
-from lift3d.systems.appearance import AppearanceHooks, capture_format
+from lift3d.systems.appearance import AppearanceHooks
 
 
 def _random_affine(generator: torch.Generator, n: int = 1) -> torch.Tensor:
@@ -97,14 +99,6 @@ def test_enabled_auto_is_on_for_real_captures_only():
     with pytest.raises(ValueError, match="auto, true or false"):
         resolve_enabled("sometimes", "colmap")
 
-    class Capture:
-        format = "colmap"
-
-    class Data:
-        capture, train = Capture(), [0] * 5
-
-    assert capture_format(Data()) == "colmap" and capture_format(object()) is None
-
 
 def test_photo_appearance_state():
     assert not PhotoAppearance({}).setup_for("colmap", 10)  # off unless a recipe asks (editing, generation)
@@ -180,44 +174,35 @@ def test_hooks_score_held_out_photos_by_the_protocol():
             self.appearance = PhotoAppearance({"enabled": enabled})
             self._val_scores = []
 
-    class Data:
-        class capture:
-            format = "nerfstudio"
-        train = [0] * 4
-
     render, photo = torch.rand(1, 8, 8, 3), torch.rand(1, 8, 8, 3)
     off = System("auto")
     off._score({"rgb": render}, {"rgb": photo})
     assert off._val_scores[0].tolist() == [[-1.0, -1.0]]  # the plain scores
     on = System("auto")
-    on.setup_appearance(Data())
+    on.setup_appearance(_photos(4, "nerfstudio"))
     assert on.appearance.active and on.appearance.delta.shape[0] == 4
     on._score({"rgb": render}, {"rgb": photo})
     assert torch.allclose(on._val_scores[0], held_out_scores(render, photo, "left-half"))
     assert on.appearance_index({"index": torch.tensor([1])}).tolist() == [1]
 
-    class Rays(Data):
-        class cfg:
-            batch_mode = "rays"
-
     rays = System("true")
-    rays.setup_appearance(Rays())  # ray batches that do not say which photo each ray is from: off, warned
+    # ray batches that do not say which photo each ray is from: off, warned
+    rays.setup_appearance(_photos(4, "nerfstudio", batches_name_their_photos=False))
     assert not rays.appearance.active
-    Rays.rays_carry_index = True
-    rays.setup_appearance(Rays())
+    rays.setup_appearance(_photos(4, "nerfstudio"))
     assert rays.appearance.active
+    for no_photos in (None, SceneSummary(object_centric=True)):  # an export without data; generation's random views
+        untouched = System("true")
+        untouched.setup_appearance(no_photos)
+        assert not untouched.appearance.active
     assert on.appearance_index({}) is None and on._warned_no_index
 
 
-class _Capture:
-    format = "colmap"
-
-
-class _Photos:
-    """The two facts the systems read from a data module for appearance: the capture's layout and the photo count."""
-
-    capture = _Capture()
-    train = [0] * 3
+def _photos(n: int, capture_format: str = "colmap", **facts) -> SceneSummary:
+    """The facts a system reads of its data for appearance: the capture's layout and the photo count."""
+    intrinsics = torch.tensor([[8.0, 0.0, 4.0], [0.0, 8.0, 4.0], [0.0, 0.0, 1.0]]).repeat(n, 1, 1)
+    return SceneSummary(cameras=Cameras(torch.eye(4).repeat(n, 1, 1), intrinsics, 8, 8), image_sizes=((8, 8),) * n,
+                        capture_format=capture_format, **facts)
 
 
 def _tiny_cameras(n: int = 2, size: int = 8):
@@ -235,7 +220,7 @@ def test_gaussian_system_trains_the_transforms_of_its_photos():
     system = ReconstructGaussiansSystem(cfg.system)
     assert system.cfg.appearance.enabled == "auto" and not system.appearance.active
     system.gaussians.initialize(torch.randn(50, 3) * 0.5)
-    system.setup_appearance(_Photos())
+    system.setup_appearance(_photos(3))
     assert system.appearance.delta.shape == (3, 3, 4)
     groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
     assert groups["appearance"]["params"][0] is system.appearance.delta
@@ -253,7 +238,7 @@ def test_nerf_system_trains_the_transforms_of_its_photos():
 
     cfg = load_config(recipe_config("reconstruct-nerf-cpu"), overrides=["data.batch_mode=image"])
     system = ReconstructNerfSystem(cfg.system)
-    system.setup_appearance(_Photos())
+    system.setup_appearance(_photos(3))
     assert system.appearance.active
     groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
     assert groups["appearance"]["params"][0] is system.appearance.delta
@@ -273,6 +258,9 @@ def test_ray_batches_name_the_photo_of_every_ray(tmp_path):
     root = write_colmap_scene(tmp_path / "orientations", "orientations")
     module = PosedImagesDataModule({"root": str(root), "holdout_every": HOLDOUT, "batch_mode": "rays", "rays_per_batch": 512})
     assert PosedImagesDataModule.rays_carry_index
+    summary = module.scene_summary()  # what the systems are handed: appearance on, sized for every training photo
+    assert summary.capture_format == "colmap" and summary.batches_name_their_photos and not summary.object_centric
+    assert summary.n_photos == len(module.train) and summary.mixed_sizes
     batch = module._sample_rays(3, step_generator(0, 3))
     index = batch["index"]
     assert index.shape == (512,) and int(index.min()) >= 0 and int(index.max()) < len(module.train)

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.config import load_config
 from lift3d.gaussians.model import GaussianModel
-from lift3d.gaussians.strategy import DensifyStrategy
+from lift3d.gaussians.strategies import DefaultStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from lift3d.runs.run_dirs import RUN_DIR_ENV
@@ -48,12 +48,12 @@ def _scene() -> tuple[GaussianModel, Cameras, torch.Tensor]:
     return model, cameras, torch.rand(2, 16, 16, 3, generator=g)
 
 
-def _refine(model: GaussianModel, cameras: Cameras, targets: torch.Tensor) -> tuple[DensifyStrategy, dict[str, int]]:
+def _refine(model: GaussianModel, cameras: Cameras, targets: torch.Tensor) -> tuple[DefaultStrategy, dict[str, int]]:
     """Render ``cameras``, backpropagate the mean L1 to them, accumulate the statistics and refine (step 1)."""
     renderer = find("splat-rasterizer")({"tile_size": 4})
     out = renderer(model, cameras, torch.ones(len(cameras), 3), 0)
     (out["rgb"] - targets).abs().mean().backward()
-    strategy = DensifyStrategy(DENSIFY)
+    strategy = DefaultStrategy(DENSIFY)
     strategy.update(out)
     stats = (strategy.grad2d, strategy.count)  # summed over the ranks in place by the refine step
     report = strategy.step(model, None, 1, extent=1.0)

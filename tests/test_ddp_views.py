@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
+from lift3d.gaussians.strategies import DefaultStrategy
 from lift3d.systems.graphed_splats import SLOT_GRAIN, GraphedSplatStep
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 from lift3d.systems.replicas import DDP_GRAPHS_DEFAULT, DDP_GRAPHS_ENV
@@ -73,10 +74,11 @@ def _graph_system(world_size: int) -> SimpleNamespace:
     param.grad = torch.ones(4)
     optimizer.step()
     trainer = SimpleNamespace(world_size=world_size, accumulate_grad_batches=1, precision="32-true", lr_scheduler_configs=[],
-                              gradient_clip_val=0.0, datamodule=None)
+                              gradient_clip_val=0.0)
     renderer = SimpleNamespace(cfg=SimpleNamespace(backend="gsplat", absgrad=False, near_plane=0.01, far_plane=1e10, eps2d=0.3))
     return SimpleNamespace(cfg=SimpleNamespace(cuda_graphs=True, nonfinite_loss="stop", isect_headroom=1.0), _trainer=trainer,
-                           trainer=trainer, renderer=renderer, _all_optimizers=lambda: [optimizer], param=param)
+                           trainer=trainer, renderer=renderer, _all_optimizers=lambda: [optimizer], param=param,
+                           densify=DefaultStrategy(), scene=None)
 
 
 def _cuda_batch(views: int) -> dict:

@@ -85,7 +85,7 @@ def test_the_target_store_feeds_image_and_ray_batches():
         data = PosedImagesDataModule({"root": str(sample_scene_path()), "batch_mode": mode, "rays_per_batch": 20000,
                                       "batch_size": 40})
         photos = data._composite(data.train.rgba, data.background)[0]
-        store = data.editable_targets()
+        store = data.scene_summary().edit_targets()  # what an editing system is handed: the data module's one store
         assert store is data.editable_targets() and torch.allclose(store.images(list(range(40))), photos, atol=0.5 / 255)
         store.update(3, torch.full((64, 64, 3), 0.25))
         alpha = data.train.rgba[3, ..., 3:].float() / 255.0

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from lift3d.cameras import Cameras
+from lift3d.config import ConfigError
 from lift3d.data.edited_targets import EditedTargets
+from lift3d.data.summary import SceneSummary
 from lift3d.systems.edit import IterativeEditing
 
 
@@ -70,3 +73,27 @@ def test_the_editor_sees_each_photo_at_its_own_size():
     padded = system._targets.images([1])[0]
     assert torch.allclose(padded[:4, :3], torch.tensor(0.0)) and torch.allclose(padded[4:], torch.tensor(0.5), atol=1 / 255)
     assert torch.allclose(system._targets.images([0])[0], torch.tensor(0.0))
+
+
+def test_editing_takes_its_target_store_cameras_and_photo_sizes_from_the_scene_summary():
+    system = _Editing([])
+    system._targets = system._sizes = None
+    system._trainer = object()  # training (setup_editing does nothing without a trainer)
+    system.cfg.geometry_convert_from = ""
+    system.registered_name = "edit-gaussians"
+    store = EditedTargets(torch.full((2, 6, 8, 3), 0.5))
+    cameras = Cameras(torch.eye(4)[None].expand(2, 4, 4).clone(), torch.eye(3)[None].expand(2, 3, 3).clone(), 8, 6)
+    system.scene = SceneSummary(cameras=cameras, image_sizes=((8, 6), (3, 4)), background=torch.zeros(3),
+                                edit_targets=lambda: store)
+    system.setup_editing("fit")
+    assert system._targets is store and system._cameras is cameras and system._sizes == [(8, 6), (3, 4)]
+    assert torch.equal(system._background, torch.zeros(3))
+    system.scene = SceneSummary(cameras=cameras, image_sizes=((8, 6),) * 2, background=torch.zeros(3),
+                                edit_targets=lambda: store)
+    system._sizes = None
+    system.setup_editing("fit")
+    assert system._sizes is None  # photos of one size: edits fill the whole target
+    for no_store in (SceneSummary(object_centric=True), None):  # random views (generation); no data at all
+        system.scene = no_store
+        with pytest.raises(ConfigError, match="edit-gaussians trains on posed photos: set data_type: posed-images"):
+            system.setup_editing("fit")

@@ -67,7 +67,7 @@ def test_the_recipe_trains_captured_with_a_resolution_schedule_and_visible_adam(
                  "trainer.val_check_interval=400", "trainer.accelerator=gpu", "trainer.run_test_after_fit=false",
                  "data.val_split=train", "system.densify.refine_start=100", "system.densify.refine_every=100",
                  "system.densify.reset_every=250", "system.export.formats=[]", "system.gaussians.sh_degree_interval=100",
-                 "checkpoint.every_n_train_steps=0", "system.densify.resolution_schedule=[[0,4],[150,2],[250,1]]",
+                 "checkpoint.every_n_train_steps=0", "system.resolution_schedule=[[0,4],[150,2],[250,1]]",
                  "system.optimizer.visible_adam=true"]
     cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=overrides)
     trainer = build_trainer(cfg, tmp_path / "run", train=True)

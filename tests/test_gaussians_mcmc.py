@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from lift3d.gaussians.mcmc import MCMCStrategy, binomial_table, relocation, relocation_torch
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
+from lift3d.gaussians.strategies.mcmc import MCMCStrategy, binomial_table, relocation, relocation_torch
 from lift3d.registry import find
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
-from lift3d.gaussians.strategy import DensifyStrategy, duplicate, remove, reset_opacities, split_gaussians
+from lift3d.gaussians.ops import duplicate, remove, reset_opacities, split_gaussians
+from lift3d.gaussians.strategies import DefaultStrategy
 from lift3d.rotations import quaternion_to_matrix
 
 
@@ -118,7 +119,7 @@ def _render_stats(n: int, grad: torch.Tensor, visible: torch.Tensor, size=(1, 8,
 
 
 def test_gradient_statistics_follow_gsplat_normalization():
-    strategy = DensifyStrategy()
+    strategy = DefaultStrategy()
     grad = torch.tensor([[[0.001, 0.0], [0.0, 0.002], [0.5, 0.5]]])
     visible = torch.tensor([[True, True, False]])
     strategy.update(_render_stats(3, grad, visible, size=(1, 8, 10)))
@@ -126,20 +127,20 @@ def test_gradient_statistics_follow_gsplat_normalization():
     # pixel gradient x (W/2, H/2) x number of views, accumulated while visible
     assert torch.allclose(strategy.grad2d, torch.tensor([2 * 0.001 * 5, 0.002 * 4, 0.0]))
     assert torch.equal(strategy.count, torch.tensor([2.0, 1.0, 0.0]))
-    two_views = DensifyStrategy()
+    two_views = DefaultStrategy()
     two_views.update(_render_stats(1, torch.tensor([[[0.001, 0.0]], [[0.001, 0.0]]]), torch.tensor([[True], [True]]),
                                    size=(2, 8, 10)))
     assert torch.allclose(two_views.grad2d, torch.tensor([2 * 0.001 * 5 * 2]))
 
 
 def test_defaults_are_those_of_3dgs():
-    c = DensifyStrategy().cfg
+    c = DefaultStrategy().cfg
     assert (c.refine_start, c.refine_stop, c.refine_every, c.reset_every) == (500, 15000, 100, 3000)
     assert (c.grow_grad2d, c.min_opacity, c.grow_scale3d, c.prune_scale3d) == (0.0002, 0.005, 0.01, 0.1)
 
 
 def test_schedule_clones_small_splits_large_prunes_and_resets():
-    strategy = DensifyStrategy({"refine_start": 10, "refine_every": 10, "refine_stop": 40, "reset_every": 30})
+    strategy = DefaultStrategy({"refine_start": 10, "refine_every": 10, "refine_stop": 40, "reset_every": 30})
     model = _model(4)
     with torch.no_grad():
         model.log_scales.copy_(torch.log(torch.tensor([[0.001], [0.5], [0.001], [0.001]])).expand(4, 3))
@@ -164,7 +165,7 @@ def test_schedule_clones_small_splits_large_prunes_and_resets():
 
 
 def test_size_pruning_after_the_first_reset_and_the_cap():
-    strategy = DensifyStrategy({"refine_start": 0, "refine_every": 10, "reset_every": 20, "grow_grad2d": 1e9})
+    strategy = DefaultStrategy({"refine_start": 0, "refine_every": 10, "reset_every": 20, "grow_grad2d": 1e9})
     model = _model(3)
     with torch.no_grad():
         model.log_scales.copy_(torch.log(torch.tensor([[0.05], [0.5], [0.05]])).expand(3, 3))
@@ -173,7 +174,7 @@ def test_size_pruning_after_the_first_reset_and_the_cap():
     assert strategy.step(model, None, 10, extent=1.0)["pruned"] == 0  # before the first reset: kept
     strategy.update(_render_stats(3, torch.zeros(1, 3, 2), torch.ones(1, 3, dtype=torch.bool)))
     assert strategy.step(model, None, 30, extent=1.0)["pruned"] == 1  # larger than 0.1 x extent
-    capped = DensifyStrategy({"refine_start": 0, "refine_every": 10, "max_gaussians": 5})
+    capped = DefaultStrategy({"refine_start": 0, "refine_every": 10, "max_gaussians": 5})
     model = _model(4)
     with torch.no_grad():
         model.log_scales.fill_(math.log(0.001))
@@ -187,7 +188,7 @@ def test_size_pruning_after_the_first_reset_and_the_cap():
 def test_absgrad_grows_by_the_absolute_gradient_with_its_own_threshold():
     from lift3d.config import ConfigError
 
-    strategy = DensifyStrategy({"absgrad": True, "refine_start": 0, "refine_every": 10, "reset_every": 0})
+    strategy = DefaultStrategy({"absgrad": True, "refine_start": 0, "refine_every": 10, "reset_every": 0})
     model = _model(3)
     with torch.no_grad():
         model.log_scales.fill_(math.log(0.001))
@@ -198,7 +199,7 @@ def test_absgrad_grows_by_the_absolute_gradient_with_its_own_threshold():
     strategy.update(out)
     assert torch.allclose(strategy.grad2d, torch.tensor([0.001, 0.0005, 0.0]))
     assert strategy.step(model, optimizer, 10, extent=1.0)["cloned"] == 1  # only 0.001 > 0.0008
-    plain = DensifyStrategy({"absgrad": True})
+    plain = DefaultStrategy({"absgrad": True})
     with pytest.raises(ConfigError, match="renderer.absgrad=true"):  # a renderer without absgrad says so
         plain.update(_render_stats(3, torch.ones(1, 3, 2), torch.ones(1, 3, dtype=torch.bool)))
 
@@ -213,9 +214,9 @@ def test_absgrad_statistics_from_the_torch_rasterizer():
     cameras = Cameras(c2w, intrinsics_from_fovy(torch.tensor([0.9]), 16, 12), 16, 12)
     out = SplatRenderer({"backend": "torch", "absgrad": True, "tile_size": 8})(model, cameras)
     (out["rgb"] - 0.5).square().sum().backward()
-    strategy = DensifyStrategy({"absgrad": True})
+    strategy = DefaultStrategy({"absgrad": True})
     strategy.update(out)
-    plain = DensifyStrategy()
+    plain = DefaultStrategy()
     plain.update(out)
     visible = plain.count > 0
     assert bool(visible.any()) and torch.all(strategy.grad2d[visible] >= plain.grad2d[visible] - 1e-7)

@@ -9,6 +9,8 @@ import torch
 
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError
+from lift3d.data.summary import SceneSummary
+from lift3d.registry import find
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 
@@ -77,7 +79,8 @@ def test_headroom_below_one_is_refused_with_the_key_named():
         ReconstructGaussiansSystem({"isect_headroom": 0.5})
 
 
-def _optimizer_system(scheduler=False, clip=0.0, nonfinite="stop", optimizer_cls=torch.optim.Adam, stepped=True):
+def _optimizer_system(scheduler=False, clip=0.0, nonfinite="stop", optimizer_cls=torch.optim.Adam, stepped=True,
+                      densify="densify-3dgs"):
     """A system whose one parameter has taken an eager step (Adam's state exists) under the given trainer options."""
     param = torch.nn.Parameter(torch.ones(4))
     optimizer = optimizer_cls([{"params": [param], "lr": 0.5, "name": "p"}])
@@ -87,7 +90,7 @@ def _optimizer_system(scheduler=False, clip=0.0, nonfinite="stop", optimizer_cls
         param.grad = None
     trainer = SimpleNamespace(lr_scheduler_configs=[object()] if scheduler else [], gradient_clip_val=clip)
     system = SimpleNamespace(cfg=SimpleNamespace(nonfinite_loss=nonfinite), trainer=trainer,
-                             _all_optimizers=lambda: [optimizer])
+                             _all_optimizers=lambda: [optimizer], densify=find(densify)())
     return system, optimizer, param
 
 
@@ -96,8 +99,9 @@ def test_adam_is_captured_with_the_step_only_where_the_trainer_leaves_the_gradie
     assert GraphedSplatStep(system)._graphed_optimizer([param]) is optimizer
     group = optimizer.param_groups[0]
     assert group["capturable"] and torch.is_tensor(group["lr"]) and float(group["lr"]) == 0.5
+    # MCMC's regularizers add to the gradients after backward: its update cannot be captured with the step
     for refused in ({"scheduler": True}, {"clip": 1.0}, {"nonfinite": "skip"}, {"optimizer_cls": torch.optim.SGD},
-                    {"stepped": False}):
+                    {"stepped": False}, {"densify": "densify-mcmc"}):
         system, optimizer, param = _optimizer_system(**refused)
         assert GraphedSplatStep(system)._graphed_optimizer([param]) is None, refused
         assert not optimizer.param_groups[0].get("capturable"), refused
@@ -168,7 +172,7 @@ def test_lightnings_optimizer_step_runs_the_closure_and_skips_adam_after_a_repla
 def test_slots_under_a_resolution_schedule_are_sized_from_every_training_view_at_the_batchs_size():
     intrinsics = torch.tensor([[[400.0, 0.0, 200.0], [0.0, 400.0, 150.0], [0.0, 0.0, 1.0]]]).repeat(3, 1, 1)
     every = Cameras(torch.eye(4).repeat(3, 1, 1), intrinsics, 400, 300)
-    system = SimpleNamespace(trainer=SimpleNamespace(datamodule=SimpleNamespace(train=SimpleNamespace(cameras=every))))
+    system = SimpleNamespace(scene=SceneSummary(cameras=every))
     graphs = GraphedSplatStep(system)
     quarter = Cameras(torch.eye(4)[None], intrinsics[:1] / 4, 100, 75)
     viewmats, scaled = graphs._training_views(quarter)
@@ -177,3 +181,5 @@ def test_slots_under_a_resolution_schedule_are_sized_from_every_training_view_at
     assert torch.equal(full, intrinsics)
     odd = Cameras(torch.eye(4)[None], intrinsics[:1], 300, 300)  # another shape: the batch's own views
     assert graphs._training_views(odd)[1].shape == (1, 3, 3)
+    no_photos = GraphedSplatStep(SimpleNamespace(scene=None))  # loaded without data: the batch's own views
+    assert no_photos._training_views(quarter)[1].shape == (1, 3, 3)

@@ -16,6 +16,7 @@ from torch import Tensor
 from lift3d.cameras import Cameras, w2c_opencv
 from lift3d.config import load_config
 from lift3d.data.sample_scene import CAMERA_ANGLE_X, render_toy, sample_cameras
+from lift3d.data.summary import SceneSummary
 from lift3d.recipes import recipe_config
 from lift3d.render.pose_refinement import (
     PoseCorrections,
@@ -106,15 +107,10 @@ def test_enabled_auto_is_on_for_structure_from_motion_captures_only():
 
 
 # ----------------------------------------------------------------------------------- the system
-class _Capture:
-    format = "colmap"
-
-
-class _Photos:
-    """The facts the system reads from a data module for pose refinement: the capture's layout and its photos."""
-
-    capture = _Capture()
-    train = [0] * 3
+def _photos(capture_format: str = "colmap", n: int = 3) -> SceneSummary:
+    """The facts the system reads of its data for pose refinement: the capture's layout and its photos."""
+    cameras = sample_cameras("train", 8)[torch.arange(n)]
+    return SceneSummary(cameras=cameras, image_sizes=((8, 8),) * n, capture_format=capture_format)
 
 
 def _system(*overrides: str):
@@ -128,14 +124,14 @@ def _system(*overrides: str):
 
 def test_recipes_keep_the_given_poses_by_default():
     system = _system()
-    system.setup_pose_refinement(_Photos(), EXTENT)
+    system.setup_pose_refinement(_photos(), EXTENT)
     assert str(system.cfg.pose_refinement.enabled).lower() == "false" and not system.pose_refinement.active
 
 
 def test_gaussian_system_refines_the_poses_of_its_photos_in_their_own_optimizer_group():
     system = _system("system.appearance.enabled=false", "system.pose_refinement.enabled=auto")
     assert not system.pose_refinement.active
-    system.setup_pose_refinement(_Photos(), EXTENT)
+    system.setup_pose_refinement(_photos(), EXTENT)
     assert system.pose_refinement.delta.shape == (3, 6)
     groups = {g["name"]: g for g in system.configure_optimizers().param_groups}
     group = groups["pose_refinement"]
@@ -153,12 +149,7 @@ def test_gaussian_system_refines_the_poses_of_its_photos_in_their_own_optimizer_
 
 def test_blender_objects_keep_their_poses_under_auto():
     system = _system("system.pose_refinement.enabled=auto")
-
-    class Blender(_Photos):
-        class capture:  # noqa: N801 - a stand-in attribute
-            format = "blender"
-
-    system.setup_pose_refinement(Blender(), EXTENT)
+    system.setup_pose_refinement(_photos("blender"), EXTENT)
     assert not system.pose_refinement.active
     assert "pose_refinement" not in {g["name"] for g in system.configure_optimizers().param_groups}
 

@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from lift3d.cameras import Cameras
-from lift3d.config import ConfigError
+from lift3d.config import ConfigError, load_config
 from lift3d.gaussians.resolution_schedule import check_schedule, factor_at, scaled_batch
-from lift3d.gaussians.strategy import DensifyStrategy
+from lift3d.gaussians.strategies import DefaultStrategy
+from lift3d.recipes import recipe_config
+from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansSystem
 
 SCHEDULE = [[0, 4], [1000, 2], [3000, 1]]
 
@@ -55,7 +57,27 @@ def test_a_scaled_batch_averages_pixels_scales_the_intrinsics_and_keeps_half_kep
     ([[-1, 2]], "steps are whole numbers"),
 ])
 def test_a_bad_schedule_is_refused_with_the_option_named(schedule, message):
-    with pytest.raises(ConfigError, match=f"system.densify.resolution_schedule.*{message}"):
+    with pytest.raises(ConfigError, match=f"system.resolution_schedule.*{message}"):
         check_schedule(schedule)
     with pytest.raises(ConfigError, match=message):
-        DensifyStrategy({"resolution_schedule": schedule})
+        ReconstructGaussiansSystem({"resolution_schedule": schedule})
+
+
+def test_the_schedule_is_the_systems_and_the_old_densify_key_still_loads_with_a_warning():
+    """``system.resolution_schedule`` is a training-schedule option of the Gaussian recipe; the key it had under the
+    densification strategy's config moves there with a FutureWarning naming the new key (one release)."""
+    cfg = load_config(recipe_config("reconstruct-gaussians"), overrides=["system.resolution_schedule=[[0,2],[100,1]]"])
+    assert cfg.system["resolution_schedule"] == [[0, 2], [100, 1]]
+    with pytest.warns(FutureWarning, match="'system.densify.resolution_schedule'.*is now 'system.resolution_schedule'"):
+        old = load_config(recipe_config("reconstruct-gaussians"),
+                          overrides=["system.densify.resolution_schedule=[[0,4],[50,1]]"])
+    assert old.system["resolution_schedule"] == [[0, 4], [50, 1]]  # the user's override wins over the recipe's []
+    assert "resolution_schedule" not in old.system["densify"]
+    system = ReconstructGaussiansSystem(old.system)
+    assert system.cfg.resolution_schedule == [[0, 4], [50, 1]] and isinstance(system.densify, DefaultStrategy)
+    # with MCMC too (its config never had the key): the system's key, whatever the strategy
+    mcmc = load_config(recipe_config("reconstruct-gaussians"),
+                       overrides=["system.densify_type=densify-mcmc", "system.resolution_schedule=[[0,2]]"])
+    assert ReconstructGaussiansSystem(mcmc.system).cfg.resolution_schedule == [[0, 2]]
+    with pytest.raises(ConfigError, match="unknown config key 'system.densify.resolution_schedule'"):
+        load_config(recipe_config("gaussian-sds-analytic"), overrides=["system.densify.resolution_schedule=[[0,2]]"])

@@ -122,22 +122,48 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
 def migrate_renamed_keys(schema: type, node: Any, path: str = "", sources: Sources | None = None) -> None:
     """Move values written under a key the schema renamed (its ``RENAMED``: old name -> new name) to the new key, with
     a warning naming both; old names keep loading for one release. Where both are set, the later layer wins (a user's
-    old-name override over a recipe's new name); both in one layer is an error."""
+    old-name override over a recipe's new name); both in one layer is an error. A name may be a dotted path below the
+    schema's node: a key moved across levels (e.g. ``densify.resolution_schedule`` -> ``resolution_schedule``)."""
     sources = sources or Sources()
     for old, new in getattr(schema, "RENAMED", {}).items():
-        if old not in node:
+        if not _has_key(node, old):
             continue
         full_old, full_new = join_key(path, old), join_key(path, new)
-        if new in node and sources.last_layer(full_old) == sources.last_layer(full_new):
+        has_new = _has_key(node, new)
+        if has_new and sources.last_layer(full_old) == sources.last_layer(full_new):
             raise ConfigError(f"'{full_old}' (in {sources.where(full_old)}) is the old name of '{full_new}', and both are "
                               f"set: keep only {full_new}")
-        old_wins = new not in node or sources.last_layer(full_old) > sources.last_layer(full_new)
+        old_wins = not has_new or sources.last_layer(full_old) > sources.last_layer(full_new)
         warnings.warn(f"config key '{full_old}' (in {sources.where(full_old)}) is now '{full_new}': the old name works "
                       "until the next release", FutureWarning, stacklevel=2)
-        with _writable(node):
-            if old_wins:
-                node[new] = node[old]
-            del node[old]
+        old_parent, old_key = _parent(node, old)
+        if old_wins:
+            new_parent, new_key = _parent(node, new, create=True)
+            with _writable(new_parent):
+                new_parent[new_key] = old_parent[old_key]
+        with _writable(old_parent):
+            del old_parent[old_key]
+
+
+def _parent(node: Any, dotted: str, create: bool = False) -> tuple[Any, str]:
+    """(the mapping that holds the last part of ``dotted``, that part); ``create``: make missing mappings on the way."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        if key not in node and create:
+            with _writable(node):
+                node[key] = {}
+        node = node[key]
+    return node, leaf
+
+
+def _has_key(node: Any, dotted: str) -> bool:
+    """Whether ``dotted`` (``a.b.c``) names a key set below the mapping ``node``."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        if not isinstance(node, (dict, DictConfig)) or key not in node:
+            return False
+        node = node[key]
+    return isinstance(node, (dict, DictConfig)) and leaf in node
 
 
 class _writable:

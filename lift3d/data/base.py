@@ -11,15 +11,21 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from lift3d.base import Configurable
 from lift3d.cameras import Cameras
+from lift3d.data.summary import SceneSummary
 from lift3d.rng import step_generator
 
 
 class BaseDataModule(L.LightningDataModule, Configurable):
-    """A LightningDataModule built from a ``Config`` dataclass."""
+    """A LightningDataModule built from a ``Config`` dataclass; ``scene_summary()`` says what systems may know of it."""
 
     def __init__(self, cfg: Any = None) -> None:
         L.LightningDataModule.__init__(self)
         Configurable.__init__(self, cfg)
+
+    def scene_summary(self) -> SceneSummary:
+        """The facts of the training data a system reads (``lift3d.data.summary``); the runner hands them to the
+        system before training. This base knows none."""
+        return SceneSummary()
 
     @property
     def base_seed(self) -> int:

@@ -35,6 +35,7 @@ from lift3d.data.normalize import normalizing_transform, transform_points, trans
 from lift3d.data.posed_batches import TrainingBatches
 from lift3d.data.resident import KeptPixels, ResidentImages, ResidentRays
 from lift3d.data.scene import MASK_MODES, FrameLoader, PosedScene, check_present, read_capture, rescale_capture, split_frames
+from lift3d.data.summary import SceneSummary
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
 from lift3d.registry import register
 
@@ -229,6 +230,16 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
     @property
     def background(self) -> Tensor:
         return torch.tensor(self.cfg.background, dtype=torch.float32)
+
+    def scene_summary(self) -> SceneSummary:
+        """The training photos, their cameras, sizes and sparse points, the scene's extent and the edit target store."""
+        train = self.train
+        return SceneSummary(cameras=train.cameras, image_sizes=tuple(train.size(i) for i in range(len(train))),
+                            images=train.rgba, extent=self.extent, points=self.points, point_colors=self.point_colors,
+                            background=self.background, capture_format=self.capture.format,
+                            object_centric=formats.is_object_centric(self.capture.format),
+                            batches_name_their_photos=self.cfg.batch_mode != "rays" or self.rays_carry_index,
+                            edit_targets=self.editable_targets)
 
     def val_scene(self) -> PosedScene:
         if self._val is None:

@@ -23,6 +23,7 @@ from lift3d.cameras import (
     spherical_to_position,
 )
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
+from lift3d.data.summary import SceneSummary
 from lift3d.registry import register
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,10 @@ class RandomViewsDataModule(BaseDataModule):
 
             raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_views ({self.cfg.n_views}): "
                              "each object is seen from n_views views")
+
+    def scene_summary(self) -> SceneSummary:
+        """No photos: an object at the origin seen from random views."""
+        return SceneSummary(object_centric=True)
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         return sample_random_views(self.cfg, step, generator)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from lift3d.cameras import Cameras, c2w_to_spherical, fov_from_focal, intrinsics_from_fovy, look_at, spherical_to_position
 from lift3d.data.random_views import RandomViewsConfig, RandomViewsDataModule, sample_random_views
+from lift3d.data.summary import ReferenceView, SceneSummary
 from lift3d.registry import register
 
 log = logging.getLogger("lift3d.data")
@@ -37,21 +37,6 @@ class SingleImageConfig(RandomViewsConfig):
     distance: float = 2.5  # the photo's camera distance from the object's center
     fovy_deg: float = 49.1  # the photo's vertical field of view, degrees (Zero123's training renders)
     reference_frame: int = -1  # no image: this train frame of reference_scene is the reference (the offline twin)
-
-
-@dataclass
-class ReferenceView:
-    """The reference photo and the camera that took it."""
-
-    rgba: Tensor  # [H, W, 4] float 0..1 (straight alpha)
-    cameras: Cameras  # one camera
-    elevation_deg: float
-    azimuth_deg: float
-    distance: float
-
-    def composited(self, background: Tensor) -> Tensor:
-        """[H, W, 3] on ``background`` [3]."""
-        return self.rgba[..., :3] * self.rgba[..., 3:] + background * (1 - self.rgba[..., 3:])
 
 
 def photo_reference(cfg: SingleImageConfig) -> ReferenceView:
@@ -116,6 +101,11 @@ class SingleImageDataModule(RandomViewsDataModule):
         log.info("reference view: elevation %.1f, azimuth %.1f deg, distance %.2f, fovy %.1f deg, %dx%d",
                  self.reference.elevation_deg, self.reference.azimuth_deg, self.reference.distance, fov,
                  self.reference.cameras.width, self.reference.cameras.height)
+
+    def scene_summary(self) -> SceneSummary:
+        """Random views of an object, with the reference view and the background its photo is composited on."""
+        background = torch.tensor([float(v) for v in self.cfg.reference_background])
+        return SceneSummary(object_centric=True, reference=self.reference, background=background)
 
     def _sample(self, step: int, generator: torch.Generator) -> dict[str, Any]:
         batch = sample_random_views(self.cfg, step, generator)

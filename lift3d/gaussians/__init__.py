@@ -1,3 +1,4 @@
-"""3D Gaussians: parameters and activations, initialization, densification strategies; file codecs in ``formats/``."""
+"""3D Gaussians: parameters and activations, initialization, densification strategies (``strategies/``) and their
+parameter surgery (``ops``); file codecs in ``formats/``."""
 
-from lift3d.gaussians import mcmc, model, strategy  # noqa: F401  (register the parts)
+from lift3d.gaussians import model, strategies  # noqa: F401  (register the parts)

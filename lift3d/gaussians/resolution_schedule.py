@@ -18,7 +18,7 @@ from torch import Tensor
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError
 
-OPTION = "system.densify.resolution_schedule"
+OPTION = "system.resolution_schedule"
 
 
 def check_schedule(schedule: Any) -> list[tuple[int, float]]:

@@ -212,12 +212,13 @@ def throttle_sigterm_broadcast(trainer: L.Trainer, every: int) -> None:
 
 
 def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:
-    """The data module and system named by the config."""
+    """The data module and system named by the config, the system given the data module's scene summary."""
     from lift3d.systems.base import BaseSystem
 
     # a data module refuses bad values of its config as a system's parts do: a config error naming it, exit 2
     datamodule = BaseSystem.build_part(cfg.data_type, cfg.data)
     system = find(cfg.system_type)(cfg.system)
+    system.set_scene(datamodule.scene_summary())  # what the system may know of its data, handed over explicitly
     return datamodule, system
 
 

@@ -2,7 +2,7 @@
 for the training photos when the capture calls for them, and score held-out photos under the stated protocol.
 
 A system with ``self.appearance`` (a ``PhotoAppearance``) mixes this in before ``BaseSystem``, calls
-``setup_appearance(datamodule)`` from ``setup`` and applies ``self.appearance(rgb, self.appearance_index(batch))``
+``setup_appearance(self.scene)`` from ``setup`` and applies ``self.appearance(rgb, self.appearance_index(batch))``
 to its training renders before the photometric loss.
 """
 
@@ -14,23 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lift3d.data.summary import SceneSummary
 from lift3d.render.appearance import PhotoAppearance, resolve_enabled
 
 log = logging.getLogger("lift3d.systems.appearance")
-
-
-def capture_format(datamodule: Any) -> str | None:
-    """The layout the data module read its photos from (blender, nerfstudio, instant-ngp, colmap), or None when
-    it serves no photo capture (generation's random views)."""
-    capture = getattr(datamodule, "capture", None)
-    return getattr(capture, "format", None)
-
-
-def batches_name_their_photos(datamodule: Any) -> bool:
-    """Whether every training batch carries ``index``, the training photo of each view (image batches) or ray (ray
-    batches, where the data module says so with ``rays_carry_index = True``)."""
-    mode = getattr(getattr(datamodule, "cfg", None), "batch_mode", "image")
-    return mode != "rays" or bool(getattr(datamodule, "rays_carry_index", False))
 
 
 def photo_index(system: Any, batch: dict[str, Any], needed: bool, warned: str, consequence: str,
@@ -51,21 +38,20 @@ class AppearanceHooks:
     _val_scores: list[Tensor]
     _warned_no_index = False
 
-    def setup_appearance(self, datamodule: Any) -> None:
-        """Size the transforms for ``datamodule``'s training photos when ``appearance.enabled`` says so (a run
-        without a data module, e.g. an export from a checkpoint, takes them from the checkpoint)."""
-        train = getattr(datamodule, "train", None)
-        if datamodule is None or train is None:
+    def setup_appearance(self, scene: SceneSummary | None) -> None:
+        """Size the transforms for ``scene``'s training photos when ``appearance.enabled`` says so (a run without
+        data, e.g. an export from a checkpoint, or without photos takes them from the checkpoint)."""
+        if scene is None or scene.cameras is None:
             return
-        fmt = capture_format(datamodule)
-        if resolve_enabled(self.appearance.cfg.enabled, fmt) and not batches_name_their_photos(datamodule):
+        fmt, n_photos = scene.capture_format, scene.n_photos
+        if resolve_enabled(self.appearance.cfg.enabled, fmt) and not scene.batches_name_their_photos:
             log.warning("per-photo appearance is off: this data module's ray batches do not say which photo each ray "
                         "comes from (data.batch_mode=image trains with it)")
             self.appearance.resize(0)
             return
-        if self.appearance.setup_for(fmt, len(train)):
+        if self.appearance.setup_for(fmt, n_photos):
             log.info("per-photo appearance on (%s capture): %d color transforms; held-out photos scored with "
-                     "appearance.eval=%s", fmt or "this", len(train), self.appearance.cfg.eval)
+                     "appearance.eval=%s", fmt or "this", n_photos, self.appearance.cfg.eval)
 
     def appearance_index(self, batch: dict[str, Any]) -> Tensor | None:
         """The training photo of each view or ray of ``batch`` (``index``), or None (warned once) when a batch

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
+from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, export_formats
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
@@ -91,6 +92,12 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._test_frames: dict[int, Any] = {}
         self._unsaved: dict[str, Any] = {}
         self.skipped_steps = 0
+        self.scene: SceneSummary | None = None  # the training data's facts (set_scene); None: loaded without data
+
+    def set_scene(self, scene: SceneSummary | None) -> None:
+        """Hand the system what it may know of its training data (the data module's ``scene_summary()``); the runner
+        calls this before training or evaluation, and ``setup`` reads ``self.scene``."""
+        self.scene = scene
 
     @classmethod
     def ddp_strategy(cls) -> Any:

@@ -4,8 +4,8 @@
 The run starts from the reconstruction's checkpoint (``system.geometry_convert_from``) and keeps training
 on its own photos, while every ``edit_every`` steps an editor (``instruct-pix2pix``, or the offline
 ``analytic-edit``) re-edits the next training view from the current render, conditioned on that view's
-original photo; the edited image replaces the view's target in the data module's store
-(``PosedImagesDataModule.editable_targets``). One mechanism serves both representations: the system
+original photo; the edited image replaces the view's target in the data module's store (the scene summary's
+``edit_targets``: ``PosedImagesDataModule.editable_targets``). One mechanism serves both representations: the system
 renders a view and writes the store; image batches (Gaussians) and ray batches (NeRF) read from it.
 """
 
@@ -21,6 +21,7 @@ from torch import Tensor
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError
+from lift3d.data.summary import SceneSummary
 from lift3d.registry import register
 from lift3d.rng import step_generator
 from lift3d.systems.reconstruct_gaussians import ReconstructGaussiansConfig, ReconstructGaussiansSystem
@@ -47,6 +48,7 @@ class IterativeEditing:
     """The iterative dataset update, mixed into a reconstruction system (anything with ``render_views``)."""
 
     cfg: Any
+    scene: SceneSummary | None  # BaseSystem's
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)  # type: ignore[call-arg]
@@ -70,18 +72,17 @@ class IterativeEditing:
         return self.lazy_unsaved_part("editor", self.cfg.editor_type, self.cfg.editor)
 
     def setup_editing(self, stage: str) -> None:
-        """Before training: take the data module's target store, start from the reconstruction (not when
-        resuming: the checkpoint has the weights) and build the editor so a missing model fails before step 0."""
+        """Before training: take the data's target store (the scene's ``edit_targets``), start from the reconstruction
+        (not when resuming: the checkpoint has the weights) and build the editor so a missing model fails before step 0."""
         if stage != "fit" or self._trainer is None:
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if not hasattr(datamodule, "editable_targets"):
+        scene = self.scene
+        if scene is None or scene.edit_targets is None or scene.cameras is None or scene.background is None:
             raise ConfigError(f"{self.registered_name} trains on posed photos: set data_type: posed-images")
-        self._targets = datamodule.editable_targets()
-        self._cameras, self._background = datamodule.train.cameras, datamodule.background
-        train = datamodule.train
-        if getattr(train, "mixed_sizes", False):
-            self._sizes = [train.size(i) for i in range(len(train))]
+        self._targets = scene.edit_targets()
+        self._cameras, self._background = scene.cameras, scene.background
+        if scene.mixed_sizes:
+            self._sizes = list(scene.image_sizes)
         if self._pending_edit_state is not None:
             self._restore_edit_state(self._pending_edit_state)
         if self.cfg.geometry_convert_from and self.trainer.ckpt_path is None:

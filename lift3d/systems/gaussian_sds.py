@@ -27,6 +27,7 @@ from lift3d.export.grid import ColorFn
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.registry import register
+from lift3d.systems.densification import build_strategy
 from lift3d.systems.replicas import ReplicatedGaussians
 from lift3d.systems.stages import take_gaussians
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
@@ -77,8 +78,7 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
             raise ValueError(f"system.background_color must be an RGB triple, got {list(c.background_color)}")
         self.gaussians = self.build_part(c.gaussians_type, c.gaussians)
         self.renderer = self.build_part(c.renderer_type, c.renderer)
-        self.densify = self.build_part(c.densify_type, c.densify)
-        self.add_unsaved_part("densify", self.densify)  # its statistics go into checkpoints through checkpoint_state
+        self.densify = build_strategy(self, c.densify_type, c.densify)  # checkpointed through its checkpoint_state
         self._last_render: dict[str, Tensor] | None = None
         self._surface: tuple | None = None  # (parameter refs, their (address, version)s, density field, color function)
 

@@ -14,12 +14,13 @@ device tensors that ``apply_lr_schedules`` fills): the step is then one launch. 
 update, as in gsplat's trainer. Lightning still calls ``optimizer.step(closure)`` every step: the optimizer's
 ``step`` is then wrapped (``_skip_after_replay``) to run the closure (the training step, its hooks) and return when
 the replay already updated the parameters, instead of Adam's bookkeeping over parameters that have no gradients
-(host time that counts where the step is bound by its host). The 3DGS densification statistics of the
-step (and the intersection peak) are accumulated inside the graph too, where no loss mask edits what counts as seen.
+(host time that counts where the step is bound by its host). The densification statistics of the step (where the
+strategy ``captures_statistics``: 3DGS's) and the intersection peak are accumulated inside the graph too, where no
+loss mask edits what counts as seen.
 With ``system.optimizer.visible_adam`` that captured update is Adam on the Gaussians the step's views drew only
 (``lift3d.systems.visible_adam``, gsplat's ``visible_adam``).
 
-Under a resolution schedule (``system.densify.resolution_schedule``, ``lift3d.gaussians.resolution_schedule``) the
+Under a resolution schedule (``system.resolution_schedule``, ``lift3d.gaussians.resolution_schedule``) the
 step trains on the batch downscaled: a few sizes, each for a stretch of steps, each captured once (slots sized for
 it). The batch is rescaled in place, so what the system reads of it after the step (the loss mask) matches the
 render. Steps that are not replayed (the first, the CPU) train at full size.
@@ -37,7 +38,6 @@ from torch import Tensor
 
 from lift3d.cameras import Cameras
 from lift3d.gaussians.resolution_schedule import scaled_batch
-from lift3d.gaussians.strategy import DensifyStrategy
 from lift3d.render.splats.renderer import choose_backend
 from lift3d.systems.captured_step import CapturedStep
 from lift3d.systems.replicas import graphs_under_ddp
@@ -54,9 +54,9 @@ warnings.filterwarnings("ignore", message=".*capturable=True.*step\\(\\) is runn
 
 
 class GraphedSplatStep:
-    """The captured step of a Gaussian system with ``gaussians``, ``renderer`` (``splat-rasterizer``),
-    ``loss_terms(cameras, background, target, **options) -> (terms, render)`` and ``cfg.cuda_graphs`` /
-    ``cfg.isect_headroom``."""
+    """The captured step of a Gaussian system with ``gaussians``, ``renderer`` (``splat-rasterizer``), ``densify`` (a
+    ``Strategy``), ``scene`` (its ``SceneSummary`` or None), ``loss_terms(cameras, background, target, **options) ->
+    (terms, render)`` and ``cfg.cuda_graphs`` / ``cfg.isect_headroom`` / ``cfg.resolution_schedule``."""
 
     def __init__(self, system: Any) -> None:
         self.system = system
@@ -109,7 +109,7 @@ class GraphedSplatStep:
         """Replay the step on ``batch`` (capturing it first when the Gaussians, slots or options changed) ->
         (loss terms, render with ``means2d_grad``), the gradients waiting for ``assign_gradients``."""
         system = self.system
-        schedule = getattr(getattr(getattr(system, "densify", None), "cfg", None), "resolution_schedule", None)
+        schedule = system.cfg.resolution_schedule
         if schedule:
             batch.update(scaled_batch(batch, schedule, system.true_global_step))
         cameras = batch["cameras"]
@@ -138,11 +138,9 @@ class GraphedSplatStep:
         self._param_ids = ids
         capacity = self.capacity
         drawn: dict[str, Tensor] = {}  # the captured render, for what follows the backward pass
-        densify = getattr(system, "densify", None)
-        stats = (isinstance(densify, DensifyStrategy) and not densify.cfg.absgrad and "loss_mask" not in inputs
-                 and densify.active(system.true_global_step))
-        if stats:
-            densify.prepare_stats(len(system.gaussians), cameras.device)
+        densify = system.densify
+        stats = "loss_mask" not in inputs and densify.captures_statistics(system.true_global_step)
+        statistics = densify.prepare_stats(len(system.gaussians), cameras.device) if stats else ()
 
         def compute(static: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
             views = Cameras(static["c2w"], static["intrinsics"], width, height, static["viewmats"])
@@ -161,7 +159,7 @@ class GraphedSplatStep:
 
         def update() -> None:  # after the backward pass, inside the graph
             torch.maximum(peak, drawn["isect_count"], out=peak)
-            if stats:  # the render's means2d gradient, as DensifyStrategy.update reads it eagerly
+            if stats:  # the render's means2d gradient, as the strategy's update reads it eagerly
                 densify.update({"rgb": drawn["rgb"], "radii": drawn["radii"], "means2d": drawn["means2d"],
                                 "means2d_grad": drawn["means2d"].grad})
             if visible_only:
@@ -169,7 +167,7 @@ class GraphedSplatStep:
             elif optimizer is not None:
                 optimizer.step()
 
-        buffers = (peak.data_ptr(),) + ((densify.grad2d.data_ptr(), densify.count.data_ptr()) if stats else ())
+        buffers = (peak.data_ptr(),) + tuple(t.data_ptr() for t in statistics)
         key = (capacity, system.gaussians.active_sh_degree, weights, width, height, state, visible_only, buffers)
         outputs = self.step.run(key, inputs, compute, update=update)
         self._replayed, self._updated = True, optimizer is not None
@@ -204,7 +202,7 @@ class GraphedSplatStep:
         if not isinstance(optimizer, GRAPHED_OPTIMIZERS) or system.cfg.nonfinite_loss == "skip":
             return None
         # e.g. MCMC's regularizers join the gradients after backward
-        if getattr(getattr(system, "densify", None), "edits_gradients", False):
+        if system.densify.edits_gradients:
             return None
         if any(group.get("differentiable") for group in optimizer.param_groups):
             return None
@@ -238,14 +236,13 @@ class GraphedSplatStep:
     # ----------------------------------------------------------------------------------- slots
     def _training_views(self, cameras: Cameras) -> tuple[Tensor, Tensor]:
         """World-to-camera matrices and intrinsics of every training view on the GPU at the batch's size (the
-        training set's photos downscaled alike, under a resolution schedule); the batch's views when the data module
-        has no training set or its photos have another shape."""
+        training set's photos downscaled alike, under a resolution schedule); the batch's views when the system's scene
+        has no training cameras or its photos have another shape."""
         size = (cameras.width, cameras.height)
         if size not in self._views:
-            datamodule = getattr(self.system.trainer, "datamodule", None)
-            train = getattr(datamodule, "train", None)
-            every = getattr(train, "cameras", None)
-            if not isinstance(every, Cameras) or abs(every.width * cameras.height - every.height * cameras.width) > \
+            scene = self.system.scene
+            every = scene.cameras if scene is not None else None
+            if every is None or abs(every.width * cameras.height - every.height * cameras.width) > \
                     max(every.width, every.height):
                 return cameras.w2c_opencv(), cameras.intrinsics
             every = every.to(cameras.device)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lift3d.config import scheduled
+from lift3d.data.summary import ReferenceView
 from lift3d.meshes.topology import edge_topology
 from lift3d.registry import register
 from lift3d.systems.dreamfusion import DreamFusionConfig, DreamFusionLoss, DreamFusionSystem
@@ -52,10 +53,9 @@ class ReferenceOptions:
 class ReferenceViewMixin:
     """Reference-view losses, the reference handed to the guidance, and the optional second prior."""
 
-    def reference(self) -> Any:
-        """The data module's ``ReferenceView`` (None without a trainer, e.g. when only exporting)."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return getattr(datamodule, "reference", None)
+    def reference(self) -> ReferenceView | None:
+        """The scene's reference view (None without data, e.g. when only exporting)."""
+        return self.scene.reference if self.scene is not None else None
 
     def build_guidance(self) -> Any:
         guidance = super().build_guidance()
@@ -65,7 +65,7 @@ class ReferenceViewMixin:
     def _give_reference(self, guidance: Any) -> None:
         reference = self.reference()
         if reference is not None and hasattr(guidance, "set_reference"):
-            background = torch.tensor([float(v) for v in self.trainer.datamodule.cfg.reference_background])
+            background = self.scene.background if self.scene.background is not None else torch.ones(3)
             guidance.set_reference(reference.composited(background), reference.elevation_deg, reference.azimuth_deg,
                                    reference.distance)
 

@@ -3,7 +3,7 @@ corrections for the training photos when the capture calls for them, give them t
 move each training view of a batch to its corrected pose before rendering.
 
 A system with ``self.pose_refinement`` (a ``PoseCorrections``) mixes this in before ``BaseSystem``, calls
-``setup_pose_refinement(datamodule, extent)`` from ``setup`` and renders training batches through
+``setup_pose_refinement(self.scene, extent)`` from ``setup`` and renders training batches through
 ``self.pose_refinement(cameras, self.pose_index(batch))``. Validation and test views carry no training index and
 are rendered at their given poses.
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 from torch import Tensor
 
+from lift3d.data.summary import SceneSummary
 from lift3d.render.pose_refinement import PoseCorrections
-from lift3d.systems.appearance import capture_format, photo_index
+from lift3d.systems.appearance import photo_index
 
 log = logging.getLogger("lift3d.systems.pose_refinement")
 
@@ -27,16 +28,15 @@ class PoseRefinementHooks:
     pose_refinement: PoseCorrections
     _warned_no_pose_index = False
 
-    def setup_pose_refinement(self, datamodule: Any, extent: float) -> None:
-        """Size the corrections for ``datamodule``'s training photos in a scene of ``extent`` when
-        ``pose_refinement.enabled`` says so (a run without a data module takes them from the checkpoint)."""
-        train = getattr(datamodule, "train", None)
-        if datamodule is None or train is None:
+    def setup_pose_refinement(self, scene: SceneSummary | None, extent: float) -> None:
+        """Size the corrections for ``scene``'s training photos in a scene of ``extent`` when
+        ``pose_refinement.enabled`` says so (a run without data, or without photos, takes them from the checkpoint)."""
+        if scene is None or scene.cameras is None:
             return
-        fmt = capture_format(datamodule)
-        if self.pose_refinement.setup_for(fmt, len(train), extent):
+        fmt = scene.capture_format
+        if self.pose_refinement.setup_for(fmt, scene.n_photos, extent):
             log.info("camera pose refinement on (%s capture): %d training poses refined (lr %s); held-out photos keep "
-                     "their given poses", fmt or "this", len(train), self.pose_refinement.cfg.lr)
+                     "their given poses", fmt or "this", scene.n_photos, self.pose_refinement.cfg.lr)
 
     def configure_optimizers(self) -> Any:
         """The system's optimizer with the corrections in their own group (``pose_refinement.lr`` and

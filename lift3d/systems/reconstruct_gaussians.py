@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -18,9 +18,11 @@ from torch import Tensor
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, scheduled
+from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc
+from lift3d.gaussians.resolution_schedule import check_schedule
 from lift3d.metrics import masked_prediction, ssim
 from lift3d.registry import register
 from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
@@ -28,6 +30,7 @@ from lift3d.render.pose_refinement import PoseCorrections, PoseRefinementConfig
 from lift3d.schedule import is_schedule
 from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.densification import build_strategy
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from lift3d.systems.pose_refinement import PoseRefinementHooks
 from lift3d.systems.replicas import ReplicatedGaussians
@@ -45,6 +48,9 @@ class ReconstructGaussiansLoss(LossConfig):
 
 @dataclass
 class ReconstructGaussiansConfig(SystemConfig):
+    # moved keys: the old place still loads, with a warning naming the new one
+    RENAMED: ClassVar[dict[str, str]] = {"densify.resolution_schedule": "resolution_schedule"}
+
     gaussians_type: str = "gaussians"  # the Gaussian model part
     gaussians: dict = field(default_factory=dict)  # its config
     renderer_type: str = "splat-rasterizer"  # the rasterizer part
@@ -53,6 +59,9 @@ class ReconstructGaussiansConfig(SystemConfig):
     densify: dict = field(default_factory=dict)  # its config
     extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
     scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
+    # [[step, factor], ...]: from each step on, the captured training step trains on photos factor x smaller a side
+    # (e.g. [[0, 4], [1000, 2], [3000, 1]]; []: full size; lift3d.gaussians.resolution_schedule)
+    resolution_schedule: list = field(default_factory=list)
     # written when training ends; lift3d export takes any format
     export: ExportConfig = field(default_factory=lambda: ExportConfig(
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))
@@ -107,10 +116,8 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         super().__init__(cfg)
         self.gaussians = self.build_part(self.cfg.gaussians_type, self.cfg.gaussians)
         self.renderer = self.build_part(self.cfg.renderer_type, self.cfg.renderer)
-        self.densify = self.build_part(self.cfg.densify_type, self.cfg.densify)
-        if getattr(self.densify.cfg, "absgrad", False):  # growing by absolute gradients needs the rasterizer to sum them
-            self.renderer.cfg.absgrad = True
-        self.add_unsaved_part("densify", self.densify)
+        self.densify = build_strategy(self, self.cfg.densify_type, self.cfg.densify)
+        check_schedule(self.cfg.resolution_schedule)
         self.extent = self.cfg.scene_extent or 1.0
         self._last_render: dict[str, Tensor] | None = None
         if self.cfg.isect_headroom < 1.0:
@@ -125,41 +132,41 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         on_cpu = self._trainer is not None and self.trainer.strategy.root_device.type == "cpu"
         if self.cfg.cpu_threads > 0 and on_cpu:
             torch.set_num_threads(self.cfg.cpu_threads)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if not self.cfg.scene_extent and hasattr(datamodule, "extent"):
-            self.extent = float(datamodule.extent)
+        scene = self.scene
+        if not self.cfg.scene_extent and scene is not None and scene.cameras is not None:
+            self.extent = scene.extent
             if self.extent < 1e-6:  # a single view: fall back to its distance from the scene center
-                self.extent = 1.1 * float(datamodule.train.cameras.positions.norm(dim=-1).mean())
-        self.setup_appearance(datamodule)
-        self.setup_pose_refinement(datamodule, self.extent)
+                self.extent = 1.1 * float(scene.cameras.positions.norm(dim=-1).mean())
+        self.setup_appearance(scene)
+        self.setup_pose_refinement(scene, self.extent)
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage == "fit" and len(self.gaussians) == 0 and not resuming:
-            self._initialize(datamodule)
+            self._initialize(scene)
 
-    def _initialize(self, datamodule: Any) -> None:
+    def _initialize(self, scene: SceneSummary | None) -> None:
         from lift3d.gaussians import init
 
         c = self.gaussians.cfg
-        scene = getattr(datamodule, "train", None)
+        photos = scene if scene is not None and scene.cameras is not None and scene.images is not None else None
         generator = torch.Generator().manual_seed(self.init_seed())
         method = c.init
-        scene_points = getattr(datamodule, "points", None)
+        scene_points = scene.points if scene is not None else None
         if method == "auto":
-            has_masks = scene is not None and bool((scene.rgba[..., 3] < 255).any())
+            has_masks = photos is not None and photos.has_masks
             method = "sfm" if scene_points is not None else "hull" if has_masks else "random"
-        radius = c.init_radius or (init.visible_radius(scene.cameras) if scene is not None else 1.0)
+        radius = c.init_radius or (init.visible_radius(photos.cameras) if photos is not None else 1.0)
         colors = None
         if method == "random":
             points = init.random_in_sphere(c.init_points, radius, generator)
         elif method == "hull":
-            if scene is None:
+            if photos is None:
                 raise ValueError("gaussians.init: hull needs a posed-images data module (images with alpha masks)")
-            points, colors = init.carve_by_masks(scene.cameras, scene.rgba, c.init_points, radius, generator)
+            points, colors = init.carve_by_masks(photos.cameras, photos.images, c.init_points, radius, generator)
         elif method == "sfm":
             if scene_points is None:
                 raise ValueError("gaussians.init: sfm needs a scene with sparse points (a COLMAP model, or nerfstudio's "
                                  "ply_file_path); this one has none: use init: random or hull")
-            points, colors = scene_points, datamodule.point_colors
+            points, colors = scene_points, scene.point_colors
         elif method == "points":
             points, colors = init.read_point_cloud(c.init_path)
         elif method == "mesh":

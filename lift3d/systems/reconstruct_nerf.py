@@ -79,7 +79,7 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
         self._replayed = False
 
     def setup(self, stage: str) -> None:
-        self.setup_appearance(getattr(self.trainer, "datamodule", None) if self._trainer is not None else None)
+        self.setup_appearance(self.scene)
 
     # ------------------------------------------------------------------------------ training
     def _photometric(self, prediction: Tensor, target: Tensor) -> Tensor:

@@ -8,30 +8,30 @@ sum of the copies' images close to the original's (the paper's Eq. 9; ``relocati
 regularizers (mean opacity, mean scale) keep Gaussians dying and small enough to be re-used; they are added to the
 gradients here, so the system's loss does not change.
 
-On CUDA the relocation uses gsplat's kernel when gsplat is installed; elsewhere its PyTorch twin. Under DDP every rank
-makes the same draws: they come from generators that depend only on the step.
+On CUDA the relocation uses gsplat's kernel when gsplat is installed; elsewhere its PyTorch twin. The parameter
+surgery is ``lift3d.gaussians.ops`` (``relocate``, ``add_copies``). Under DDP every rank makes the same draws: they come
+from generators that depend only on the step.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from lift3d.base import Configurable
 from lift3d.config.checks import check_minimums
+from lift3d.gaussians import ops
 from lift3d.gaussians.model import GaussianModel
-from lift3d.gaussians.strategy import replace_parameters
+from lift3d.gaussians.strategies.base import Strategy
 from lift3d.registry import register
 from lift3d.render.splats.project import covariance_3d
 from lift3d.rng import step_generator
 
-log = logging.getLogger("lift3d.gaussians.mcmc")
+log = logging.getLogger("lift3d.gaussians.strategies.mcmc")
 SAMPLE_STREAM = 43  # the random stream of relocation/addition draws
 NOISE_STREAM = 47  # ... and of the position noise
 
@@ -96,8 +96,9 @@ def relocation(opacities: Tensor, scales: Tensor, ratios: Tensor, binoms: Tensor
 
 
 @register("densify-mcmc")
-class MCMCStrategy(Configurable):
-    """MCMC densification: relocate dead Gaussians, add new ones up to ``max_gaussians``, perturb the means."""
+class MCMCStrategy(Strategy):
+    """MCMC densification: relocate dead Gaussians, add new ones up to ``max_gaussians``, perturb the means. It keeps no
+    statistics between steps (nothing to checkpoint)."""
 
     Config = MCMCConfig
 
@@ -133,8 +134,9 @@ class MCMCStrategy(Configurable):
         return report
 
     @torch.no_grad()
-    def step(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int) -> dict[str, int]:
-        """Relocate and add on refine steps; returns what changed."""
+    def step(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int,
+             extent: float = 0.0) -> dict[str, int]:
+        """Relocate and add on refine steps; returns what changed (``extent`` is not needed)."""
         c = self.cfg
         if not (c.refine_start < step < c.refine_stop and step % c.refine_every == 0):
             return {}
@@ -154,27 +156,15 @@ class MCMCStrategy(Configurable):
         picks = torch.multinomial(probs, n, replacement=True, generator=generator)
         return candidates[picks.to(candidates.device)]
 
-    def _split_values(self, model: GaussianModel, sampled: Tensor) -> tuple[Tensor, Tensor]:
-        """New (opacity logits, log scales) of the Gaussians in ``sampled`` [n], each now shared by its copies."""
+    def _shared_values(self, model: GaussianModel, sampled: Tensor) -> dict[str, Tensor]:
+        """The new opacity logits and log scales of the Gaussians in ``sampled`` [n], each now shared by its copies."""
         ratios = torch.bincount(sampled, minlength=len(model))[sampled] + 1
         opacities, scales = relocation(model.opacities.detach()[sampled], model.scales.detach()[sampled], ratios,
                                        self.binoms)
         eps = torch.finfo(torch.float32).eps
         opacities = opacities.clamp(min=self.cfg.min_opacity, max=1.0 - eps)
-        return torch.logit(opacities).to(model.opacity_logits.dtype), torch.log(scales).to(model.log_scales.dtype)
-
-    def _splitter(self, model: GaussianModel, sampled: Tensor) -> Callable[[str, Tensor], Tensor]:
-        """(name, parameter) -> a copy of it in which the ``sampled`` Gaussians hold their shared opacity and scale."""
-        logits, log_scales = self._split_values(model, sampled)
-        new = {"opacity_logits": logits, "log_scales": log_scales}
-
-        def split(name: str, p: Tensor) -> Tensor:
-            p = p.clone()
-            if name in new:
-                p[sampled] = new[name]
-            return p
-
-        return split
+        return {"opacity_logits": torch.logit(opacities).to(model.opacity_logits.dtype),
+                "log_scales": torch.log(scales).to(model.log_scales.dtype)}
 
     @torch.no_grad()
     def relocate(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, generator: torch.Generator) -> int:
@@ -186,20 +176,7 @@ class MCMCStrategy(Configurable):
             return 0
         dead_ids, alive_ids = dead.nonzero()[:, 0], (~dead).nonzero()[:, 0]
         sampled = self._draw(model, alive_ids, n, generator)
-        split = self._splitter(model, sampled)
-
-        def value(name: str, p: Tensor) -> Tensor:
-            p = split(name, p)
-            p[dead_ids] = p[sampled]
-            return p
-
-        def state(name: str, s: Tensor) -> Tensor:
-            s = s.clone()
-            s[sampled] = 0
-            s[dead_ids] = 0
-            return s
-
-        replace_parameters(model, optimizer, value, state)
+        ops.relocate(model, optimizer, dead_ids, sampled, self._shared_values(model, sampled))
         return n
 
     @torch.no_grad()
@@ -211,16 +188,7 @@ class MCMCStrategy(Configurable):
         if n == 0:
             return 0
         sampled = self._draw(model, torch.arange(current, device=model.means.device), n, generator)
-        split = self._splitter(model, sampled)
-
-        def value(name: str, p: Tensor) -> Tensor:
-            p = split(name, p)
-            return torch.cat([p, p[sampled]])
-
-        def state(name: str, s: Tensor) -> Tensor:
-            return torch.cat([s, s.new_zeros((n,) + s.shape[1:])])
-
-        replace_parameters(model, optimizer, value, state)
+        ops.add_copies(model, optimizer, sampled, self._shared_values(model, sampled))
         return n
 
     @torch.no_grad()
@@ -250,14 +218,6 @@ class MCMCStrategy(Configurable):
         if c.scale_reg > 0:
             scales = model.scales.detach()
             _add_grad(model.log_scales, c.scale_reg * scales / scales.numel())
-
-    # ----------------------------------------------------------------------------------- checkpoints
-    def checkpoint_state(self) -> dict[str, Any]:
-        """MCMC keeps no statistics between steps."""
-        return {}
-
-    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
-        """Nothing to restore (see ``checkpoint_state``)."""
 
 
 def _add_grad(parameter: Tensor, grad: Tensor) -> None:

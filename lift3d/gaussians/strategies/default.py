@@ -1,11 +1,9 @@
-"""Adaptive density control (3DGS): clone, split, prune, opacity reset, with optimizer-state surgery.
+"""Adaptive density control of 3DGS (``densify-3dgs``, gsplat's ``DefaultStrategy``): clone, split, prune, opacity reset.
 
-Use: after each backward pass call ``update(render_out)`` (accumulates the image-space gradient of
-``means2d``), then ``step(model, optimizer, step, extent)``. Gradients are measured as gsplat's
-DefaultStrategy does: the pixel gradient times (width / 2, height / 2) times the number of views,
-averaged over the steps a Gaussian was visible. Whenever Gaussians are added or removed, every
-optimizer state tensor shaped like a parameter (Adam's moments) is cut or extended to match: new
-Gaussians start with zero moments, kept ones keep theirs.
+Use: after each backward pass call ``update(render_out)`` (accumulates the image-space gradient of ``means2d``),
+then ``step(model, optimizer, step, extent)``; ``after_backward`` does both. Gradients are measured as gsplat's
+DefaultStrategy does: the pixel gradient times (width / 2, height / 2) times the number of views, averaged over the
+steps a Gaussian was visible. The parameter surgery (and the optimizer state with it) is ``lift3d.gaussians.ops``.
 
 Under DDP (several processes, each rendering its own views) every rank must make the same decisions on
 the same parameters: the statistics are summed over the ranks before each refine step, and splits draw
@@ -15,36 +13,28 @@ their offsets from a generator that depends only on the step, never from a rank'
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn as nn
 from torch import Tensor
 
-from lift3d.base import Configurable
 from lift3d.config import ConfigError
 from lift3d.config.checks import check_minimums
 from lift3d.distributed import all_reduce_sum_, world_size
-from lift3d.gaussians.model import PARAMETER_NAMES, GaussianModel
-from lift3d.gaussians.resolution_schedule import check_schedule
+from lift3d.gaussians.model import GaussianModel
+from lift3d.gaussians.ops import duplicate, remove, reset_opacities, split_gaussians
+from lift3d.gaussians.strategies.base import Strategy
 from lift3d.registry import register
 from lift3d.rng import step_generator
-from lift3d.rotations import quaternion_to_matrix
 
-log = logging.getLogger("lift3d.gaussians.strategy")
+log = logging.getLogger("lift3d.gaussians.strategies.default")
 SPLIT_STREAM = 41  # the random stream of split offsets: the same on every DDP rank at a given step
 
 
 @dataclass
-class DensifyConfig:
-    """When and how Gaussians are added and removed; defaults are those of 3DGS.
-
-    ``resolution_schedule`` [[step, factor], ...]: from each step on, the CUDA-graph step trains on photos ``factor``
-    times smaller a side (e.g. [[0, 4], [1000, 2], [3000, 1]]; [] = full size).
-    """
+class DefaultConfig:
+    """When and how Gaussians are added and removed; defaults are those of 3DGS."""
 
     # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
     RENAMED: ClassVar[dict[str, str]] = {"prune_opacity": "min_opacity"}
@@ -63,34 +53,42 @@ class DensifyConfig:
     max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
     grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
-    resolution_schedule: list = field(default_factory=list)  # [[step, factor], ...]: photos factor x smaller from step
 
 
 @register("densify-3dgs")
-class DensifyStrategy(Configurable):
+class DefaultStrategy(Strategy):
     """The 3DGS densification schedule with its running statistics (saved in checkpoints)."""
 
-    Config = DensifyConfig
+    Config = DefaultConfig
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         check_minimums("system.densify", self.cfg, {"refine_start": (0, 500), "refine_stop": (0, 15000), "refine_every": (1, 100),
                                                     "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
                                                     "max_gaussians": (0, 0), "grow_grad2d_abs": (0.0, 0.0008)})
-        check_schedule(self.cfg.resolution_schedule)
         self.grad2d: Tensor | None = None  # [N] sum of normalized gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 
     # ----------------------------------------------------------------------------------- statistics
+    @property
+    def needs_absgrad(self) -> bool:
+        return self.cfg.absgrad
+
     def active(self, step: int) -> bool:
+        """Until ``refine_stop``: no statistics, growing, pruning or resets after it."""
         return step < self.cfg.refine_stop
 
-    def prepare_stats(self, n: int, device: torch.device) -> None:
+    def captures_statistics(self, step: int) -> bool:
+        """While active, from the render's own gradient (absolute gradients are not captured)."""
+        return not self.cfg.absgrad and self.active(step)
+
+    def prepare_stats(self, n: int, device: torch.device) -> tuple[Tensor, ...]:
         """Allocate the statistics for ``n`` Gaussians now (zeros) unless they exist: a CUDA graph that accumulates
-        them in place needs their memory before it is captured."""
+        them in place needs their memory before it is captured. Returns (grad2d, count)."""
         if self.grad2d is None or len(self.grad2d) != n or self.grad2d.device != device:
             self.grad2d = torch.zeros(n, device=device)
             self.count = torch.zeros(n, device=device)
+        return self.grad2d, self.count
 
     @torch.no_grad()
     def update(self, out: dict[str, Tensor]) -> None:
@@ -153,6 +151,7 @@ class DensifyStrategy(Configurable):
 
     def grow(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, extent: float,
              step: int = 0) -> dict[str, int]:
+        """Clone the small Gaussians whose mean gradient is high and split the large ones (up to ``max_gaussians``)."""
         c = self.cfg
         grads = self.grad2d / self.count.clamp_min(1)
         high = grads > (c.grow_grad2d_abs if c.absgrad else c.grow_grad2d)
@@ -174,6 +173,7 @@ class DensifyStrategy(Configurable):
         return {"cloned": n_clone, "split": n_split}
 
     def prune(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> int:
+        """Remove the nearly transparent Gaussians and, after the first opacity reset, the very large ones."""
         c = self.cfg
         remove_mask = model.opacities < c.min_opacity
         if c.reset_every > 0 and step > c.reset_every:
@@ -199,77 +199,3 @@ class DensifyStrategy(Configurable):
         self.grad2d, self.count = state.get("grad2d"), state.get("count")
         if world_size() > 1 and self.grad2d is not None and torch.distributed.get_rank() > 0:
             self.grad2d, self.count = torch.zeros_like(self.grad2d), torch.zeros_like(self.count)
-
-
-# ---------------------------------------------------------------------------------------------------
-# parameter surgery that keeps the optimizer in step
-
-
-def replace_parameters(
-    model: GaussianModel,
-    optimizer: torch.optim.Optimizer | None,
-    new_value: Callable[[str, Tensor], Tensor],
-    new_state: Callable[[str, Tensor], Tensor],
-    names: tuple[str, ...] = PARAMETER_NAMES,
-) -> None:
-    """Swap each Gaussian parameter in ``names`` for ``new_value(name, old)`` and each optimizer state
-    tensor shaped like it (e.g. Adam's ``exp_avg``) for ``new_state(name, old_state)``; the optimizer
-    then tracks the new parameters in the same groups with the same options."""
-    for name in names:
-        old = getattr(model, name)
-        new = nn.Parameter(new_value(name, old.detach()), requires_grad=old.requires_grad)
-        if optimizer is not None:
-            for group in optimizer.param_groups:
-                group["params"] = [new if p is old else p for p in group["params"]]
-            state = optimizer.state.pop(old, None)
-            if state is not None:
-                optimizer.state[new] = {
-                    key: new_state(name, value) if torch.is_tensor(value) and value.shape == old.shape else value
-                    for key, value in state.items()
-                }
-        setattr(model, name, new)
-
-
-def duplicate(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor) -> None:
-    """Append copies of the Gaussians in ``mask`` [N] (zero optimizer moments for the copies)."""
-    replace_parameters(model, optimizer, lambda _, p: torch.cat([p, p[mask]]),
-                       lambda _, s: torch.cat([s, torch.zeros_like(s[mask])]))
-
-
-def remove(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor) -> None:
-    """Drop the Gaussians in ``mask`` [N] together with their optimizer state."""
-    keep = ~mask
-    replace_parameters(model, optimizer, lambda _, p: p[keep], lambda _, s: s[keep])
-
-
-def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor,
-                    into: int = 2, shrink: float = 1.6, generator: torch.Generator | None = None) -> None:
-    """Replace each Gaussian in ``mask`` by ``into`` Gaussians whose centers are drawn from it and whose
-    scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments. The draws come
-    from ``generator`` (a CPU generator; None: the global RNG)."""
-    n = int(mask.sum())
-    scales, quats = model.scales[mask], model.quats[mask]
-    draws = torch.randn(into, n, 3, 1, generator=generator).to(scales.device) if generator is not None else \
-        torch.randn(into, n, 3, 1, device=scales.device)
-    offsets = (quaternion_to_matrix(quats)[None] @ (draws * scales[None, :, :, None]))
-    means = (model.means[mask][None] + offsets.squeeze(-1)).reshape(into * n, 3)
-    new = {"means": means, "log_scales": torch.log(scales / shrink).repeat(into, 1)}
-    keep = ~mask
-
-    def value(name: str, p: Tensor) -> Tensor:
-        grown = new.get(name)
-        if grown is None:
-            grown = p[mask].repeat(into, *([1] * (p.ndim - 1)))
-        return torch.cat([p[keep], grown])
-
-    def state(name: str, s: Tensor) -> Tensor:
-        return torch.cat([s[keep], s.new_zeros((into * n,) + s.shape[1:])])
-
-    replace_parameters(model, optimizer, value, state)
-
-
-def reset_opacities(model: GaussianModel, optimizer: torch.optim.Optimizer | None, value: float) -> None:
-    """Cap every opacity at ``value`` and zero the opacity's optimizer moments."""
-    cap = math.log(value / (1 - value))
-    replace_parameters(model, optimizer, lambda _, p: p.clamp(max=cap), lambda _, s: torch.zeros_like(s),
-                       names=("opacity_logits",))
