@@ -98,9 +98,9 @@ def test_reconstruct_with_no_path_uses_the_sample_scene(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     code = main(["reconstruct", "trainer.max_steps=20", "trainer.val_check_interval=20", "data.n_orbit_views=3",
                  "trainer.enable_progress_bar=false"])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
     assert code == 0
-    assert "reconstructing the built-in sample scene" in out and "val PSNR" in out
+    assert "reconstructing the built-in sample scene" in captured.err and "val PSNR" in captured.out
     runs = list((tmp_path / "outputs" / "reconstruct-gaussians-sample").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("sample_scene@")
     assert (runs[0] / "save" / "it20-gaussians.ply").is_file() and (runs[0] / "save" / "it20-test.mp4").is_file()
