@@ -15,6 +15,7 @@ from typing import Any
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import ConfigError, ExperimentConfig, to_yaml
+from lift3d.data.sample_scene import asset_name
 from lift3d.registry import find
 from lift3d.saving import OutputSaver
 
@@ -57,13 +58,32 @@ def write_configs(run_dir: Path, cfg: ExperimentConfig, config_paths: Sequence[s
     """``configs/``: the parsed config, copies of the YAML files it came from, and the overrides (if any)."""
     configs = run_dir / "configs"
     configs.mkdir(parents=True, exist_ok=True)
-    OutputSaver(configs).text("parsed.yaml", to_yaml(cfg))
+    OutputSaver(configs).text("parsed.yaml", to_yaml(with_asset_names(to_container(cfg))))
     for path in config_paths:
         target = configs / Path(path).name
         if Path(path).resolve() != target.resolve():  # resuming from the run's own configs/parsed.yaml
             shutil.copyfile(path, target)
     if overrides:
         OutputSaver(configs).text("overrides.txt", "\n".join(overrides) + "\n")
+
+
+def to_container(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config as plain data, interpolations kept as written."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=False)  # type: ignore[return-value]
+
+
+def with_asset_names(tree: Any) -> Any:
+    """``tree`` with every path into the package's assets written as its resource name (``lift3d:sample_scene``), so
+    a finished run's parsed.yaml still loads after lift3d is reinstalled elsewhere (the data layer resolves it)."""
+    if isinstance(tree, dict):
+        return {key: with_asset_names(value) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [with_asset_names(value) for value in tree]
+    if isinstance(tree, str) and ("/" in tree or "\\" in tree):
+        return asset_name(tree) or tree
+    return tree
 
 
 def process_rank() -> int:
