@@ -6,6 +6,7 @@ has to import another to find a run's files.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -16,6 +17,7 @@ from typing import Any
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import ConfigError, ExperimentConfig, to_yaml
 from lift3d.data.sample_scene import asset_name
+from lift3d.progress import read_progress, update_progress
 from lift3d.registry import find
 from lift3d.saving import OutputSaver
 
@@ -44,6 +46,38 @@ def make_run_dir(cfg: ExperimentConfig) -> Path:
         except FileExistsError:
             continue
     raise ConfigError(f"{parent} holds 10000 runs tagged {tag!r}: give this run another tag= or output_root=")
+
+
+FAILED_DIR = ".failed"  # <output_root>/.failed/<name>/<run>: new runs that failed before writing a checkpoint
+
+
+def is_failed(run_dir: Path) -> bool:
+    """Whether the run's progress.json says it failed (finders of "the newest run" skip such runs)."""
+    return (read_progress(run_dir) or {}).get("status") == "failed"
+
+
+def set_aside_failed(run_dir: Path, error: BaseException) -> Path:
+    """Mark a new run that failed: its error goes into progress.json (status failed), and a run with no checkpoint
+    (nothing to resume: a model that would not load, bad data) moves to ``<output_root>/.failed/<name>/<run>``,
+    out of the way of the good runs. One with a checkpoint stays (``--resume`` continues it), marked failed.
+    Returns where the run is now; a failure to move leaves it in place."""
+    log = logging.getLogger("lift3d")
+    try:
+        if (read_progress(run_dir) or {}).get("status") != "failed":  # the training callback records its own errors
+            update_progress(run_dir, status="failed", error=f"{type(error).__name__}: {error}".strip())
+        if not run_dir.is_dir() or any((run_dir / "ckpts").glob("*.ckpt")):
+            return run_dir
+        target = run_dir.parent.parent / FAILED_DIR / run_dir.parent.name / run_dir.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        candidate = next(path for path in (target, *(target.with_name(f"{target.name}-{n}") for n in range(1, 1000)))
+                         if not path.exists())
+        run_dir.rename(candidate)
+        update_progress(candidate, run_dir=str(candidate))
+    except Exception:  # noqa: BLE001  (setting a run aside never hides the error that failed it)
+        log.debug("could not set the failed run %s aside", run_dir, exc_info=True)
+        return run_dir
+    log.info("the failed run's folder (its configs, logs and the error in progress.json) is set aside in %s", candidate)
+    return candidate
 
 
 def run_dir_of_checkpoint(path: str | Path) -> Path | None:
