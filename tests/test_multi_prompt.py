@@ -41,8 +41,8 @@ def test_each_gpu_runs_its_share_and_failures_stay_local(tmp_path):
     commands = [[sys.executable, "-c", FAKE, p] for p in prompts]
     results = run_sharded(commands, ["0", "1"], tmp_path / "logs")
     assert [r["device"] for r in results] == ["0", "1", "0", "1"]
-    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu0", "run_dir-a_bad_dog-gpu1", "run_dir-a_cow-gpu0",
-                                                 "run_dir-an_owl-gpu1"]
+    assert [r["run_dir"] for r in results] == ["run-a_cat-gpu0", "run-a_bad_dog-gpu1", "run-a_cow-gpu0",
+                                                 "run-an_owl-gpu1"]
     assert [r["status"] for r in results] == ["finished", "failed", "finished", "finished"]  # the failure did not stop GPU 1
     assert results[1]["returncode"] == 3 and (tmp_path / "logs" / "0001.log").exists()
 
@@ -60,7 +60,7 @@ def test_generate_many_writes_a_summary(tmp_path, monkeypatch):
                                      tmp_path / "out" / "summary.json")
     record = json.loads(summary.read_text())
     assert record["devices"] == ["2", "5"] and [r["prompt"] for r in record["results"]] == ["a cat", "a cow"]
-    assert [r["run_dir"] for r in results] == ["run_dir-a_cat-gpu2", "run_dir-a_cow-gpu5"]
+    assert [r["run_dir"] for r in results] == ["run-a_cat-gpu2", "run-a_cow-gpu5"]
     steps = ("trainer.max_steps=10",)
     assert seen == [("a cat", "gaussian-sds", steps, True), ("a cow", "gaussian-sds", steps, True)]
 

@@ -105,7 +105,7 @@ def test_a_new_run_that_fails_is_set_aside_with_its_error(tmp_path):
 
     from lift3d.commands.edit import newest_reconstruction
     from lift3d.progress import read_progress
-    from lift3d.runs.run_dirs import is_failed
+    from lift3d.runs.run_dirs import current_location, is_failed
     from lift3d.systems.base import NonFiniteLossError
 
     early = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=early", "system.nan_at_step=3", *QUIET])
@@ -116,6 +116,7 @@ def test_a_new_run_that_fails_is_set_aside_with_its_error(tmp_path):
     record = read_progress(aside)
     assert record["status"] == "failed" and "NonFiniteLossError" in record["error"] and record["run_dir"] == str(aside)
     assert (aside / "configs" / "parsed.yaml").is_file()
+    assert current_location(tmp_path / "fit-image" / aside.name) == aside  # followers of the run find it set aside
     late = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=late", "system.nan_at_step=25", *QUIET])
     with pytest.raises(NonFiniteLossError):
         run_experiment("train", late, [FIT_IMAGE], [])

@@ -107,8 +107,7 @@ def render_video(source: str | Path, mode: str, path_json: str | Path | None = N
     from lift3d.viewer.models import load_view_model
     from lift3d.viewer.path import load_camera_path, orbit_path, path_cameras
 
-    for value, flag, example in ((frames, "--frames", "120"), (fps, "--fps", "30"), (width, "--width", "640"),
-                                 (height, "--height", "480")):
+    for value, flag, example in ((frames, "--frames", "120"), (fps, "--fps", "30")):  # sizes: check_video_size
         _positive(value, flag, example)
     camera_path = load_camera_path(path_json) if mode == "path" else None
     if camera_path is not None:  # every frame is rendered whole: check the size before loading a large model

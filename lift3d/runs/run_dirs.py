@@ -67,10 +67,9 @@ def set_aside_failed(run_dir: Path, error: BaseException) -> Path:
             update_progress(run_dir, status="failed", error=f"{type(error).__name__}: {error}".strip())
         if not run_dir.is_dir() or any((run_dir / "ckpts").glob("*.ckpt")):
             return run_dir
-        target = run_dir.parent.parent / FAILED_DIR / run_dir.parent.name / run_dir.name
+        target = _aside(run_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
-        candidate = next(path for path in (target, *(target.with_name(f"{target.name}-{n}") for n in range(1, 1000)))
-                         if not path.exists())
+        candidate = next(path for path in _aside_names(target) if not path.exists())
         run_dir.rename(candidate)
         update_progress(candidate, run_dir=str(candidate))
     except Exception:  # noqa: BLE001  (setting a run aside never hides the error that failed it)
@@ -78,6 +77,26 @@ def set_aside_failed(run_dir: Path, error: BaseException) -> Path:
         return run_dir
     log.info("the failed run's folder (its configs, logs and the error in progress.json) is set aside in %s", candidate)
     return candidate
+
+
+def _aside(run_dir: Path) -> Path:
+    return run_dir.parent.parent / FAILED_DIR / run_dir.parent.name / run_dir.name
+
+
+def _aside_names(target: Path) -> list[Path]:
+    return [target, *(target.with_name(f"{target.name}-{n}") for n in range(1, 1000))]
+
+
+def current_location(run_dir: Path) -> Path:
+    """Where a run folder is now: itself, or where ``set_aside_failed`` moved it (for those that follow a run by its
+    folder, as the app does)."""
+    if run_dir.exists():
+        return run_dir
+    for candidate in _aside_names(_aside(run_dir))[:20]:  # the one that records it came from run_dir's place
+        record = read_progress(candidate) or {}
+        if record.get("status") == "failed" and record.get("run_dir") == str(candidate) and candidate.is_dir():
+            return candidate
+    return run_dir
 
 
 def run_dir_of_checkpoint(path: str | Path) -> Path | None:
