@@ -72,10 +72,15 @@ def model_home(model: Any) -> Any:
 
 
 def path_through_training_cameras(model: Any, frames: int, width: int | None, height: int | None) -> Any:
-    """The cameras of ``--path-through-cameras`` (``lift3d.viewer.path.camera_path_through``), at the photos' aspect and
-    at most MAX_SIDE pixels a side unless --width / --height say otherwise."""
+    """The cameras of ``--path-through-cameras`` (``camera_path_through``: the test video's, ``lift3d.camera_paths``,
+    where this lift3d has it, else the viewer's stand-in), at the photos' aspect and at most MAX_SIDE pixels a side
+    unless --width / --height say otherwise."""
     from lift3d.config import ConfigError
-    from lift3d.viewer.path import camera_path_through
+
+    try:
+        from lift3d.camera_paths import camera_path_through  # type: ignore[import-not-found]
+    except ImportError:
+        from lift3d.viewer.path import camera_path_through
 
     views = model.training_views
     if views is None:

@@ -159,7 +159,8 @@ def camera_path_through(cameras: Cameras, frames: int) -> Cameras:
     """``frames`` cameras on a smooth path through ``cameras`` (the training cameras): visited as a walk from the first
     to its nearest unvisited neighbor, at most MAX_THROUGH_KEYFRAMES of them evenly picked along the walk as keyframes
     (a spline through every photo of a dense capture would jitter), positions on a Catmull-Rom spline, rotations by
-    slerp, fields of view between the keyframes'; the cameras' own size."""
+    slerp, fields of view between the keyframes'; the cameras' own size. A stand-in for ``lift3d.camera_paths``'
+    function of the same name (the test video's path), which ``lift3d render`` takes where it exists."""
     if len(cameras) < 1 or frames < 1:
         raise ConfigError(f"a path through the training cameras needs cameras and frames, got {len(cameras)} and {frames}")
     c2w = cameras.c2w.detach().cpu().double()
