@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import logging
@@ -35,14 +34,15 @@ COMMAND_MODULES: dict[str, str] = {
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors caused by input, reported as one clear line instead of a traceback."""
-    from lift3d.checkpoints import CheckpointError
-    from lift3d.config import ConfigError
-    from lift3d.registry import RegistryError
-
-    errors: list[type[BaseException]] = [ConfigError, RegistryError, CheckpointError, FileNotFoundError]
+    """Errors caused by input, reported as one clear line instead of a traceback. Only the modules already
+    imported are asked (an error class of a module never loaded cannot have been raised), so a failing command
+    that did not need torch does not import it to say so."""
+    errors: list[type[BaseException]] = [FileNotFoundError]
     for module, name in (
-        ("lift3d.data.posed_images", "SceneFormatError"),
+        ("lift3d.config.schema", "ConfigError"),
+        ("lift3d.registry", "RegistryError"),
+        ("lift3d.checkpoints", "CheckpointError"),
+        ("lift3d.data.capture", "SceneFormatError"),
         ("lift3d.data.reference_image", "ReferenceImageError"),
         ("lift3d.export.formats", "ExportFormatError"),
         ("lift3d.systems.base", "NonFiniteLossError"),
@@ -52,8 +52,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ("lift3d.method_table", "MethodError"),
         ("lift3d.app.recipes", "RecipeError"),
     ):
-        with contextlib.suppress(ImportError, AttributeError):
-            errors.append(getattr(importlib.import_module(module), name))
+        if module in sys.modules and hasattr(sys.modules[module], name):
+            errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
 
 
@@ -145,11 +145,10 @@ def configure_logging(verbose: bool = False) -> None:
 def check_arguments(argv: Sequence[str], args: argparse.Namespace) -> None:
     """Arguments no sub-command can use: names that are not UTF-8 (Linux hands undecodable bytes through as
     surrogates, which fail later when a path is written into a config, a log or JSON) and ports out of range."""
-    from lift3d.config import ConfigError
-    from lift3d.runs.trainer_checks import check_port
-
     for item in argv:
         if any("\udc80" <= ch <= "\udcff" for ch in item):
+            from lift3d.config import ConfigError
+
             raw = os.fsencode(item)
             raise ConfigError(f"the argument {raw!r} is not valid UTF-8: lift3d writes paths into configs and logs as "
                               "UTF-8; rename the file or folder to a UTF-8 name (e.g. convmv -f latin1 -t utf8 --notest "
@@ -157,6 +156,8 @@ def check_arguments(argv: Sequence[str], args: argparse.Namespace) -> None:
     for name, example in (("port", "--port 8080"), ("viewer_port", "--viewer-port 8080")):
         value = getattr(args, name, None)
         if isinstance(value, int):
+            from lift3d.runs.trainer_checks import check_port
+
             check_port(f"--{name.replace('_', '-')}", value, example)
 
 

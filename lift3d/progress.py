@@ -33,7 +33,7 @@ def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def update_progress(run_dir: str | Path, **fields: Any) -> dict[str, Any]:
+def update_progress(run_dir: str | Path, /, **fields: Any) -> dict[str, Any]:
     """Merge ``fields`` into the run's progress record and rewrite it atomically."""
     record = read_progress(run_dir) or {"run_dir": str(run_dir)}
     record.update(fields, updated=time.time())
@@ -105,9 +105,11 @@ class ProgressFileCallback(Callback):
         self.write(status=status, step=trainer.global_step, error=f"{type(exception).__name__}: {exception}")
 
 
-def _duration(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``: a duration as a person reads it."""
+def duration_text(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``2 h 05 min``: a duration as a person reads it."""
     seconds = max(0, round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
     return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
@@ -149,11 +151,11 @@ class Stage:
         elapsed = now - self._start
         eta = ""
         if self.total and 0 < self.done < self.total:
-            eta = f", about {_duration(elapsed * (self.total - self.done) / self.done)} left"
-        self.log.info("%s: %s, %s%s", self.what, self._count(), _duration(elapsed), eta)
+            eta = f", about {duration_text(elapsed * (self.total - self.done) / self.done)} left"
+        self.log.info("%s: %s, %s%s", self.what, self._count(), duration_text(elapsed), eta)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
         elapsed = time.monotonic() - self._start
         if kind is None and elapsed >= self.every_s:
             count = f"{self._count()} " if self.done or self.total is not None else ""
-            self.log.info("%s: done, %sin %s", self.what, count, _duration(elapsed))
+            self.log.info("%s: done, %sin %s", self.what, count, duration_text(elapsed))

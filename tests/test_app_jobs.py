@@ -92,9 +92,9 @@ def test_failures_surface_their_error_and_the_queue_goes_on(queue, tmp_path):
     assert most_running == 1
     assert nan.state == FAILED and nan.error.startswith("NonFiniteLossError: the loss is not finite at step 3")
     assert nan.progress["status"] == "failed"
-    # the second run still ran, and died before training started (no progress.json): the error comes from
-    # the command's last words
-    assert unreachable.state == FAILED and unreachable.started >= nan.ended and unreachable.progress == {}
+    # the second run still ran, and died before training started: set aside (no checkpoint), its error in progress.json
+    assert unreachable.state == FAILED and unreachable.started >= nan.ended
+    assert unreachable.progress["status"] == "failed" and ".failed" in unreachable.progress["run_dir"]
     assert "could not load model stabilityai/sd-2-1-base: not reachable offline" in unreachable.error
     html = status_html(job_view(nan))
     assert 'data-state="failed"' in html and "NonFiniteLossError" in html

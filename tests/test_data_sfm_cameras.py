@@ -111,8 +111,28 @@ def test_reasons_come_from_colmap_records():
     evidence.verified["p1.jpg"], evidence.verified["p2.jpg"] = {"a.jpg": 30}, {"b.jpg": 25}
     reasons = explain(["a.jpg", "b.jpg", "c.jpg", "p1.jpg", "p2.jpg"], {"a.jpg", "b.jpg", "c.jpg"}, evidence, groups + other)
     said, _ = describe(reasons, {"a.jpg", "b.jpg", "c.jpg"}, groups + other)
-    assert said.startswith("p1.jpg, p2.jpg overlap the other photos too little (at most 30 verified matches with one photo)")
+    assert said.startswith("p1.jpg, p2.jpg overlap the other photos too little (best: 30 verified matches with a registered "
+                           "photo; placing a photo takes 30 or more on points the model triangulated)")
     assert said.endswith("; none of the 2 photos of the camera 320x240 Pixel 7, 24 mm equiv. registered")
+
+
+
+def test_no_model_says_what_the_first_pair_needs_against_what_was_found():
+    """Nothing registered: few matches fall short of COLMAP's first pair; plenty of matches point at the views instead
+    (photos from one spot), never "at most 2399 matches", which reads as plenty."""
+    photos = {name: (640, 480) for name in ("a.jpg", "b.jpg", "c.jpg")}
+    groups = group_cameras([Photo(n, w, h, 1, "", "", 0.0, 0.0, 0.0) for n, (w, h) in photos.items()])
+    evidence = Evidence(dict.fromkeys(photos, 5000))
+    for first, second, inliers in [("a.jpg", "b.jpg", 60), ("b.jpg", "c.jpg", 40)]:
+        evidence.verified.setdefault(first, {})[second] = inliers
+        evidence.verified.setdefault(second, {})[first] = inliers
+    said, _ = describe(explain(list(photos), set(), evidence, groups), set(), groups)
+    assert "(best: 60 verified matches in a pair; COLMAP starts from a pair with 100 or more)" in said
+    evidence.verified = {"a.jpg": {"b.jpg": 2399}, "b.jpg": {"a.jpg": 2399, "c.jpg": 1800}, "c.jpg": {"b.jpg": 1800}}
+    said, fixes = describe(explain(list(photos), set(), evidence, groups), set(), groups)
+    assert said == ("a.jpg, b.jpg, c.jpg are seen from too nearly one spot to start a model (best: 2399 verified matches "
+                    "in a pair, enough, but COLMAP starts from a pair seen from views 16 degrees or more apart)")
+    assert "walk around it" in fixes[0]
 
 
 @pytest.fixture(scope="module")

@@ -158,8 +158,23 @@ def test_a_hub_id_not_in_the_cache_offline_says_how_to_get_a_local_copy(monkeypa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     message = one_line_error("someone/not-cached")
-    assert "local Hugging Face cache (offline)" in message and "hf download someone/not-cached --local-dir" in message
+    assert "HF_HUB_OFFLINE is set, and the local Hugging Face cache" in message and "of 'someone/not-cached'" in message
+    assert "hf download someone/not-cached --local-dir" in message
     assert "system.generator.pretrained_model_name_or_path=/path/to/folder" in message
+    assert "local_files_only" not in message and "outgoing traffic" not in message  # the hub library's own words
+
+
+def test_hub_failures_are_said_in_lift3d_words():
+    from lift3d.generators.files import hub_failure
+
+    def error(kind: str) -> Exception:
+        return type(kind, (Exception,), {})("401 Client Error. (Request ID: Root=1-abc) Cannot access gated repo ...")
+
+    assert "gated: accept its terms on huggingface.co" in hub_failure(error("GatedRepoError"))
+    assert "no such repository" in hub_failure(error("RepositoryNotFoundError"))
+    assert "no such file" in hub_failure(error("RemoteEntryNotFoundError"))
+    assert hub_failure(OSError("[Errno 111] Connection refused")) == "connection refused"
+    assert "Request ID" not in hub_failure(error("HfHubHTTPError"))
 
 
 def test_mismatched_weights_are_one_line_errors(tmp_path, release):
@@ -212,6 +227,12 @@ def test_generate_command_reports_a_missing_release_in_one_line(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and any(str(tmp_path / "missing") in line and "does not exist" in line for line in err)
     assert not any(line.startswith("Traceback") for line in err)
+    # the failed run is set aside with its error, not left among the good runs
+    assert not [p for p in (tmp_path / "out" / "triposr").iterdir()]
+    failed = list((tmp_path / "out" / ".failed" / "triposr").iterdir())
+    record = json.loads((failed[0] / "progress.json").read_text())
+    assert len(failed) == 1 and record["status"] == "failed" and "does not exist" in record["error"]
+    assert record["run_dir"] == str(failed[0]) and any(str(failed[0]) in line for line in err)
 
 
 def test_field_config_names_the_generators_sizes(release):

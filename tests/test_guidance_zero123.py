@@ -37,6 +37,10 @@ def test_loading_errors_name_the_model(tmp_path):
         Zero123Guidance({"pretrained_model_name_or_path": "someone/missing-zero123", "local_files_only": True})
     with pytest.raises(ModelLoadError, match="not a Zero123 model: its UNet takes 4"):
         Zero123Guidance({"pretrained_model_name_or_path": str(tiny_sd_path())})
+    with pytest.raises(ModelLoadError) as missing:  # a local copy is named by what Zero123 loads, not SD's parts
+        Zero123Guidance({"pretrained_model_name_or_path": str(tmp_path / "zero123-copy"), "local_files_only": True})
+    assert "image_encoder/" in str(missing.value) and "cc_projection/" in str(missing.value)
+    assert "text_encoder" not in str(missing.value) and "tokenizer" not in str(missing.value)
 
 
 def test_sds_gradient_matches_an_independent_computation():

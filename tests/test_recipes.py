@@ -16,6 +16,7 @@ from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from lift3d.runs.run_dirs import load_system
 from lift3d.runs.runner import build_parts, run_experiment
+from lift3d.systems.evaluation import LABEL_HEIGHT
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (fixture)
 
 SIZE = 32
@@ -54,7 +55,7 @@ def test_generate_writes_outputs_and_resumes(method, tmp_path):
     if method == "prolificdreamer":
         assert "part:guidance" in state  # VSD's LoRA is trained state
     grid = Image.open(run_dir / "save" / "it2-val" / "0000.png")
-    assert grid.height == SIZE and grid.width >= panels * SIZE, grid.size
+    assert grid.height == SIZE + LABEL_HEIGHT and grid.width >= panels * SIZE, grid.size  # a label band above the panels
     assert (run_dir / "save" / "it2-test.mp4").is_file()
     for export in exports:
         assert (run_dir / "save" / export).stat().st_size > 0, export

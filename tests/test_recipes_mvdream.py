@@ -10,6 +10,7 @@ from PIL import Image
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
+from lift3d.systems.evaluation import LABEL_HEIGHT
 from tests.test_recipes import NERF, SIZE, TINY
 from tests.tiny_diffusion import one_thread  # noqa: F401  (fixture)
 from tests.tiny_mvdream import tiny_mvdream_path
@@ -32,7 +33,7 @@ def test_generate_mvdream_runs_end_to_end(method, tmp_path):
     assert state["global_step"] == 2
     assert not any(key.startswith("guidance.") for key in state["state_dict"])
     grid = Image.open(run_dir / "save" / "it2-val" / "0000.png")
-    assert grid.height == SIZE and grid.width >= 4 * SIZE, grid.size  # rgb | ... | the guidance's estimate
+    assert grid.height == SIZE + LABEL_HEIGHT and grid.width >= 4 * SIZE, grid.size  # rgb | ... | the guidance estimate
     assert (run_dir / "save" / "it2-test.mp4").is_file()
     for export in exports:
         assert (run_dir / "save" / export).stat().st_size > 0, export

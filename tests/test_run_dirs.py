@@ -95,3 +95,58 @@ def test_a_moved_run_resumed_overwrites_last_ckpt(tmp_path):
     assert load_checkpoint(copy / "ckpts" / "last.ckpt")["global_step"] == 40
     assert load_checkpoint(last)["global_step"] == 35
     assert not [p.name for p in (copy / "ckpts").iterdir() if "-v" in p.name]
+
+
+def test_a_new_run_that_fails_is_set_aside_with_its_error(tmp_path):
+    """No checkpoint yet: the run moves to <output_root>/.failed/<name>/, out of the good runs' way, its error in
+    progress.json. With a checkpoint it stays (``--resume`` continues it), marked failed, and finders of the newest
+    run skip it."""
+    import pytest
+
+    from lift3d.commands.edit import newest_reconstruction
+    from lift3d.progress import read_progress
+    from lift3d.runs.run_dirs import current_location, is_failed
+    from lift3d.systems.base import NonFiniteLossError
+
+    early = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=early", "system.nan_at_step=3", *QUIET])
+    with pytest.raises(NonFiniteLossError):
+        run_experiment("train", early, [FIT_IMAGE], [])
+    assert not list((tmp_path / "fit-image").glob("early*"))
+    [aside] = list((tmp_path / ".failed" / "fit-image").glob("early@*"))
+    record = read_progress(aside)
+    assert record["status"] == "failed" and "NonFiniteLossError" in record["error"] and record["run_dir"] == str(aside)
+    assert (aside / "configs" / "parsed.yaml").is_file()
+    assert current_location(tmp_path / "fit-image" / aside.name) == aside  # followers of the run find it set aside
+    late = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=late", "system.nan_at_step=25", *QUIET])
+    with pytest.raises(NonFiniteLossError):
+        run_experiment("train", late, [FIT_IMAGE], [])
+    [kept] = list((tmp_path / "fit-image").glob("late@*"))
+    assert (kept / "ckpts" / "step0000020.ckpt").is_file() and is_failed(kept)
+    # a folder of runs: the failed one (newest, with a checkpoint) is never "the newest reconstruction"
+    runs = tmp_path / "reconstruct-gaussians"
+    for name, status in (("good@1", "finished"), ("bad@2", "failed")):
+        (runs / name / "configs").mkdir(parents=True)
+        (runs / name / "configs" / "parsed.yaml").write_text("system_type: reconstruct-gaussians\n")
+        (runs / name / "ckpts").mkdir()
+        (runs / name / "ckpts" / "last.ckpt").write_bytes(b"")
+        (runs / name / "progress.json").write_text(f'{{"status": "{status}"}}\n')
+    assert newest_reconstruction(runs) == runs / "good@1"
+
+
+def test_a_stopped_run_is_not_failed(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) is no failure: the run keeps its folder and is not marked failed."""
+    import pytest
+    from lightning.pytorch.callbacks import Callback
+
+    from lift3d.runs.run_dirs import is_failed
+
+    class CtrlC(Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 4:
+                raise KeyboardInterrupt
+
+    cfg = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=stopped", *QUIET])
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        run_experiment("train", cfg, [FIT_IMAGE], [], callbacks=lambda cfg, run_dir: [CtrlC()])
+    [run] = list((tmp_path / "fit-image").glob("stopped@*"))
+    assert not is_failed(run) and not (tmp_path / ".failed").exists()

@@ -175,5 +175,6 @@ def test_progress_file_follows_the_run(tmp_path):
     failed = load_config(FIT_IMAGE, overrides=[f"output_root={tmp_path}", "tag=fails", "system.nan_at_step=5", *QUIET])
     with pytest.raises(NonFiniteLossError):
         run_experiment("train", failed, [FIT_IMAGE], [])
-    record = read_progress(tmp_path / "fit-image" / "fails")
+    [failed_run] = (tmp_path / ".failed" / "fit-image").glob("fails*")  # no checkpoint yet: set aside (test_run_dirs.py)
+    record = read_progress(failed_run)
     assert record["status"] == "failed" and "NonFiniteLossError" in record["error"]

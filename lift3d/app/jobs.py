@@ -27,6 +27,7 @@ from typing import Any
 from lift3d.app.recipes import quote
 from lift3d.app.results import Results, describe_kept, error_from_log, result_files
 from lift3d.progress import read_progress
+from lift3d.runs.run_dirs import FAILED_DIR, current_location
 
 log = logging.getLogger("lift3d")
 
@@ -244,13 +245,15 @@ class JobQueue:
 
     def _find_run(self, job: Job) -> Path | None:
         root = job.spec.output_root
-        found = [p for p in root.glob(f"*/{job.tag}") if p.is_dir()] + [p for p in root.glob(f"*/{job.tag}@*") if p.is_dir()]
+        patterns = [f"{aside}*/{job.tag}{at}" for aside in ("", f"{FAILED_DIR}/") for at in ("", "@*")]  # failed: aside
+        found = [p for pattern in patterns for p in root.glob(pattern) if p.is_dir()]
         return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
     def _refresh(self, job: Job) -> None:
         if job.run_dir is None:
             job.run_dir = self._find_run(job)
         if job.run_dir is not None:
+            job.run_dir = current_location(job.run_dir)  # a run that failed is set aside (lift3d.runs.run_dirs)
             job.progress = read_progress(job.run_dir) or job.progress
 
     def _follow(self, job: Job, command: list[str], log_path: Path, slot: str) -> int:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="+", metavar="CONFIG_OR_OVERRIDE",
-                        help="YAML config file(s) (or, to evaluate or export, a run folder), then dotlist overrides "
-                             "such as system.optimizer.args.lr=0.01")
+def add_config_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("config", nargs="+" if required else "*", metavar="RECIPE_OR_CONFIG",
+                        help="a recipe name (lift3d train --list), YAML config file(s) or, to evaluate or export, a run "
+                             "folder; then dotlist overrides such as system.optimizer.args.lr=0.01")
     parser.add_argument("--resume", metavar="CKPT",
                         help="checkpoint to resume from (train) or to load (validate, test, export; default: the run "
                              "folder's ckpts/last.ckpt)")
@@ -48,6 +48,35 @@ def parse_gpus(text: str | None) -> Any:
     return ids
 
 
+def resolve_recipe(item: str) -> str:
+    """A positional config item as a file: a path that exists as given, else the shipped recipe of that name
+    (``lift3d train gaussian-sds-analytic`` from any folder). An unknown name is a ConfigError naming the closest
+    recipes; a dotted word without ``=`` is left to the config loader (it says overrides are key=value)."""
+    import difflib
+    import re
+
+    from lift3d.config import ConfigError
+    from lift3d.recipes import recipe_config, recipe_names
+
+    path = Path(item).expanduser()
+    if path.exists():
+        return item
+    names = recipe_names()
+    if item in names:
+        return str(recipe_config(item))
+    if path.suffix in (".yaml", ".yml"):
+        if path.stem in names:
+            raise ConfigError(f"config file not found: {item}; {path.stem} is a recipe that ships with lift3d: give its "
+                              f"name instead (lift3d train {path.stem}), which works from any folder")
+        return item  # the loader says it is not found
+    if re.fullmatch(r"[A-Za-z_][\w]*(\.[\w]+)+", item) or "/" in item or "\\" in item:
+        return item  # a key without its =value, or a path: the loader's messages fit
+    close = difflib.get_close_matches(item, names, n=3, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    raise ConfigError(f"no config file or recipe named '{item}'{hint}: give a YAML file or a recipe name "
+                      "(lift3d train --list shows them)")
+
+
 def resolve_run_folder(path: str, args: argparse.Namespace) -> str:
     """A run folder given where a config goes: its ``configs/parsed.yaml``, and (evaluating or exporting, when no
     --resume is given) its ``ckpts/last.ckpt``. ``lift3d train RUN/`` is ambiguous (a new run or more steps of this
@@ -82,8 +111,9 @@ def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None 
         allow_run_imports()
     paths, overrides = split_configs(args.config)
     if not paths:
-        raise ConfigError("no config file given: pass a YAML file, e.g. configs/reconstruct-gaussians.yaml")
-    paths = [resolve_run_folder(path, args) for path in paths]
+        raise ConfigError("no config given: pass a recipe name (lift3d train --list shows them) or a YAML file, e.g. "
+                          "lift3d train reconstruct-gaussians-sample")
+    paths = [resolve_run_folder(resolve_recipe(path), args) for path in paths]
     command = getattr(args, "command", "train")
     if command != "train" and not getattr(args, "resume", None):
         raise ConfigError(f"lift3d {command} needs a checkpoint: pass --resume outputs/NAME/TAG@TIME/ckpts/last.ckpt "

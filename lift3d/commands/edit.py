@@ -66,13 +66,17 @@ def source_run(path: str) -> tuple[Path, Path, Path]:
 
 def newest_reconstruction(folder: Path) -> Path | None:
     """The run in ``folder`` (e.g. ``outputs/reconstruct-gaussians``) whose last checkpoint is newest among the
-    finished reconstructions there (edit runs beside them are skipped), or None."""
+    reconstructions there (edit runs beside them and runs marked failed are skipped), or None."""
     from omegaconf import OmegaConf
+
+    from lift3d.runs.run_dirs import is_failed
 
     runs = []
     for run in folder.iterdir() if folder.is_dir() else []:
         parsed, last = run / "configs" / "parsed.yaml", run / "ckpts" / "last.ckpt"
-        if parsed.is_file() and last.is_file() and str(OmegaConf.load(parsed).get("system_type", "")).startswith("reconstruct-"):
+        if not (parsed.is_file() and last.is_file()) or is_failed(run):
+            continue
+        if str(OmegaConf.load(parsed).get("system_type", "")).startswith("reconstruct-"):
             runs.append((last.stat().st_mtime, run))
     return max(runs)[1] if runs else None
 

@@ -9,9 +9,10 @@ HELP = ("recover camera poses of a folder of photos or a video by structure from
         "model goes beside the photos (sparse/0) and `lift3d reconstruct` reuses it")
 
 
-def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    from lift3d.data.sfm import MATCHERS
+MATCHERS = ("auto", "exhaustive", "sequential")  # lift3d.data.sfm.MATCHERS, here so --help imports no torch
 
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("path", help="a folder of photos (or with an images/ folder of photos), or a video file")
     parser.add_argument("--matcher", choices=MATCHERS, default="auto",
                         help="exhaustive (every pair; small sets), sequential (neighbors; video) or auto (default)")

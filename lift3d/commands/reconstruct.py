@@ -9,9 +9,10 @@ from lift3d.method_table import PHOTOS, default_method, method_names, methods
 
 
 def _help() -> str:
-    from lift3d.data import formats
+    from lift3d.commands.tables import capture_format_lists  # the format table, read without importing torch
 
-    return (f"reconstruct a scene from photos: a posed folder ({formats.posed_list()}), {formats.unposed_list()} "
+    posed, unposed = capture_format_lists()
+    return (f"reconstruct a scene from photos: a posed folder ({posed}), {unposed} "
             "(poses by structure from motion); with no path, the built-in sample scene")
 
 

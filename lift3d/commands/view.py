@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from pathlib import Path
 
 from lift3d.commands.common import add_allow_imports_argument
 
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     model = load_view_model(args.source, device, allow_imports=args.allow_imports)
     cfg = ViewerConfig(enabled=True, host=args.host, port=args.port, max_side=max_side,
                        preview_max_side=min(256, max_side), refresh_seconds=0.0)
-    server = ViewerServer(cfg, model.name, model.folder, home=model.home or home_camera(model.training_views))
+    server = ViewerServer(cfg, model.name, model.folder, home=model.home or home_camera(model.training_views),
+                          source=Path(args.source).expanduser().resolve())
     if model.training_views is not None:
         server.show_training_views(model.training_views)
     gaussians = getattr(model.system, "gaussians", None)

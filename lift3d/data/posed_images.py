@@ -34,6 +34,7 @@ from lift3d.data.formats.blender import read_cameras, read_transforms
 from lift3d.data.normalize import normalizing_transform, transform_points, transform_poses
 from lift3d.data.posed_batches import TrainingBatches
 from lift3d.data.resident import KeptPixels, ResidentImages, ResidentRays
+from lift3d.data.sample_scene import resolve_asset
 from lift3d.data.scene import MASK_MODES, FrameLoader, PosedScene, check_present, read_capture, rescale_capture, split_frames
 from lift3d.data.summary import SceneSummary
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
@@ -134,7 +135,7 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
         if self.cfg.normalize not in ("auto", "cameras", "none"):
             raise SceneFormatError(f"data.normalize must be auto, cameras or none, got '{self.cfg.normalize}'")
         check_values(self.cfg)
-        root = Path(self.cfg.root).expanduser()
+        root = resolve_asset(self.cfg.root)  # a path, or lift3d:NAME for a package asset
         capture, downscale = read_capture(root, self.cfg.format, self.cfg.downscale)
         check_present(capture)
         wanted = self._downscale_for(capture)

@@ -248,7 +248,7 @@ class RandomViewsDataModule(BaseDataModule):
         super().__init__(cfg)
         if self.cfg.reference_eval_split and not self.cfg.reference_scene:
             raise ValueError("data.reference_eval_split needs data.reference_scene, the scene folder whose views are scored: add "
-                             "data.reference_scene=PATH, e.g. data.reference_scene=lift3d/assets/sample_scene")
+                             "data.reference_scene=PATH, e.g. data.reference_scene=lift3d:sample_scene")
         if self.cfg.reference_scene:
             self.cfg = match_reference_cameras(self.cfg)
         check_counts(self.cfg)

@@ -20,7 +20,9 @@ from torch import Tensor
 
 from lift3d.cameras import Cameras, intrinsics_matrix, look_at, normalize
 
-SAMPLE_SCENE = Path(__file__).resolve().parents[1] / "assets" / "sample_scene"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"  # the package's own data files
+ASSET_SCHEME = "lift3d:"  # configs name a package asset as lift3d:NAME (e.g. data.root=lift3d:sample_scene)
+SAMPLE_SCENE = ASSETS / "sample_scene"
 RESOLUTION = 64  # image side in pixels
 N_TRAIN, N_VAL = 40, 8  # views per split
 DISTANCE = 4.0  # camera distance from the origin
@@ -33,6 +35,35 @@ INF = float("inf")
 def sample_scene_path() -> Path:
     """Folder of the shipped sample scene (transforms_{train,val}.json + PNGs)."""
     return SAMPLE_SCENE
+
+
+def resolve_asset(value: str | Path) -> Path:
+    """A data path from a config: ``lift3d:NAME`` is the package asset NAME wherever lift3d is installed now (so a
+    run's config survives reinstalling lift3d elsewhere); any other value is the path it names."""
+    text = str(value)
+    if not text.startswith(ASSET_SCHEME):
+        return Path(text).expanduser()
+    name = text[len(ASSET_SCHEME):].strip("/")
+    path = ASSETS / name
+    if not name or ".." in Path(name).parts or not path.exists():
+        from lift3d.config import ConfigError
+
+        known = ", ".join(f"{ASSET_SCHEME}{p.name}" for p in sorted(ASSETS.iterdir()) if p.is_dir() and p.name != "html")
+        raise ConfigError(f"{text} names no asset of lift3d (its data assets: {known})")
+    return path
+
+
+def asset_name(value: str) -> str | None:
+    """``lift3d:NAME`` for a path inside the package's assets (``.../site-packages/lift3d/assets/sample_scene`` ->
+    ``lift3d:sample_scene``), else None: what a run's parsed.yaml records instead of the install path."""
+    if not value or value.startswith(ASSET_SCHEME):
+        return None
+    try:
+        path = Path(value).expanduser().resolve()
+        relative = path.relative_to(ASSETS.resolve())
+    except (ValueError, OSError, RuntimeError):
+        return None
+    return f"{ASSET_SCHEME}{relative.as_posix()}" if relative.parts and path.exists() else None
 
 
 # ----------------------------------------------------------------------------------- ray casting

@@ -20,6 +20,8 @@ MIN_KEYPOINTS = 100  # fewer SIFT keypoints than this: too little to match relia
 SMALL_SIDE = 320  # photos whose longer side is under this many pixels are called tiny
 MIN_VERIFIED = 15  # verified matches a pair needs to count as overlapping (COLMAP's mapper min_num_matches)
 FIRST_PAIR = 100  # verified matches COLMAP's mapper needs of the pair it starts from (init_min_num_inliers)
+START_ANGLE = 16  # degrees between the views of that pair (COLMAP's init_min_tri_angle)
+PLACE_MIN = 30  # matches on triangulated points COLMAP needs to place a photo in a model (abs_pose_min_num_inliers)
 SHOWN = 4  # photo names shown per reason
 PLANAR_OR_PANORAMIC = (4, 5, 6)  # COLMAP's two-view configurations a homography explains (planar, panoramic, either)
 
@@ -39,6 +41,8 @@ REASONS = {
              "taken from one spot, show no depth"),
     "weak": ("{names} {overlap} the other photos too little ({detail})",
              "take more photos with more overlap (each spot seen from 3+ photos, about 10-20 degrees apart)"),
+    "parallax": ("{names} {are} seen from too nearly one spot to start a model ({detail})",
+                 "take the photos from positions around the subject (walk around it), not by turning the camera in place"),
 }
 
 
@@ -111,9 +115,16 @@ def _reason(name: str, evidence: Evidence, registered: set[str], size: tuple[int
         return "same", LeftOut(name, "")
     if registered and not registered.intersection(pairs):
         return "separate", LeftOut(name, "")
+    if registered:  # what it has with the model's photos, against what placing a photo in the model takes
+        best = max(count for other, count in pairs.items() if other in registered)
+        return "weak", LeftOut(name, f"best: {best} verified matches with a registered photo; placing a photo takes "
+                                     f"{PLACE_MIN} or more on points the model triangulated", best)
     best = max(pairs.values())
-    start = "" if registered or best >= FIRST_PAIR else f"; COLMAP starts from a pair with {FIRST_PAIR}"
-    return "weak", LeftOut(name, f"at most {best} verified matches with one photo{start}", best)
+    if best < FIRST_PAIR:  # no model at all: what the pair COLMAP starts from needs
+        return "weak", LeftOut(name, f"best: {best} verified matches in a pair; COLMAP starts from a pair with "
+                                     f"{FIRST_PAIR} or more", best)
+    return "parallax", LeftOut(name, f"best: {best} verified matches in a pair, enough, but COLMAP starts from a pair "
+                                     f"seen from views {START_ANGLE} degrees or more apart", best)
 
 
 def explain(names: list[str], registered: set[str], evidence: Evidence,
@@ -135,9 +146,9 @@ def _names(entries: list[LeftOut]) -> str:
 
 def _detail(reason: str, entries: list[LeftOut]) -> str:
     """One photo's detail, or a summary of several."""
-    if len(entries) == 1 or reason not in ("tiny", "plain", "weak"):
+    if len(entries) == 1 or reason not in ("tiny", "plain", "weak", "parallax"):
         return entries[0].detail
-    if reason == "weak":
+    if reason in ("weak", "parallax"):
         return max(entries, key=lambda entry: entry.count).detail
     return entries[0].detail.split(",")[0] + " and similar" if reason == "tiny" else entries[0].detail + " or so"
 

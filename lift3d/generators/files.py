@@ -54,15 +54,34 @@ def model_file(name: str, candidates: tuple[str, ...], local_files_only: bool = 
             return Path(hf_hub_download(repo_id=name, filename=candidate, local_files_only=offline))
         except Exception as error:  # noqa: BLE001  (missing file, no network, gated repo: try the next name, then say so)
             last = error
-    reason = str(last).strip().splitlines()[0].rstrip(".") if last and str(last).strip() else type(last).__name__
-    where = "the Hugging Face hub"
+    from huggingface_hub import constants
+
+    files = " or ".join(candidates)
     if offline:
-        where = f"the local Hugging Face cache (the hub is not reachable: {unreachable})" if unreachable else \
-            "the local Hugging Face cache (offline)"
+        why = f"the hub is not reachable ({unreachable})" if unreachable else "HF_HUB_OFFLINE is set" if hub_offline() \
+            else "local_files_only is on"
+        problem = f"{why}, and the local Hugging Face cache ({constants.HF_HUB_CACHE}) has no {files} of '{name}'"
+    else:
+        problem = f"the Hugging Face hub gave no {files} of '{name}': {hub_failure(last)}"
     raise GeneratorLoadError(
-        f"could not get {' or '.join(candidates)} of '{name}' from {where}: {reason}. On a machine with internet, "
-        f"`hf download {name} --local-dir /path/to/folder` makes a local copy; then set {CONFIG_KEY}=/path/to/folder"
+        f"cannot load the generator: {problem}. On a machine with internet, `hf download {name} --local-dir "
+        f"/path/to/folder` makes a local copy; then set {CONFIG_KEY}=/path/to/folder"
     )
+
+
+def hub_failure(error: BaseException | None) -> str:
+    """Why the hub gave no file, in lift3d's words (the hub library's own sentences name its arguments, which a
+    lift3d user never set): a gated or missing repository, a missing file, or the network's reason."""
+    from lift3d.guidance.loading import network_reason
+
+    kind = type(error).__name__
+    if kind == "GatedRepoError":
+        return "the repository is gated: accept its terms on huggingface.co, then log in here with `hf auth login`"
+    if kind == "RepositoryNotFoundError":
+        return "there is no such repository (or it is private: log in with `hf auth login`)"
+    if kind in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+        return "the repository has no such file (is it the model's release?)"
+    return network_reason(error) if error is not None else "no answer"
 
 
 def read_weights(path: Path) -> dict[str, Tensor]:

@@ -64,6 +64,10 @@ class Zero123Models:
     model_key: str
 
 
+# what a local copy of a Zero123 model holds (named in the error when one cannot be loaded)
+ZERO123_PARTS = "unet/, vae/, image_encoder/, cc_projection/ and scheduler/"
+
+
 def load_cc_projection(name: str, local_only: bool) -> torch.nn.Linear:
     """The camera-projection layer (``cc_projection/``: config.json with in/out channels, weights as
     safetensors or a weights-only torch file), as a plain ``nn.Linear`` — no custom model class needed."""
@@ -91,7 +95,7 @@ def load_cc_projection(name: str, local_only: bool) -> torch.nn.Linear:
         layer.load_state_dict(state)
         return layer
 
-    return load_part(read, name, "cc_projection", local_only)
+    return load_part(read, name, "cc_projection", local_only, ZERO123_PARTS)
 
 
 def load_zero123(name: str, dtype: torch.dtype, variant: str | None = None, local_files_only: bool = False) -> Zero123Models:
@@ -101,15 +105,16 @@ def load_zero123(name: str, dtype: torch.dtype, variant: str | None = None, loca
 
     local_only = local_files_only or hub_offline()
     weights = {"torch_dtype": dtype, **({"variant": variant} if variant else {})}
-    scheduler = load_part(DDPMScheduler.from_pretrained, name, "scheduler", local_only)
-    unet = frozen(load_part(UNet2DConditionModel.from_pretrained, name, "unet", local_only, **weights))
+    scheduler = load_part(DDPMScheduler.from_pretrained, name, "scheduler", local_only, ZERO123_PARTS)
+    unet = frozen(load_part(UNet2DConditionModel.from_pretrained, name, "unet", local_only, ZERO123_PARTS, **weights))
     if unet.config.in_channels != 8:
         from lift3d.guidance.loading import ModelLoadError
 
         raise ModelLoadError(f"'{name}' is not a Zero123 model: its UNet takes {unet.config.in_channels} input channels, "
                              "Zero123's take 8 (noisy latents + the reference image's latents)")
-    vae = frozen(load_part(AutoencoderKL.from_pretrained, name, "vae", local_only, **weights))
-    encoder = frozen(load_part(CLIPVisionModelWithProjection.from_pretrained, name, "image_encoder", local_only))
+    vae = frozen(load_part(AutoencoderKL.from_pretrained, name, "vae", local_only, ZERO123_PARTS, **weights))
+    encoder = frozen(load_part(CLIPVisionModelWithProjection.from_pretrained, name, "image_encoder", local_only,
+                                ZERO123_PARTS))
     projection = frozen(load_cc_projection(name, local_only))
     return Zero123Models(unet, vae, encoder, projection, int(encoder.config.image_size), scheduler.alphas_cumprod.float(),
                          str(scheduler.config.prediction_type), model_key(name))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lift3d import aftercare
 from lift3d.checkpoints import AtomicCheckpointIO, check_recipe, load_checkpoint
@@ -27,6 +26,7 @@ from lift3d.progress import ProgressFileCallback, update_progress
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.runs import run_dirs
+from lift3d.runs.progress_bar import TrainingProgress
 from lift3d.runs.run_dirs import (
     RUN_DIR_ENV,
     process_rank,
@@ -86,8 +86,8 @@ def _device_count(devices: Any) -> int:
 
 
 def _progress_bar() -> Callback:
-    # each refresh costs host time in the training loop: a few per second at most
-    return RichProgressBar(refresh_rate=10, leave=True) if sys.stdout.isatty() else TQDMProgressBar(refresh_rate=50)
+    # steps of the run's total, rate, time left and losses: a status line in a terminal, plain lines when piped
+    return TrainingProgress()
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
@@ -231,7 +231,20 @@ def run_experiment(
     callbacks: CallbackFactory | None = None,
 ) -> Path:
     """Run ``mode`` (train, validate, test, export) and return the run folder. ``callbacks(cfg, run_dir)``
-    gives the callbacks to add to a training run (the commands' live viewer); the runner adds none of its own."""
+    gives the callbacks to add to a training run (the commands' live viewer); the runner adds none of its own.
+    A new training run that fails (an error, not a stop signal) is marked failed and set aside
+    (``run_dirs.set_aside_failed``), so it never sits among the good runs as the newest one."""
+    made: list[Path] = []  # the run folder this call made, if it made one
+    try:
+        return _run_experiment(mode, cfg, config_paths, overrides, devices, callbacks, made)
+    except BaseException as error:
+        if made and process_rank() == 0 and not isinstance(error, (KeyboardInterrupt, SystemExit, StopRequested)):
+            run_dirs.set_aside_failed(made[0], error)
+        raise
+
+
+def _run_experiment(mode: str, cfg: ExperimentConfig, config_paths: Sequence[str | Path], overrides: Sequence[str],
+                    devices: Any, callbacks: CallbackFactory | None, made: list[Path]) -> Path:
     if mode not in ("train", "validate", "test", "export"):
         raise ValueError(f"unknown mode {mode!r}")
     aftercare.reset()
@@ -244,7 +257,9 @@ def run_experiment(
     run_dir = (run_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or shared_run_dir()
     if process_rank() == 0:
         try:
-            run_dir = run_dir or run_dirs.make_run_dir(cfg)  # through the module: tests redirect it
+            if run_dir is None:
+                run_dir = run_dirs.make_run_dir(cfg)  # through the module: tests redirect it
+                made += [run_dir] if mode == "train" else []
             os.environ[RUN_DIR_ENV] = str(run_dir)  # for the DDP ranks launched from this process
             run_dir.mkdir(parents=True, exist_ok=True)
             if mode == "train":
@@ -279,8 +294,17 @@ def run_experiment(
     return run_dir
 
 
+def needs_final_validation(val_check_interval: int, step: int) -> bool:
+    """Whether training that ended at ``step`` still owes its held-out scores: validation runs every
+    ``val_check_interval`` steps (0: never), so a run whose last step is no multiple of it (a short run, a changed
+    max_steps) is validated once more at its end, and every run ends with its PSNR and a validation grid."""
+    return val_check_interval > 0 and step > 0 and step % val_check_interval != 0
+
+
 def _train(cfg: ExperimentConfig, run_dir: Path, trainer: L.Trainer, system: Any, datamodule: Any) -> None:
     trainer.fit(system, datamodule=datamodule, ckpt_path=cfg.resume)
+    if not trainer.interrupted and needs_final_validation(cfg.trainer.val_check_interval, trainer.global_step):
+        trainer.validate(system, datamodule=datamodule, verbose=False)
     if cfg.trainer.run_test_after_fit and trainer.is_global_zero and not trainer.interrupted:
         tester = build_trainer(cfg, run_dir, train=False, devices=1)
         aftercare.attempt("the test renders", tester.test, system, datamodule=datamodule)

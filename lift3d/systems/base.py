@@ -24,7 +24,7 @@ from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.saving import OutputSaver
 from lift3d.schedule import scheduled_value
-from lift3d.systems.evaluation import grid_panels, record_metrics, view_indices, view_scores
+from lift3d.systems.evaluation import grid_panels, labeled_panels, record_metrics, view_indices, view_scores
 from lift3d.systems.optim import (
     OptimizerConfig,
     SchedulerConfig,
@@ -278,8 +278,9 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         """Render the batch's cameras: {"rgb": [B,H,W,3], "alpha": [B,H,W,1], "depth", "normal", ...}."""
         raise NotImplementedError(f"{type(self).__name__} must implement render_views")
 
-    def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor]]:
-        """Panels of view ``i`` for the validation grid (override to add e.g. the guidance's estimate)."""
+    def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor, str]]:
+        """Panels (kind, image, label) of view ``i`` for the validation grid (override to add e.g. the guidance's
+        estimate)."""
         return grid_panels(out, batch, i)
 
     def _fork_rng(self) -> None:
@@ -338,7 +339,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         n = next(iter(out.values())).shape[0]
         rgb = {}
         for i, index in enumerate(view_indices(batch, batch_idx, n)):
-            self.saver.grid(f"it{self.true_global_step}-{split}/{index:04d}.png", self.grid_panels(out, batch, i))
+            self.saver.grid(f"it{self.true_global_step}-{split}/{index:04d}.png", labeled_panels(self.grid_panels(out, batch, i)))
             rgb[index] = out["rgb"][i]
         return rgb
 

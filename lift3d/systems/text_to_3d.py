@@ -200,10 +200,10 @@ class TextTo3DSystem(BaseSystem):
             image = F.interpolate(image, (height, width), mode="bilinear", align_corners=False, antialias=True)
         return image.permute(0, 2, 3, 1).clamp(0, 1).to(rgb.device)
 
-    def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor]]:
+    def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor, str]]:
         panels = super().grid_panels(out, batch, i)
         if "guidance_estimate" in out:
-            panels.append(("rgb", out["guidance_estimate"][i]))
+            panels.append(("rgb", out["guidance_estimate"][i], "guidance"))
         return panels
 
     def on_validation_start(self) -> None:

@@ -121,3 +121,53 @@ def path_cameras(camera_path: CameraPath, width: int | None = None, height: int 
     frames_c2w, frames_fovy = interpolate_path(c2w, fovy, camera_path.frame_count(), camera_path.interpolation)
     w, h = width or camera_path.width, height or camera_path.height
     return Cameras(frames_c2w.float(), intrinsics_from_fovy(frames_fovy.float(), w, h), w, h)
+
+
+# ----------------------------------------------------------------------------------- paths made without the viewer
+MAX_THROUGH_KEYFRAMES = 24  # cameras a path through the training cameras passes (more would zigzag between neighbors)
+DEFAULT_HOME = ((3.4, 0.0, 1.6), (0.0, 0.0, 0.0))  # (position, look-at) where no model says where to look from
+
+
+def orbit_path(home: tuple[tuple[float, ...], tuple[float, ...]] | None, frames: int, width: int, height: int,
+               fovy_deg: float = 40.0, elevation_deg: float | None = None) -> Cameras:
+    """A full turn of ``frames`` cameras around the look-at point of ``home`` (position, look-at), at its distance,
+    starting where it stands, at its elevation unless ``elevation_deg`` is given (+z up)."""
+    from lift3d.export.video import orbit_cameras
+
+    position, target = (torch.tensor(p, dtype=torch.float64) for p in (home or DEFAULT_HOME))
+    offset = position - target
+    distance = float(offset.norm())
+    if not math.isfinite(distance) or distance < 1e-6:
+        raise ConfigError("the model gives no camera distance to orbit at (its home camera sits on its center)")
+    elevation = math.degrees(math.asin(float(offset[2]) / distance)) if elevation_deg is None else elevation_deg
+    azimuth = math.degrees(math.atan2(float(offset[1]), float(offset[0])))
+    return orbit_cameras(frames, elevation, distance, fovy_deg, width, height, start_azimuth_deg=azimuth,
+                         target=tuple(target.tolist()))
+
+
+def walk_order(positions: torch.Tensor) -> list[int]:
+    """An order of the points [N, 3] as a walk: from the first, always to the nearest one not yet visited."""
+    left = list(range(1, len(positions)))
+    order = [0] if len(positions) else []
+    while left:
+        distances = (positions[left] - positions[order[-1]]).norm(dim=-1)
+        order.append(left.pop(int(distances.argmin())))
+    return order
+
+
+def camera_path_through(cameras: Cameras, frames: int) -> Cameras:
+    """``frames`` cameras on a smooth path through ``cameras`` (the training cameras): visited as a walk from the first
+    to its nearest unvisited neighbor, at most MAX_THROUGH_KEYFRAMES of them evenly picked along the walk as keyframes
+    (a spline through every photo of a dense capture would jitter), positions on a Catmull-Rom spline, rotations by
+    slerp, fields of view between the keyframes'; the cameras' own size. A stand-in for ``lift3d.camera_paths``'
+    function of the same name (the test video's path), which ``lift3d render`` takes where it exists."""
+    if len(cameras) < 1 or frames < 1:
+        raise ConfigError(f"a path through the training cameras needs cameras and frames, got {len(cameras)} and {frames}")
+    c2w = cameras.c2w.detach().cpu().double()
+    order = walk_order(c2w[:, :3, 3])
+    picks = torch.linspace(0, len(order) - 1, min(MAX_THROUGH_KEYFRAMES, len(order))).round().long().unique()
+    keys = [order[int(i)] for i in picks]
+    fovy = 2 * torch.atan(0.5 * cameras.height / cameras.intrinsics[:, 1, 1].detach().cpu().double())
+    frames_c2w, frames_fovy = interpolate_path(c2w[keys], fovy[keys], frames, "spline")
+    return Cameras(frames_c2w.float(), intrinsics_from_fovy(frames_fovy.float(), cameras.width, cameras.height),
+                   cameras.width, cameras.height)

@@ -74,13 +74,23 @@ def require_viser() -> Any:
     return viser
 
 
+def render_command(source: str | Path, path_json: str | Path) -> str:
+    """The ``lift3d render`` command line that turns a saved camera path of ``source`` (a run folder or a file) into a
+    video, quoted for a shell."""
+    import shlex
+
+    return f"lift3d render {shlex.quote(str(source))} --path {shlex.quote(str(path_json))}"
+
+
 class ViewerServer:
     """A viser server showing one model; ``training`` adds the pause button and training stats."""
 
     def __init__(self, cfg: ViewerConfig, title: str, path_folder: Path, training: bool = False,
-                 home: tuple[tuple[float, ...], tuple[float, ...]] | None = None, settle_seconds: float = 0.15) -> None:
+                 home: tuple[tuple[float, ...], tuple[float, ...]] | None = None, settle_seconds: float = 0.15,
+                 source: str | Path | None = None) -> None:
         viser = require_viser()
         self.cfg, self.settle_seconds, self.path_folder = cfg, settle_seconds, Path(path_folder)
+        self.source = Path(source) if source is not None else self.path_folder  # what lift3d render opens: run or file
         self._lock = threading.Lock()
         self._views: dict[int, ClientView] = {}
         self._keyframes: list[Keyframe] = []
@@ -254,8 +264,8 @@ class ViewerServer:
             return None
         target = save_camera_path(Path(path or self.path_input.value).expanduser(), camera_path)
         self.path_status.content = f"{len(camera_path.keyframes)} keyframe(s) saved to {target}"
-        log.info("camera path of %d keyframes saved to %s (render it: lift3d render RUN --path %s)",
-                 len(camera_path.keyframes), target, target)
+        log.info("camera path of %d keyframes saved to %s (render it: %s)", len(camera_path.keyframes), target,
+                 render_command(self.source, target))
         return target
 
     def stop(self) -> None:

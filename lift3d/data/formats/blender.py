@@ -15,6 +15,7 @@ import torch
 from lift3d.cameras import Cameras
 from lift3d.data.capture import Capture, Frame, SceneFormatError
 from lift3d.data.formats import CaptureFormat, register_format
+from lift3d.data.sample_scene import resolve_asset
 from lift3d.data.scene import FrameLoader, PosedScene
 from lift3d.data.transforms_json import IMAGE_SUFFIXES, frames_from_meta, load_json, named_files
 
@@ -41,7 +42,7 @@ def read_blender(root: Path, splits: tuple[str, ...] = ("train", "val", "test"),
 
 def read_transforms(root: str | Path, split: str, downscale: int = 1, max_frames: int = -1) -> PosedScene:
     """One split of a Blender-layout scene (``root/transforms_<split>.json`` and its images), poses as stored."""
-    root = Path(root).expanduser()
+    root = resolve_asset(root)  # a path, or lift3d:NAME for a package asset
     path = root / f"transforms_{split}.json"
     if not path.is_file():
         available = sorted(p.name for p in root.glob("transforms_*.json")) if root.is_dir() else []
@@ -63,7 +64,7 @@ def read_transforms(root: str | Path, split: str, downscale: int = 1, max_frames
 def read_cameras(root: str | Path, split: str) -> Cameras:
     """The cameras of ``root/transforms_<split>.json`` without decoding the images (their size comes from
     the first image's header)."""
-    root = Path(root).expanduser()
+    root = resolve_asset(root)  # a path, or lift3d:NAME for a package asset
     if not (root / f"transforms_{split}.json").is_file():
         raise SceneFormatError(f"no transforms_{split}.json in {root}: a scene folder holds transforms_<split>.json "
                                "as in NeRF-synthetic")
