@@ -141,8 +141,9 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     from lift3d.render.meshes.renderer import MeshRenderer
 
     try:
-        mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
-    except ValueError as error:  # not a mesh file, or one without triangles
+        # glTF's +y up turned into lift3d's +z up; corners keep their own vertex (sharp per-face colors)
+        mesh = load_mesh(path, normalize=False, weld=False).to(device)
+    except ValueError as error:  # not a mesh file, one without triangles, or one that names a file that is missing
         raise ConfigError(f"cannot view {path}: {error}") from None
     renderer = MeshRenderer({"antialias": False})
     log.info("viewing a mesh of %d vertices and %d faces from %s", len(mesh.vertices), len(mesh.faces), path)
