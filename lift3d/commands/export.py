@@ -11,8 +11,8 @@ from lift3d.commands.common import add_config_arguments, load_experiment
 log = logging.getLogger("lift3d.export")
 
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the run's save/, or convert a 3DGS "
-        ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
-        "format)")
+        ".ply, .splat, .spz, .sog, .ksplat, KHR_gaussian_splatting .glb or streamed SOG (lod-meta.json or its folder) from "
+        "any tool (written beside it, named after it and its format)")
 GAUSSIAN_FILE_SUFFIXES = (".ply", ".splat", ".spz", ".sog", ".glb")  # positional files read as Gaussians (and READERS')
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
@@ -79,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
 def _gaussian_file(items: list[str]) -> Path | None:
     """The one positional item when it is a Gaussian file (GAUSSIAN_FILE_SUFFIXES) rather than a config or run folder."""
     from lift3d.gaussians.formats.files import READERS
+    from lift3d.gaussians.formats.sog_lod import bundle_meta
 
     paths = [Path(item) for item in items if "=" not in item]
+    if len(paths) == 1 and paths[0].is_dir() and bundle_meta(paths[0]) is not None:  # a streamed SOG's folder
+        return bundle_meta(paths[0])
     if len(paths) == 1 and paths[0].suffix.lower() in (*GAUSSIAN_FILE_SUFFIXES, *READERS):
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")
@@ -99,11 +102,12 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     from lift3d.saving import OutputSaver
     from lift3d.systems.gaussian_files import gaussian_file_system
 
+    source = path.parent if path.suffix.lower() == ".json" else path  # a SOG's meta JSON: named after its folder, beside it
     stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
-    stem = stems[-1] if stems and stems[-1] else converted_stem(path)
+    stem = stems[-1] if stems and stems[-1] else converted_stem(source)
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
-        if fmt in FILE_ENDINGS and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+        if fmt in FILE_ENDINGS and (source.parent / export_name(stem, fmt)).resolve() == path.resolve():
             raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
                                     "system.export.stem=NAME")
     system, params = gaussian_file_system(path, overrides)
@@ -111,4 +115,4 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str]) -
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
     sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
-    return export_formats(OutputSaver(path.parent), formats, system.cfg.export, sources, stem=stem)
+    return export_formats(OutputSaver(source.parent), formats, system.cfg.export, sources, stem=stem)
