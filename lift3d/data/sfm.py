@@ -116,6 +116,7 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
 
     photos = [read_photo(images, name) for name in names]
     groups = group_cameras(photos)
+    shutil.rmtree(work / "upright", ignore_errors=True)  # an interrupted run's copies: made again
     feed = upright_folder(images, photos, work / "upright")
     log.info("%d camera%s: %s", len(groups), "s" if len(groups) > 1 else "",
              "; ".join(f"{g.describe()} ({len(g.photos)} photo{'s' if len(g.photos) > 1 else ''})" for g in groups))
