@@ -243,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = str(error) if hasattr(error, "exit_code") else "interrupted"
         if line:
             print(f"lift3d: {line}", file=sys.stderr)
+        if getattr(error, "exit_now", False):  # e.g. a cancelled pycolmap call in a worker thread: do not wait for it
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(code)
         return code
     except Exception as error:  # noqa: BLE001  (a bug, not bad input: one line, the traceback with --debug)
         if args.debug:

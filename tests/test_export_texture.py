@@ -113,3 +113,48 @@ def _area(tri: np.ndarray) -> np.ndarray:
 def test_bake_refuses_tiny_textures(sphere_mesh):
     with pytest.raises(ValueError, match="texture_size"):
         bake_texture(sphere_mesh, position_color, texture_size=4)
+
+
+def _rasterize_uv_reference(uvs: np.ndarray, faces: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The texel rasterization one triangle after another in numpy (a later triangle wins a shared texel): the plain
+    twin of ``rasterize_uv``."""
+    face_id = np.full((size, size), -1, dtype=np.int64)
+    bary = np.zeros((size, size, 3), dtype=np.float64)
+    uvs = uvs.astype(np.float64)
+    px = np.stack([uvs[:, 0] * size, (1.0 - uvs[:, 1]) * size], axis=1)
+    for f, corners in enumerate(faces):
+        a, b, c = px[corners]
+        lo = np.clip(np.floor(np.minimum(np.minimum(a, b), c) - 0.5), 0, size - 1).astype(int)
+        hi = np.clip(np.ceil(np.maximum(np.maximum(a, b), c) - 0.5), 0, size - 1).astype(int)
+        ys, xs = np.mgrid[lo[1]: hi[1] + 1, lo[0]: hi[0] + 1]
+        p = np.stack([xs.ravel() + 0.5, ys.ravel() + 0.5], 1)
+        v0, v1, v2 = b - a, c - a, p - a
+        den = v0[0] * v1[1] - v1[0] * v0[1]
+        if abs(den) <= 1e-12:
+            continue
+        w1 = (v2[:, 0] * v1[1] - v1[0] * v2[:, 1]) / den
+        w2 = (v0[0] * v2[:, 1] - v2[:, 0] * v0[1]) / den
+        w = np.stack([1 - w1 - w2, w1, w2], 1)
+        inside = (w >= -1e-7).all(1)
+        face_id[ys.ravel()[inside], xs.ravel()[inside]] = f
+        bary[ys.ravel()[inside], xs.ravel()[inside]] = w[inside]
+    return face_id, bary
+
+
+def test_vectorized_texel_rasterization_and_bake_match_the_plain_twin(sphere_mesh):
+    """Every texel's triangle and weights as the one-triangle-at-a-time loop finds them (shared edges included: small
+    chunks split the triangles into many groups), and the baked texture as baking from those."""
+    size = 128
+    unwrapped = unwrap_uv(sphere_mesh, texture_size=size)
+    reference_id, reference_bary = _rasterize_uv_reference(unwrapped.uvs, unwrapped.faces, size)
+    for chunk in (2**22, 500):
+        face_id, bary = rasterize_uv(unwrapped.uvs, unwrapped.faces, size, chunk=chunk)
+        assert np.array_equal(face_id, reference_id)
+        np.testing.assert_allclose(bary, reference_bary, atol=1e-6)
+    covered = reference_id >= 0
+    points = (reference_bary[covered][:, :, None] * unwrapped.vertices[unwrapped.faces[reference_id[covered]]]).sum(1)
+    image = np.zeros((size, size, 3), np.float32)
+    image[covered] = np.clip(position_color(torch.from_numpy(points)).numpy(), 0, 1)
+    expected = (fill_empty_texels(image, covered) * 255 + 0.5).astype(np.uint8)
+    baked = bake_texture(unwrapped, position_color, texture_size=size).texture
+    assert np.abs(baked.astype(int) - expected.astype(int)).max() <= 1  # float32 points: a rounding step at most

@@ -1,14 +1,20 @@
 """Levels of detail as PlayCanvas's streamed SOG: the pairwise merge keeps each pair's mass, mean and spread; the
 lod-meta.json layout splat-transform writes (every leaf's ranges tile each level's file), each level's SOG read
-by splat-transform with the counts lod-meta.json gives; `lift3d export --format sog-lod`."""
+by splat-transform with the counts lod-meta.json gives; `lift3d export --format sog-lod`; bundles of lift3d and of
+splat-transform (several files per level, an environment) read back in export, view and render."""
 
 import json
 
 import numpy as np
+import pytest
 import torch
 
+from lift3d.cameras import look_at
+from lift3d.gaussians.formats.files import load_gaussian_file
+from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.sog_lod import load_sog_lod, merge_pairs, save_sog_lod
 from lift3d.rotations import quaternion_to_matrix_np
+from lift3d.viewer.models import load_view_model
 from tests.gaussian_params import random_params
 from tests.validators import read_csv_columns, splat_transform
 
@@ -97,3 +103,98 @@ def test_lift3d_export_writes_levels_of_detail(tmp_path, capsys):
     assert json.loads(meta.read_text())["counts"] == [400, 200]
     assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=0"]) == 2
     assert "lod_levels must be at least 1" in capsys.readouterr().err
+
+
+def _matched(ours: dict, theirs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(distance to the nearest of ``theirs``' means, that one's index) for each of ``ours``."""
+    distances = torch.cdist(ours["means"].double(), theirs["means"].double())
+    nearest = distances.min(1)
+    return nearest.values.numpy(), nearest.indices.numpy()
+
+
+def assert_same_gaussians(ours: dict, theirs: dict) -> None:
+    """The same Gaussians in any order, to SOG's quantization: one-to-one by position, with their colors, sizes and
+    opacities."""
+    assert len(ours["means"]) == len(theirs["means"])
+    distance, index = _matched(ours, theirs)
+    assert distance.max() < 0.01 and len(set(index.tolist())) == len(index)
+    for key in ("sh0", "log_scales"):  # 256-entry codebooks: close on the whole, coarser at the extremes
+        error = (ours[key] - theirs[key][index]).abs()
+        assert error.mean() < 0.02 and error.max() < 0.25, (key, error.mean(), error.max())
+    assert (torch.sigmoid(ours["opacity_logits"]) - torch.sigmoid(theirs["opacity_logits"][index])).abs().max() < 0.01
+    assert ours["shN"].shape[1:] == theirs["shN"].shape[1:]
+
+
+@pytest.fixture(scope="module")
+def splat_transform_bundle(tmp_path_factory):
+    """A streamed SOG as PlayCanvas' splat-transform writes one from two levels and an environment (``-l -1``):
+    level 0 spread over two files (chunks of 1 K), the environment in env/meta.json."""
+    folder = tmp_path_factory.mktemp("splat-transform")
+    level0 = random_params(1300, degree=1, seed=4)
+    levels = {0: level0, 1: merge_pairs(level0)}
+    environment = random_params(16, degree=1, seed=5)
+    environment["means"] = environment["means"] * 10 + 30
+    for level, params in levels.items():
+        save_ply(folder / f"level{level}.ply", params)
+    save_ply(folder / "environment.ply", environment)
+    splat_transform("-g", "cpu", "-i", "1", folder / "level0.ply", "-l", "0", folder / "level1.ply", "-l", "1",
+                    folder / "environment.ply", "-l", "-1", "-C", "1", "-X", "2", folder / "theirs" / "lod-meta.json")
+    return folder / "theirs", levels, environment
+
+
+def test_a_splat_transform_bundle_reads_every_level_and_its_environment(splat_transform_bundle):
+    folder, levels, environment = splat_transform_bundle
+    meta = json.loads((folder / "lod-meta.json").read_text())
+    assert sum(name.startswith("0_") for name in meta["filenames"]) >= 2 and meta["environment"] == "env/meta.json"
+    for level, params in levels.items():
+        expected = {k: torch.cat([params[k], environment[k]]) for k in params}
+        assert_same_gaussians(load_sog_lod(folder, level), expected)
+    assert_same_gaussians(load_gaussian_file(folder), {k: torch.cat([levels[0][k], environment[k]]) for k in environment})
+
+
+def test_a_splat_transform_bundle_opens_in_the_viewer(splat_transform_bundle):
+    folder, levels, environment = splat_transform_bundle
+    model = load_view_model(folder / "lod-meta.json")
+    assert len(model.system.gaussians) == len(levels[0]["means"]) + len(environment["means"])
+
+
+def test_lift3d_reads_its_own_sog_lod_in_export_view_and_render(tmp_path, capsys):
+    from lift3d.cli import main
+    from lift3d.gaussians.formats.ply import load_ply
+    from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
+
+    params = random_params(400, degree=1, seed=7)
+    save_ply(tmp_path / "model.ply", params)
+    assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=2"]) == 0
+    (meta,) = tmp_path.glob("*-lod/lod-meta.json")
+    bundle = meta.parent
+    # the lod-meta.json and its folder convert as any Gaussian file: the finest level, beside the folder
+    for source in (meta, bundle):
+        capsys.readouterr()
+        assert main(["export", str(source), "--format", "3dgs-ply"]) == 0, capsys.readouterr().err
+    (converted,) = tmp_path.glob(f"{bundle.name}-gaussians.ply")
+    assert_same_gaussians(load_ply(converted), params)
+    # one level of it, as the unbundled SOG it is: the coarser level
+    assert main(["export", str(bundle / "1_0" / "meta.json"), "--format", "3dgs-ply"]) == 0
+    assert len(load_ply(bundle / "1_0-gaussians.ply")["means"]) == 200
+    # the viewer and lift3d render take the folder
+    assert len(load_view_model(bundle).system.gaussians) == 400
+    c2w = look_at(torch.tensor([6.0, 0, 2]), torch.zeros(3), torch.tensor([0.0, 0, 1])).tolist()
+    path = save_camera_path(tmp_path / "path.json", CameraPath([Keyframe(c2w, 50.0)], frames=1, width=16, height=16))
+    out = tmp_path / "bundle.gif"
+    assert main(["render", str(bundle), "--path", str(path), "--out", str(out), "--device", "cpu"]) == 0
+    assert out.is_file()
+
+
+def test_a_damaged_bundle_is_one_line(tmp_path, capsys):
+    from lift3d.cli import main
+
+    path = save_sog_lod(tmp_path / "model-lod", random_params(50, degree=0, seed=8), levels=2)
+    (tmp_path / "model-lod" / "0_0" / "means_l.webp").unlink()
+    assert main(["export", str(path.parent), "--format", "3dgs-ply"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "means_l.webp" in err and "internal error" not in err, err
+    path.write_text("{\"version\": 1}")
+    assert main(["view", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "lodLevels" in err, err

@@ -18,6 +18,7 @@ from lift3d.gaussians.formats.gltf import is_gaussian_glb, save_gltf_splat
 from lift3d.gaussians.formats.ksplat import save_ksplat
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.sog import save_sog
+from lift3d.gaussians.formats.sog_lod import save_sog_lod
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc, write_splat
 from lift3d.gaussians.formats.spz import save_spz
 from lift3d.gaussians.tensors import GaussianTensors
@@ -44,6 +45,7 @@ WRITERS = {
     "g.sog": save_sog,
     "g.ksplat": save_ksplat,
     "g-gaussians.glb": save_gltf_splat,
+    "g-lod/lod-meta.json": lambda path, params: save_sog_lod(path, params, levels=2),
 }
 
 

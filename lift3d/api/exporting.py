@@ -66,11 +66,12 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str], o
     from lift3d.sh import degree_of
     from lift3d.systems.gaussian_files import gaussian_file_system
 
+    source = path.parent if path.suffix.lower() == ".json" else path  # a SOG's meta JSON: named after its folder, beside it
     stems = [item.split("=", 1)[1] for item in overrides if item.startswith("system.export.stem=")]
-    stem = stems[-1] if stems and stems[-1] else converted_stem(path)
+    stem = stems[-1] if stems and stems[-1] else converted_stem(source)
     for fmt in formats:
         fmt = str(fmt).lower().lstrip(".")
-        if fmt in file_endings() and (path.parent / export_name(stem, fmt)).resolve() == path.resolve():
+        if fmt in file_endings() and (source.parent / export_name(stem, fmt)).resolve() == path.resolve():
             raise ExportFormatError(f"exporting {path} as {fmt} would overwrite it: pick another name with "
                                     "system.export.stem=NAME")
     system, params = gaussian_file_system(path, overrides)
@@ -78,6 +79,6 @@ def export_gaussian_file(path: Path, formats: list[str], overrides: list[str], o
     sources = system.export_sources()
     sources.antialiased = getattr(system.renderer.cfg, "rasterize_mode", "classic") == "antialiased"
     sources.gaussian_axes = "ply"  # the file's own axes, not lift3d's world: converted as other tools convert them
-    saver = OutputSaver(path.parent, overwrite=overwrite)
+    saver = OutputSaver(source.parent, overwrite=overwrite)
     with saver.exporting():
         return export_formats(saver, formats, system.cfg.export, sources, stem=stem)

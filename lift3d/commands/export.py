@@ -11,8 +11,8 @@ from lift3d.commands.common import add_config_arguments, load_experiment
 log = logging.getLogger("lift3d.export")
 
 HELP = ("export a checkpoint's asset (meshes, Gaussian .ply, video, web page) into the run's save/, or convert a 3DGS "
-        ".ply, .splat, .spz, .sog or KHR_gaussian_splatting .glb from any tool (written beside it, named after it and its "
-        "format)")
+        ".ply, .splat, .spz, .sog, .ksplat, KHR_gaussian_splatting .glb or streamed SOG (lod-meta.json or its folder) from "
+        "any tool (written beside it, named after it and its format)")
 GAUSSIAN_FILE_FORMATS = ["glb", "splat"]  # what `lift3d export MODEL.ply` writes without --format
 
 
@@ -64,11 +64,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _gaussian_file(items: list[str]) -> Path | None:
-    """The one positional item when it is a Gaussian file (a suffix a registered Gaussian codec reads) rather than a
-    config or run folder."""
+    """The one positional item when it is a Gaussian file (a suffix a registered Gaussian codec reads, or a streamed
+    SOG's folder) rather than a config or run folder."""
     from lift3d.gaussians.formats.files import reader_suffixes
+    from lift3d.gaussians.formats.sog_lod import bundle_meta
 
     paths = [Path(item) for item in items if "=" not in item]
+    if len(paths) == 1 and paths[0].is_dir() and bundle_meta(paths[0]) is not None:  # a streamed SOG's folder
+        return bundle_meta(paths[0])
     if len(paths) == 1 and paths[0].suffix.lower() in reader_suffixes():
         if not paths[0].is_file():
             raise FileNotFoundError(f"Gaussian file not found: {paths[0]}")

@@ -14,9 +14,10 @@ log = logging.getLogger("lift3d.view")
 
 # the Gaussian suffixes are those of lift3d.gaussians.formats.files (tests/test_view_formats.py checks them)
 SOURCE_HELP = ("a run folder, a .ckpt in one, a Gaussian file (.ply, .splat, .spz, .sog, .ksplat, KHR_gaussian_splatting "
-               ".glb) or a mesh (.glb, .gltf, .obj)")
+               ".glb, a streamed SOG's lod-meta.json or its folder) or a mesh (.glb, .gltf, .obj)")
 HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gaussian file (.ply, .splat, .spz, .sog, "
-        ".ksplat, KHR_gaussian_splatting .glb) or a mesh .glb/.gltf/.obj in a browser viewer (render modes, training "
+        ".ksplat, KHR_gaussian_splatting .glb, a streamed SOG's lod-meta.json or its folder) or a mesh .glb/.gltf/.obj in "
+        "a browser viewer (render modes, training "
         "cameras, a camera-path recorder for lift3d render); needs pip install 'lift3d[viewer]'")
 
 

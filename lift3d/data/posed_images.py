@@ -61,7 +61,9 @@ class PosedImagesConfig:
     format: str = "auto"  # auto (from the folder's contents) or a format's name (data.format=? lists them)
     train_split: str = "train"  # split used for training
     val_split: str = "val"  # split used for validation metrics
-    test_split: str = "orbit"  # a split name, or "orbit" for a turntable around the scene (video)
+    # a split name, or "orbit" for the test video: a path through the training cameras (an orbit for object-centric
+    # layouts: Blender renders, masked photos)
+    test_split: str = "orbit"
     holdout_every: int = 8  # layouts without splits: every n-th frame (name order) is a val frame (Mip-NeRF 360)
     downscale: int = 1  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
     max_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
@@ -82,13 +84,14 @@ class PosedImagesConfig:
     rays_per_batch: int = 4096  # rays per step in rays mode
     max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
     max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
-    n_orbit_views: int = 120  # views in the test orbit video
+    n_orbit_views: int = 120  # views in the test video
+    video_max_side: int = 1080  # test video frames: the photos' own size, scaled down to this longest side
     eval_batch_size: int = 1  # views per evaluation batch
 
 
 def check_values(cfg: PosedImagesConfig) -> None:
     """Refuse values outside their range with the key named (a zero downscale or batch would fail deep inside)."""
-    at_least_one = ("downscale", "batch_size", "rays_per_batch", "eval_batch_size", "n_orbit_views")
+    at_least_one = ("downscale", "batch_size", "rays_per_batch", "eval_batch_size", "n_orbit_views", "video_max_side")
     for key in at_least_one:
         value = getattr(cfg, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -277,15 +280,38 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
                 batches.append([i])
         return DataLoader(ViewList(views), batch_sampler=batches, num_workers=0, collate_fn=collate_views)
 
-    def orbit_cameras(self, n_views: int) -> Cameras:
-        """A turntable at the train cameras' mean elevation and distance, with their intrinsics."""
+    def orbit_cameras(self, n_views: int, size: tuple[int, int] | None = None) -> Cameras:
+        """A turntable at the train cameras' mean elevation and distance, with their intrinsics, at ``size`` (width,
+        height; default the first photo's)."""
         elevation, _, distance = c2w_to_spherical(self.train.cameras.c2w)
         el = float(elevation.mean())
         azimuth = torch.arange(n_views, dtype=torch.float32) * (2 * math.pi / n_views)
         position = spherical_to_position(torch.full_like(azimuth, el), azimuth, torch.full_like(azimuth, float(distance.mean())))
         c2w = look_at(position, torch.zeros_like(position), torch.tensor([0.0, 0.0, 1.0]).expand_as(position))
         intrinsics = self.train.cameras.intrinsics[:1].expand(n_views, 3, 3).clone()
-        return Cameras(c2w, intrinsics, *self.train.size(0))
+        orbit = Cameras(c2w, intrinsics, *self.train.size(0))
+        return orbit if size is None else orbit.resized(*size)
+
+    def video_size(self) -> tuple[int, int]:
+        """(width, height) of the test video: the training photos' most common size as read (before any training
+        downscale), its longest side at most ``video_max_side``, even (H.264)."""
+        from collections import Counter
+
+        lenses = [self.capture.frames[i].lens for i in self._split(self.cfg.train_split)]
+        width, height = Counter((lens.width, lens.height) for lens in lenses).most_common(1)[0][0]
+        scale = min(1.0, self.cfg.video_max_side / max(width, height))
+        return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
+
+    def video_cameras(self, n_views: int) -> Cameras:
+        """The test video's cameras at ``video_size``: an orbit for object-centric layouts (Blender renders, masked
+        photos), else a smooth path through the training cameras (``lift3d.camera_paths``), out and back unless the
+        photos go all around: the video shows what the photos saw, not the side nobody photographed."""
+        from lift3d.camera_paths import camera_path_through
+
+        size = self.video_size()
+        if formats.is_object_centric(self.capture.format) or (self.mask_mode == "alpha" and self._has_masks()):
+            return self.orbit_cameras(n_views, size)
+        return camera_path_through(self.train.cameras, n_views, *size, there_and_back=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._view_loader(self._views(self.val_scene()))
@@ -294,7 +320,7 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
         if self.cfg.test_split != "orbit":
             scene = self._loader.load(self._split(self.cfg.test_split), self.c2w)
             return self._view_loader(self._views(scene))
-        cameras = self.orbit_cameras(self.cfg.n_orbit_views)
+        cameras = self.video_cameras(self.cfg.n_orbit_views)
         background = self.background[None]
         views = [{"cameras": cameras[i], "background": background, "index": torch.tensor([i])} for i in range(len(cameras))]
         return view_loader(views, self.cfg.eval_batch_size)

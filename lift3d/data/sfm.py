@@ -4,9 +4,11 @@
 folder of its sharpest evenly spaced frames (``lift3d.data.video``), and a folder of photos with no poses
 gets a COLMAP model written beside them (``sparse/0``) by ``run_sfm``: SIFT features with one COLMAP camera
 per distinct (upright size, EXIF camera) and EXIF focal lengths as priors (``lift3d.data.sfm_photos``),
-matching (exhaustive for small sets, sequential for video frames), incremental mapping. Photos that do not
-register are explained from COLMAP's records (``lift3d.data.sfm_report``). A folder that already has poses
-(any posed format of ``lift3d.data.formats``) is returned as it is, so a second run reuses the model.
+matching (exhaustive for small sets, sequential for video frames), incremental mapping; each stage reports its
+progress, stops on Ctrl-C within seconds and leaves what it finished for the next run (``lift3d.data.sfm_stages``).
+Photos that do not register are explained from COLMAP's records (``lift3d.data.sfm_report``). A folder that
+already has poses (any posed format of ``lift3d.data.formats``) is returned as it is, so a second run reuses the
+model.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lift3d.data import formats
+from lift3d.data import formats, sfm_stages
 from lift3d.data.capture import SceneFormatError
 from lift3d.data.formats.photos import photo_folder
 from lift3d.data.formats.video import FORMAT as VIDEO
 from lift3d.data.sfm_photos import CameraGroup, group_cameras, read_photo, upright_folder, usable_photos
 from lift3d.data.sfm_report import REASONS, describe, explain, read_evidence
+from lift3d.data.sfm_stages import SfmInterrupted, extract_features, kept_line, match_pairs, open_work, run_stoppable
 from lift3d.data.transforms_json import IMAGE_SUFFIXES
+from lift3d.progress import Stage
 
 log = logging.getLogger("lift3d.sfm")
 MATCHERS = ("auto", "exhaustive", "sequential")
@@ -103,56 +107,61 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
     photos = [read_photo(images, name) for name in names]  # sizes first: a photo over the pixel limit is refused here
     names = usable_photos(images, names)  # photos cut short and exact copies are left out, by name
     work = scene / "colmap"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
     database = work / "database.db"
     sequential = options.matcher == "sequential" or (options.matcher == "auto" and len(names) > options.exhaustive_limit)
-    log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)", len(names), images,
-             pycolmap.__version__, "sequential" if sequential else "exhaustive")
+    settings = {"camera_model": options.camera_model, "max_side": options.max_side,
+                "max_num_features": options.max_num_features}
+    resuming = open_work(work, names, settings, options.force)
+    log.info("structure from motion on %d photos in %s (pycolmap %s, %s matching)%s", len(names), images,
+             pycolmap.__version__, "sequential" if sequential else "exhaustive",
+             f"; continuing from {database}" if resuming else "")
 
     photos = [photo for photo in photos if photo.name in names]
     groups = group_cameras(photos)
+    shutil.rmtree(work / "upright", ignore_errors=True)  # an interrupted run's copies: made again
     feed = upright_folder(images, photos, work / "upright")
     log.info("%d camera%s: %s", len(groups), "s" if len(groups) > 1 else "",
              "; ".join(f"{g.describe()} ({len(g.photos)} photo{'s' if len(g.photos) > 1 else ''})" for g in groups))
 
     pycolmap.set_random_seed(0)  # RANSAC draws: with one thread, the same model every run
-    with _progress() as progress:
+    pairing = pycolmap.SequentialPairingOptions()
+    pairing.loop_detection = False  # needs a vocabulary tree file, which is a download
+    stage = "feature extraction"
+    try:
         start = time.perf_counter()
-        task = progress.add_task("features", total=len(names))
         extraction = pycolmap.FeatureExtractionOptions()
         extraction.num_threads = options.num_threads
         extraction.max_image_size = options.max_side
         extraction.sift.max_num_features = options.max_num_features
-        for group in groups:
-            _extract_group(pycolmap, database, feed, group, options.camera_model, extraction,
-                           lambda n: progress.advance(task, n))
+        extract_features(pycolmap, database, feed, groups, options.camera_model, extraction, options.num_threads)
         _set_priors(pycolmap, database, groups)
         options.stage_seconds["features"] = time.perf_counter() - start
 
-        start = time.perf_counter()
-        task = progress.add_task("matching", total=1)
+        stage, start = "matching", time.perf_counter()
         matching = pycolmap.FeatureMatchingOptions()
         matching.num_threads = options.num_threads
-        if sequential:
-            pairing = pycolmap.SequentialPairingOptions()
-            pairing.loop_detection = False  # needs a vocabulary tree file, which is a download
-            pycolmap.match_sequential(database, matching_options=matching, pairing_options=pairing)
-        else:
-            pycolmap.match_exhaustive(database, matching_options=matching)
-        progress.advance(task)
+        match_pairs(pycolmap, database, work, sequential, matching, pairing)
         options.stage_seconds["matching"] = time.perf_counter() - start
 
-        start = time.perf_counter()
-        task = progress.add_task("mapping", total=len(names))
+        stage, start = "mapping", time.perf_counter()
         mapping = pycolmap.IncrementalPipelineOptions()
         mapping.random_seed = 0
         mapping.num_threads = options.num_threads
-        reconstructions = pycolmap.incremental_mapping(database, feed, work / "models", mapping,
-                                                       initial_image_pair_callback=lambda: progress.advance(task, 2),
-                                                       next_image_callback=lambda: progress.advance(task))
+        shutil.rmtree(work / "models", ignore_errors=True)  # an earlier run's partial models
+        with Stage("structure from motion: mapping", len(names), "photos registered",
+                   every_s=sfm_stages.PROGRESS_EVERY_S) as progress:
+            reconstructions = run_stoppable(lambda token: pycolmap.incremental_mapping(
+                database, feed, work / "models", mapping, initial_image_pair_callback=lambda: progress.advance(2),
+                next_image_callback=lambda: progress.advance(), cancellation_token=token), pycolmap.CancellationToken(),
+                progress)
         options.stage_seconds["mapping"] = time.perf_counter() - start
+    except KeyboardInterrupt as error:
+        if isinstance(error, SfmInterrupted):
+            raise
+        kept = kept_line(pycolmap, database, names, sequential, pairing)
+        mapped = "; the mapping starts again" if stage == "mapping" else ""
+        raise SfmInterrupted(f"interrupted during {stage}; kept in {database}: {kept}{mapped}. Run lift3d poses "
+                             f"{scene} again to continue from there") from None
     if feed != images:  # upright copies served their purpose (the model names the originals)
         shutil.rmtree(feed, ignore_errors=True)
 
@@ -174,24 +183,6 @@ def run_sfm(scene: Path, images: Path, options: SfmOptions | None = None) -> Pat
         log.warning("%d of %d photos did not register and are left out: %s", len(names) - len(registered), len(names),
                     clauses)
     return model
-
-
-def _extract_group(pycolmap, database: Path, feed: Path, group: CameraGroup, camera_model: str, extraction,
-                   advance) -> None:
-    """SIFT features of one camera's photos, in chunks of 8 (so the bar moves) that all share one COLMAP camera."""
-    reader = pycolmap.ImageReaderOptions()
-    reader.camera_model = camera_model
-    for chunk in range(0, len(group.names), 8):
-        batch = group.names[chunk:chunk + 8]
-        pycolmap.extract_features(database, feed, image_names=batch, camera_mode=pycolmap.CameraMode.SINGLE,
-                                  reader_options=reader, extraction_options=extraction)
-        if group.camera_id < 0:  # the first chunk made the camera: later chunks join it
-            db = pycolmap.Database.open(database)
-            ids = [db.read_image_with_name(n).camera_id for n in batch if db.exists_image(n)]
-            db.close()
-            if ids:
-                group.camera_id = reader.existing_camera_id = ids[0]
-        advance(len(batch))
 
 
 def _set_priors(pycolmap, database: Path, groups: list[CameraGroup]) -> None:

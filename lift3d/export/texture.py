@@ -1,5 +1,6 @@
 """Textures for meshes: UV atlas with xatlas, albedo baked by querying a color field at the surface
-point under every texel, seams hidden by filling empty texels from their nearest baked texel.
+point under every texel (texels rasterized on the field's device, all triangles at once), seams hidden by filling
+empty texels from their nearest baked texel.
 
 UV convention (OBJ's and trimesh's): u to the right, v up, (0, 0) at the image's bottom-left, so texel
 (row y, column x) of an [H, W] texture sits at u = (x + 0.5) / W, v = 1 - (y + 0.5) / H.
@@ -13,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 from scipy import ndimage
+from torch import Tensor
 
 from lift3d.export.grid import ColorFn, query_points
 from lift3d.meshes.mesh import Mesh
@@ -53,50 +55,67 @@ def unwrap_uv(mesh: Mesh, texture_size: int = 1024, padding: int = 2) -> Mesh:
                 normals=pick(mesh.normals), uv=uvs)
 
 
-def rasterize_uv(uvs: np.ndarray, faces: np.ndarray, size: int, chunk: int = 2**22) -> tuple[np.ndarray, np.ndarray]:
+def rasterize_uv(uvs: np.ndarray, faces: np.ndarray, size: int, chunk: int = 2**22,
+                 device: torch.device | str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Which triangle covers each texel center of a ``size`` x ``size`` texture, and where.
 
-    Returns face index [H, W] int64 (-1: no triangle) and barycentric weights [H, W, 3] float32.
-    Each triangle tests the texel centers of its own bounding box (all triangles at once, flattened)."""
-    px = np.stack([uvs[:, 0] * size, (1.0 - uvs[:, 1]) * size], axis=1).astype(np.float64)  # [V, 2] (x, y) pixels
+    Returns face index [H, W] int64 (-1: no triangle) and barycentric weights [H, W, 3] float32 (numpy).
+    Each triangle tests the texel centers of its own bounding box, all triangles at once (flattened), in groups of
+    at most ``chunk`` candidates, on ``device`` in float64; a texel on an edge two triangles share goes to the one
+    of higher index."""
+    face_id, bary = rasterize_uv_tensors(torch.as_tensor(uvs), torch.as_tensor(faces), size, chunk, device)
+    return face_id.cpu().numpy(), bary.float().cpu().numpy()
+
+
+def rasterize_uv_tensors(uvs: Tensor, faces: Tensor, size: int, chunk: int = 2**22,
+                         device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """``rasterize_uv`` on ``device``: face index [H, W] long (-1: none) and barycentric weights [H, W, 3] float64."""
+    device = torch.device(device)
+    uvs, faces = uvs.to(device, torch.float64), faces.to(device, torch.long)
+    px = torch.stack([uvs[:, 0] * size, (1.0 - uvs[:, 1]) * size], dim=1)  # [V, 2] (x, y) pixels
     tri = px[faces]  # [F, 3, 2]
-    lo = np.clip(np.floor(tri.min(axis=1) - 0.5), 0, size - 1).astype(np.int64)  # first texel index that may be inside
-    hi = np.clip(np.ceil(tri.max(axis=1) - 0.5), 0, size - 1).astype(np.int64)
+    weights = _barycentric_planes(tri)  # [F, 2, 3]: w1, w2 as affine functions of the pixel position
+    kept = torch.nonzero(weights.isfinite().all(dim=(1, 2))).view(-1)  # a degenerate triangle covers no texel
+    lo = torch.floor(tri.amin(dim=1) - 0.5).clamp(0, size - 1).long()  # first texel index that may be inside
+    hi = torch.ceil(tri.amax(dim=1) - 0.5).clamp(0, size - 1).long()
     widths = hi[:, 0] - lo[:, 0] + 1
     counts = widths * (hi[:, 1] - lo[:, 1] + 1)
-    face_id = np.full((size, size), -1, dtype=np.int64)
-    bary = np.zeros((size, size, 3), dtype=np.float32)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    # process triangles in groups whose candidate texels fit in ``chunk``
+    starts = torch.cat([counts.new_zeros(1), torch.cumsum(counts[kept], 0)]).cpu()
+    face_id = torch.full((size * size,), -1, dtype=torch.long, device=device)
+    bary = torch.zeros((size * size, 3), dtype=torch.float64, device=device)
     group_start = 0
-    while group_start < len(faces):
-        group_end = int(np.searchsorted(starts, starts[group_start] + chunk, side="right")) - 1
-        group_end = max(group_end, group_start + 1)
-        sel = np.arange(group_start, min(group_end, len(faces)))
-        tri_id = np.repeat(sel, counts[sel])
-        local = np.arange(len(tri_id)) - np.repeat(starts[sel] - starts[sel[0]], counts[sel])
-        x = lo[tri_id, 0] + local % widths[tri_id]
-        y = lo[tri_id, 1] + local // widths[tri_id]
-        w = _barycentric(tri[tri_id], np.stack([x + 0.5, y + 0.5], axis=1))
-        inside = (w >= -1e-7).all(axis=1)
-        face_id[y[inside], x[inside]] = tri_id[inside]
-        bary[y[inside], x[inside]] = w[inside]
-        group_start = sel[-1] + 1
-    return face_id, bary
+    while group_start < len(kept):  # triangles in groups whose candidate texels fit in ``chunk``
+        group_end = max(int(torch.searchsorted(starts, starts[group_start] + chunk, right=True)) - 1, group_start + 1)
+        sel = kept[group_start: group_end]
+        group_counts = counts[sel]
+        tri_id = torch.repeat_interleave(sel, group_counts)
+        offsets = torch.repeat_interleave(torch.cumsum(group_counts, 0) - group_counts, group_counts)
+        local = torch.arange(len(tri_id), device=device) - offsets
+        row, column = local.div(widths[tri_id], rounding_mode="floor"), local.remainder(widths[tri_id])
+        x, y = lo[tri_id, 0] + column, lo[tri_id, 1] + row
+        plane = weights[tri_id]  # [N, 2, 3]
+        w12 = plane[:, :, 0] * (x + 0.5)[:, None] + plane[:, :, 1] * (y + 0.5)[:, None] + plane[:, :, 2]
+        w = torch.cat([1.0 - w12.sum(dim=1, keepdim=True), w12], dim=1)
+        inside = (w >= -1e-7).all(dim=1)
+        texel, tri_id, w = (y * size + x)[inside], tri_id[inside], w[inside]
+        face_id.scatter_reduce_(0, texel, tri_id, reduce="amax")  # later triangles win, as one after another would
+        won = face_id[texel] == tri_id
+        bary[texel[won]] = w[won]
+        group_start = group_end
+    return face_id.view(size, size), bary.view(size, size, 3)
 
 
-def _barycentric(tri: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Barycentric weights [N, 3] of points ``p`` [N, 2] in triangles ``tri`` [N, 3, 2] (degenerate: -1)."""
+def _barycentric_planes(tri: Tensor) -> Tensor:
+    """[F, 2, 3] coefficients (a, b, c) with w1 = a x + b y + c and w2 likewise, the barycentric weights of corners 1
+    and 2 of triangles ``tri`` [F, 3, 2] at pixel (x, y); NaN rows for degenerate triangles."""
     a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
-    v0, v1, v2 = b - a, c - a, p - a
+    v0, v1 = b - a, c - a
     den = v0[:, 0] * v1[:, 1] - v1[:, 0] * v0[:, 1]
-    ok = np.abs(den) > 1e-12
-    den = np.where(ok, den, 1.0)
-    w1 = (v2[:, 0] * v1[:, 1] - v1[:, 0] * v2[:, 1]) / den
-    w2 = (v0[:, 0] * v2[:, 1] - v2[:, 0] * v0[:, 1]) / den
-    w = np.stack([1.0 - w1 - w2, w1, w2], axis=1)
-    w[~ok] = -1.0
-    return w
+    den = torch.where(den.abs() > 1e-12, den, torch.full_like(den, float("nan")))
+    # w1 = ((p - a) x v1) / den, w2 = (v0 x (p - a)) / den, written out as planes in p
+    w1 = torch.stack([v1[:, 1], -v1[:, 0], v1[:, 0] * a[:, 1] - v1[:, 1] * a[:, 0]], dim=1) / den[:, None]
+    w2 = torch.stack([-v0[:, 1], v0[:, 0], v0[:, 1] * a[:, 0] - v0[:, 0] * a[:, 1]], dim=1) / den[:, None]
+    return torch.stack([w1, w2], dim=1)
 
 
 def fill_empty_texels(image: np.ndarray, filled: np.ndarray, max_distance: int | None = None) -> np.ndarray:
@@ -130,13 +149,17 @@ def bake_texture(
     if mesh.uv is None:
         with Stage(f"texture: UV atlas of {len(mesh.faces)} faces (xatlas)"):
             mesh = unwrap_uv(mesh, texture_size, padding)
-    face_id, bary = rasterize_uv(mesh.uv, mesh.faces, texture_size)
+    device = torch.device(device)
+    face_id, bary = rasterize_uv_tensors(torch.as_tensor(mesh.uv), torch.as_tensor(mesh.faces), texture_size,
+                                         device=device)
     covered = face_id >= 0
     if not covered.any():
         raise ValueError("no texel center falls inside a triangle of the UV atlas; raise texture_size")
-    tri = mesh.vertices[mesh.faces[face_id[covered]]]  # [K, 3, 3]
-    points = (bary[covered][:, :, None] * tri).sum(axis=1)
+    vertices, faces = torch.as_tensor(mesh.vertices, device=device), torch.as_tensor(mesh.faces, device=device)
+    tri = vertices[faces[face_id[covered]]].double()  # [K, 3, 3]
+    points = (bary[covered][:, :, None] * tri).sum(dim=1).float()  # the surface point under each covered texel
     colors = np.clip(query_points(color_fn, points, chunk=chunk, device=device, what="texture: colors")[:, :3], 0.0, 1.0)
+    covered = covered.cpu().numpy()
     image = np.zeros((texture_size, texture_size, 3), dtype=np.float32)
     image[covered] = colors
     image = fill_empty_texels(image, covered, dilation)

@@ -1,5 +1,6 @@
-"""Load a user's mesh (.obj, .glb, .gltf, .ply, ...) through trimesh as a ``Mesh`` for texturing stages:
-welded positions, UVs with their own index buffer, the base-color texture, normalized to a box."""
+"""Load a user's mesh (.obj, .glb, .gltf, .ply, ...) as a ``Mesh`` for texturing stages and the viewer: welded
+positions, UVs with their own index buffer, the base-color texture or vertex colors (``mesh_files``), normalized
+to a box."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor
 
 from lift3d.meshes.mesh import Mesh
+from lift3d.meshes.mesh_files import image_rgb, read_mesh_file
 
 
 @dataclass(frozen=True)
@@ -46,79 +48,6 @@ def axis_rotation(up_axis: str = "+y", front_axis: str = "+z") -> np.ndarray:
     return np.stack([front, np.cross(up, front), up])
 
 
-def _texture_image(visual) -> np.ndarray | None:
-    """The base-color image of a trimesh TextureVisuals' material, as float [H, W, C] in 0..1."""
-    material = getattr(visual, "material", None)
-    image = None
-    for name in ("baseColorTexture", "image"):
-        image = getattr(material, name, None) if material is not None else None
-        if image is not None:
-            break
-    if image is None:
-        return None
-    array = np.asarray(image.convert("RGBA" if image.mode in ("RGBA", "LA", "P") else "RGB"), dtype=np.float32) / 255.0
-    return array
-
-
-def _embedded_images(path: Path) -> list[tuple[str, Any]]:
-    """(a name, a file or a byte stream) of every image a glTF (.glb, .gltf) or an .obj's material library names."""
-    import base64
-    import io
-    import json
-    import re
-    import struct
-
-    found: list[tuple[str, Any]] = []
-    suffix = path.suffix.lower()
-    if suffix in (".glb", ".gltf"):
-        data = path.read_bytes()
-        blob = b""
-        try:
-            if data[:4] == b"glTF":
-                length = struct.unpack_from("<I", data, 12)[0]
-                document = json.loads(data[20:20 + length])
-                blob = data[20 + length + 8:]
-            else:
-                document = json.loads(data)
-        except (ValueError, struct.error):
-            return []  # not a glTF lift3d can parse: trimesh says what is wrong with it
-        views = document.get("bufferViews", []) if isinstance(document, dict) else []
-        for index, image in enumerate(document.get("images", []) if isinstance(document, dict) else []):
-            name = f"{path.name}'s image {index}"
-            uri, view = image.get("uri", ""), image.get("bufferView")
-            if isinstance(view, int) and 0 <= view < len(views) and isinstance(views[view], dict):
-                start = int(views[view].get("byteOffset", 0))
-                found.append((name, io.BytesIO(blob[start:start + int(views[view].get("byteLength", 0))])))
-            elif isinstance(uri, str) and uri.startswith("data:") and "," in uri:
-                found.append((name, io.BytesIO(base64.b64decode(uri.split(",", 1)[1], validate=False))))
-            elif isinstance(uri, str) and uri and (path.parent / uri).is_file():
-                found.append((str(path.parent / uri), path.parent / uri))
-    elif suffix == ".obj":
-        with open(path, "rb") as handle:
-            libraries = re.findall(rb"^mtllib\s+(.+?)\s*$", handle.read(1 << 20), re.MULTILINE)
-        for library in libraries:
-            mtl = path.parent / library.decode("utf-8", "replace")
-            if mtl.is_file() and mtl.stat().st_size < 1 << 24:
-                for texture in re.findall(rb"^\s*map_\w+\s+(?:-\S+\s+\S+\s+)*(.+?)\s*$", mtl.read_bytes(), re.MULTILINE):
-                    image = path.parent / texture.decode("utf-8", "replace")
-                    if image.is_file():
-                        found.append((str(image), image))
-    return found
-
-
-def check_textures(path: Path) -> None:
-    """Refuse (ValueError, naming the image, its size and the limit) a mesh file whose embedded or linked texture
-    holds more pixels than ``TEXTURE_PIXELS``, from the images' headers, before trimesh decodes any of them."""
-    from lift3d.imaging import open_image
-    from lift3d.limits import TEXTURE_PIXELS
-
-    for name, source in _embedded_images(path):
-        try:
-            open_image(source, name, ValueError, TEXTURE_PIXELS, fix="save the mesh again with a smaller texture").close()
-        except (OSError, SyntaxError):
-            continue  # an image Pillow cannot read: trimesh loads the mesh without it
-
-
 def load_mesh(path: str | Path, texture_path: str | Path | None = None, **placement: Any) -> Mesh:
     """Read a mesh file into a ``Mesh``: ``load_mesh_in_frame`` (whose keywords ``placement`` takes: normalize,
     half_extent, up_axis, front_axis) without the frame that placed it."""
@@ -133,33 +62,29 @@ def load_mesh_in_frame(
     up_axis: str = "+y",
     front_axis: str = "+z",
     uv_without_texture: bool = False,
+    weld: bool = True,
 ) -> tuple[Mesh, FileFrame]:
     """Read a mesh file into a ``Mesh`` (float32, CPU) and the ``FileFrame`` that placed it.
 
     With ``normalize`` the bounding box is centered at the origin and scaled so its largest half side is
-    ``half_extent`` (0.5: the unit box). Vertices split by trimesh at UV seams are welded back by
-    position (so the surface stays closed for rendering and regularizers) while UVs keep their own
-    index buffer. ``texture_path`` supplies (or overrides) the texture image, e.g. for an OBJ without
-    an .mtl file.
+    ``half_extent`` (0.5: the unit box). With ``weld``, vertices split by the file at UV or color seams are welded
+    back by position (so the surface stays closed for rendering and regularizers) while UVs keep their own index
+    buffer; without it (for drawing only) every corner keeps its own vertex, so per-face vertex colors stay sharp.
+    Colors come from the base-color texture (times a glTF baseColorFactor), else the factor alone, else vertex
+    colors. ``texture_path`` supplies (or overrides) the texture image, e.g. for an OBJ without an .mtl file.
     """
-    import trimesh  # a core dependency; imported here to keep ``import lift3d`` light
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"mesh file not found: {path}")
-    check_textures(path)
-    try:
-        loaded = trimesh.load(str(path), force="mesh", process=False)
-    except Exception as error:
-        raise ValueError(f"could not read {path} as a mesh with trimesh: {error}") from None
-    if not isinstance(loaded, trimesh.Trimesh) or len(loaded.faces) == 0:
-        raise ValueError(f"{path} holds no triangles")
+    positions, split_faces, uv, texture, colors = read_mesh_file(path)
     rotation = axis_rotation(up_axis, front_axis)
-    positions = np.asarray(loaded.vertices, dtype=np.float64) @ rotation.T
-    split_faces = np.asarray(loaded.faces, dtype=np.int64)
+    positions = positions @ rotation.T
 
-    welded, inverse = np.unique(positions, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    if weld:
+        welded, inverse = np.unique(positions, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        welded, inverse = positions, np.arange(len(positions))
     faces = inverse[split_faces]
     center, scale = np.zeros(3), 1.0
     if normalize:
@@ -167,19 +92,17 @@ def load_mesh_in_frame(
         center, scale = (low + high) / 2, half_extent / max((high - low).max() / 2, 1e-12)
         welded = (welded - center) * scale
 
-    visual = loaded.visual
-    uv = getattr(visual, "uv", None) if getattr(visual, "kind", None) == "texture" else None
-    texture = _texture_image(visual) if uv is not None else None
     if texture_path is not None:
-
         from lift3d.imaging import open_image
         from lift3d.limits import TEXTURE_PIXELS
 
-        with open_image(texture_path, str(texture_path), ValueError, TEXTURE_PIXELS) as image:
-            texture = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+        try:
+            with open_image(texture_path, str(texture_path), ValueError, TEXTURE_PIXELS) as image:
+                texture = image_rgb(image)
+        except OSError as error:
+            raise ValueError(f"could not read the texture {texture_path}: {error}") from None
     vertex_colors = None
-    if getattr(visual, "kind", None) == "vertex":
-        colors = np.asarray(visual.vertex_colors, dtype=np.float32)[:, :3] / 255.0
+    if colors is not None:
         vertex_colors = np.zeros((len(welded), 3), dtype=np.float32)
         vertex_colors[inverse] = colors
 
@@ -188,14 +111,12 @@ def load_mesh_in_frame(
 
     if uv is not None and texture is None and not uv_without_texture:
         uv = None  # UVs without a texture are of no use to the renderer (a texturing stage may bake into them)
-    if uv is None:
-        texture = None  # a texture needs UVs to be drawn
     frame = FileFrame(rotation, center, float(scale))
     return Mesh(
         vertices=tensor(welded, torch.float32),
         faces=tensor(faces, torch.long),
         uv=tensor(None if uv is None else np.asarray(uv, np.float64), torch.float32),
-        uv_faces=tensor(split_faces if uv is not None else None, torch.long),
+        uv_faces=tensor(split_faces if uv is not None and weld else None, torch.long),
         texture=tensor(texture, torch.float32),
         vertex_colors=tensor(vertex_colors, torch.float32),
     ), frame

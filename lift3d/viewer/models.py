@@ -131,7 +131,8 @@ def _gaussian_file_model(path: Path, device: torch.device) -> ViewModel:
     degree = degree_of(params["shN"].shape[1] + 1)
     system.to(device).eval()
     log.info("viewing %d Gaussians (SH degree %d) from %s", len(params["means"]), degree, path)
-    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), path.name, path.parent, None, system,
+    name = f"{path.parent.name}/{path.name}" if path.suffix.lower() == ".json" else path.name  # lod-meta.json: its folder
+    return ViewModel(lambda cameras: system.render_views({"cameras": cameras}), name, path.parent, None, system,
                      home=framing_camera(params["means"]))
 
 
@@ -141,8 +142,9 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
     from lift3d.render.meshes.renderer import MeshRenderer
 
     try:
-        mesh = load_mesh(path, normalize=False).to(device)  # glTF's +y up turned into lift3d's +z up
-    except ValueError as error:  # not a mesh file, or one without triangles
+        # glTF's +y up turned into lift3d's +z up; corners keep their own vertex (sharp per-face colors)
+        mesh = load_mesh(path, normalize=False, weld=False).to(device)
+    except ValueError as error:  # not a mesh file, one without triangles, or one that names a file that is missing
         raise ConfigError(f"cannot view {path}: {error}") from None
     renderer = MeshRenderer({"antialias": False})
     log.info("viewing a mesh of %d vertices and %d faces from %s", len(mesh.vertices), len(mesh.faces), path)
@@ -151,19 +153,24 @@ def _mesh_model(path: Path, device: torch.device) -> ViewModel:
 
 def viewable() -> str:
     """What ``lift3d view`` and ``lift3d render`` open, for their error messages."""
-    gaussian = ", ".join(f"KHR_gaussian_splatting {s}" if s in MESH_SUFFIXES else s for s in gaussian_suffixes())
+    named = {".json": "a streamed SOG's lod-meta.json or its folder"}
+    gaussian = ", ".join(f"KHR_gaussian_splatting {s}" if s in MESH_SUFFIXES else named.get(s, s) for s in gaussian_suffixes())
     return f"a run folder, a .ckpt in one, a Gaussian file ({gaussian}) or a mesh ({', '.join(MESH_SUFFIXES)})"
 
 
 def load_view_model(source: str | Path, device: torch.device | str = "cpu", allow_imports: bool = False) -> ViewModel:
     """The model at ``source``: a run folder (its ckpts/last.ckpt), a checkpoint inside a run, any Gaussian file
-    lift3d reads (``gaussian_suffixes``; a .glb when it uses KHR_gaussian_splatting) or a mesh (.glb, .gltf, .obj).
+    lift3d reads (``gaussian_suffixes``; a .glb when it uses KHR_gaussian_splatting; a streamed SOG's folder) or a
+    mesh (.glb, .gltf, .obj).
     A run's config may import its plugins only with ``allow_imports``."""
     from lift3d.config import ConfigError
     from lift3d.gaussians.formats.gltf import is_gaussian_glb
+    from lift3d.gaussians.formats.sog_lod import bundle_meta
     from lift3d.runs.run_dirs import run_dir_of_checkpoint
 
     path, device = Path(source).expanduser(), torch.device(device)
+    if path.is_dir() and bundle_meta(path) is not None:  # a streamed SOG (sog-lod) given as its folder
+        return _gaussian_file_model(bundle_meta(path), device)
     if path.is_dir():
         if not (path / "configs" / "parsed.yaml").is_file():
             raise ConfigError(f"{path} is not a run folder (no configs/parsed.yaml): give {viewable()}")

@@ -1,8 +1,9 @@
 """Gaussian files made by other tools, read (and written) by the codec their suffix names in the registry
 (``lift3d.registry``, kind ``gaussian-codec``): the 3DGS .ply (``ply``, also the reader of a suffix no codec claims),
 the compact ``.splat`` of web viewers (``splat``), Niantic's ``.spz`` (``spz``), PlayCanvas's bundled ``.sog``
-(``sog``), glTF ``.glb`` with ``KHR_gaussian_splatting`` (``gltf``) and GaussianSplats3D's ``.ksplat`` (``ksplat``),
-all modules of ``lift3d.gaussians.formats``, and any codec a plugin package registers."""
+(``sog``), glTF ``.glb`` with ``KHR_gaussian_splatting`` (``gltf``), GaussianSplats3D's ``.ksplat`` (``ksplat``) and
+PlayCanvas's streamed SOG (``lod-meta.json`` or its folder) and unbundled SOG (``meta.json``) (``sog_lod``), all
+modules of ``lift3d.gaussians.formats``, and any codec a plugin package registers."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def load_gaussian_file(path: str | Path) -> dict[str, Tensor]:
     3DGS .ply, .spz, .sog, .ksplat or KHR_gaussian_splatting .glb (each with its own SH degree), a .splat (SH degree 0:
     its colors) or a plugin's format, all in lift3d's world."""
     path = Path(path)
+    if path.is_dir():  # a streamed SOG given as its folder
+        from lift3d.gaussians.formats.sog_lod import bundle_meta
+
+        path = bundle_meta(path) or path
     table = codecs()
     params = table.get(path.suffix.lower(), table[DEFAULT_SUFFIX]).read(path)
     if len(params["means"]) == 0:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lift3d.gaussians.formats.codec import register_codec
 from lift3d.gaussians.formats.ply import pruned
 from lift3d.gaussians.formats.sog import META_BYTES, SogFormatError, decode_sog, encode_sog, morton_order
 from lift3d.limits import GAUSSIAN_FILE_BYTES
@@ -163,29 +164,112 @@ def save_sog_lod(folder: str | Path, params: dict[str, Tensor], keep: Tensor | N
     return path
 
 
-def load_sog_lod(path: str | Path, level: int = 0) -> dict[str, Tensor]:
-    """Pre-activation parameters of one level of a streamed SOG (``lod-meta.json``), in lift3d's world; the level's
-    files are checked as a bundled .sog's are (``decode_sog``), and their total size before they are read."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SOG levels of detail not found: {path}")
-    if path.stat().st_size > META_BYTES:
-        raise SogFormatError(f"{path} is {path.stat().st_size:,} bytes, more than a lod-meta.json needs ({META_BYTES:,})")
+def _json(path: Path, what: str) -> dict:
+    if path.is_file() and path.stat().st_size > META_BYTES:
+        raise SogFormatError(f"{path} is {path.stat().st_size:,} bytes, more than {what}'s JSON needs ({META_BYTES:,})")
     try:
-        meta = json.loads(path.read_text())
-        levels, unit = int(meta["lodLevels"]), path.parent / str(meta["filenames"][level])
-    except (ValueError, KeyError, TypeError, IndexError) as error:
-        raise SogFormatError(f"{path} is not a SOG lod-meta.json with level {level} ({error})") from None
-    if not 0 <= level < levels:
-        raise SogFormatError(f"{path} has levels 0..{levels - 1}, not {level}")
-    if not unit.parent.resolve().is_relative_to(path.parent.resolve()) or not unit.parent.is_dir():
-        raise SogFormatError(f"{path}: level {level}'s folder {unit.parent} is missing or lies outside {path.parent}")
-    files = [file for file in unit.parent.iterdir() if file.is_file()]
-    GAUSSIAN_FILE_BYTES.check(f"{unit.parent}", sum(file.stat().st_size for file in files), SogFormatError,
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SogFormatError(f"{path} is missing: {what} needs it (copy the whole folder)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise SogFormatError(f"{path} is not readable JSON ({error}): is it complete?") from None
+    if not isinstance(record, dict):
+        raise SogFormatError(f"{path} is not a JSON object: {what} starts with one")
+    return record
+
+
+def _named_files(record) -> set[str]:
+    """Every file a SOG meta.json names (the ``files`` lists of its parts)."""
+    if isinstance(record, dict):
+        named = {f for f in record.get("files", []) if isinstance(f, str)} if isinstance(record.get("files"), list) else set()
+        return named.union(*(_named_files(v) for k, v in record.items() if k != "files"))
+    return set()
+
+
+def load_unbundled_sog(path: str | Path) -> dict[str, Tensor]:
+    """Pre-activation parameters of an unbundled SOG: its ``meta.json`` and the WebP images it names beside it (what
+    splat-transform writes for a ``meta.json`` output, and each file of a streamed SOG)."""
+    path = Path(path)
+    meta = _json(path, "an unbundled SOG")
+    images = [path.parent / name for name in sorted(_named_files(meta))]
+    for image in images:
+        if not image.resolve().is_relative_to(path.parent.resolve()):
+            raise SogFormatError(f"{path} names {image.name}, which lies outside its folder {path.parent}")
+        if not image.is_file():
+            raise SogFormatError(f"{path} names {image.name}, which is not beside it: copy the whole folder")
+    GAUSSIAN_FILE_BYTES.check(str(path.parent), sum(image.stat().st_size for image in images), SogFormatError,
                               "keep fewer Gaussians in it")
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as bundle:  # the unbundled SOG as the bundle the .sog reader takes
-        for file in files:
-            bundle.writestr(file.name, file.read_bytes())
-    return decode_sog(buffer.getvalue(), str(unit))
+    with zipfile.ZipFile(buffer, "w") as bundle:  # as the bundle the .sog reader takes
+        bundle.writestr("meta.json", json.dumps(meta))
+        for image in images:
+            bundle.writestr(image.name, image.read_bytes())
+    return decode_sog(buffer.getvalue(), str(path))
 
+
+def bundle_meta(path: str | Path) -> Path | None:
+    """The ``lod-meta.json`` of a streamed SOG given as that file or as its folder; None for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        return path / META if (path / META).is_file() else None
+    return path if path.name.lower().endswith(META) and path.is_file() else None
+
+
+def _leaves(node: dict):
+    if isinstance(node, dict):
+        if "lods" in node:
+            yield node
+        for child in node.get("children", []) or []:
+            yield from _leaves(child)
+
+
+def load_sog_lod(path: str | Path, level: int = 0) -> dict[str, Tensor]:
+    """Pre-activation parameters of one level of a streamed SOG (``lod-meta.json`` or its folder; level 0: the
+    finest), in lift3d's world: every leaf's range of that level, from whichever of the level's files holds it (one
+    per level as lift3d writes them, several as splat-transform does), plus the environment Gaussians if any."""
+    path = Path(path)
+    path = path / META if path.is_dir() else path
+    meta = _json(path, "a streamed SOG")
+    try:
+        levels, filenames = int(meta["lodLevels"]), list(meta["filenames"])
+        spans = sorted({(int(r["file"]), int(r["offset"]), int(r["count"]))
+                        for leaf in _leaves(meta["tree"]) for key, r in leaf["lods"].items() if int(key) == level})
+    except (KeyError, TypeError, ValueError) as error:
+        raise SogFormatError(f"{path} lacks or misstates {error}: a streamed SOG's lod-meta.json has lodLevels, "
+                             "filenames and a tree of leaves with lods") from None
+    if not 0 <= level < levels:
+        raise ValueError(f"{path} has levels 0..{levels - 1}, not {level}")
+    units: dict[int, dict[str, Tensor]] = {}
+    parts = []
+    for file, offset, count in spans:
+        if not 0 <= file < len(filenames):
+            raise SogFormatError(f"{path}: a leaf names file {file} of {len(filenames)}")
+        if file not in units:
+            units[file] = load_unbundled_sog(path.parent / filenames[file])
+        if offset + count > len(units[file]["means"]):
+            raise SogFormatError(f"{path}: a leaf reads Gaussians {offset}..{offset + count} of {filenames[file]}, "
+                                 f"which holds {len(units[file]['means'])}")
+        parts.append({k: v[offset: offset + count] for k, v in units[file].items()})
+    if isinstance(meta.get("environment"), str):  # Gaussians shown at every level (a sky), in splat-transform's bundles
+        parts.append(load_unbundled_sog(path.parent / meta["environment"]))
+    if not parts:
+        raise SogFormatError(f"{path} holds no Gaussians of level {level}")
+    degree_bands = min(part["shN"].shape[1] for part in parts)
+    return {k: torch.cat([part[k][:, :degree_bands] if k == "shN" else part[k] for part in parts]) for k in parts[0]}
+
+
+def load_sog_json(path: str | Path) -> dict[str, Tensor]:
+    """The Gaussians of a SOG JSON: a streamed SOG's ``lod-meta.json`` (its finest level) or an unbundled SOG's
+    ``meta.json`` (e.g. one level of a streamed SOG, ``<folder>/1_0/meta.json``)."""
+    path = Path(path)
+    meta = _json(path, "a SOG")
+    if "lodLevels" in meta or path.name.lower().endswith(META):
+        return load_sog_lod(path)
+    if "means" in meta:
+        return load_unbundled_sog(path)
+    raise SogFormatError(f"{path} is neither a streamed SOG's lod-meta.json nor an unbundled SOG's meta.json: lift3d "
+                         "reads Gaussians from those two JSON files (and their folder)")
+
+
+register_codec(".json", load_sog_json, None,
+               "PlayCanvas's streamed SOG (lod-meta.json, or its folder) or unbundled SOG (meta.json)")

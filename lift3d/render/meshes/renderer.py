@@ -1,7 +1,8 @@
 """The mesh renderer: a ``Mesh`` and a ``Cameras`` batch -> the image batch every renderer returns.
 
 Surface color comes, in order of preference, from ``color_fn`` (e.g. a texture field and a material,
-evaluated only at covered pixels), the mesh's UV texture, its vertex colors, or ``default_color``.
+evaluated only at covered pixels), the mesh's UV texture, its vertex colors, or ``default_color``; an RGBA texture
+or RGBA vertex colors are drawn opaque (their RGB).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def _background_image(background: Tensor | None, default: list, shape: tuple[int
     if bg.ndim != 4 or bg.shape[-1] != channels:
         raise ValueError(f"background must be [{channels}], [B, {channels}] or [B, H, W, {channels}], got {tuple(bg.shape)}")
     return bg.expand(batch, height, width, channels)
+
+
+def _opaque(colors: Tensor) -> Tensor:
+    """RGB of RGBA colors [..., 4] (a texture with its alpha channel, glTF's COLOR_0 as VEC4): surfaces are drawn
+    opaque, so the image keeps the background's three channels; other channel counts pass through."""
+    return colors[..., :3] if colors.shape[-1] == 4 else colors
 
 
 @dataclass
@@ -113,9 +120,9 @@ class MeshRenderer(BaseModule):
                 surface["uv"] = uv
             colors = color_fn(surface)
         elif mesh.texture is not None and uv is not None:
-            colors = sample_texture(mesh.texture, uv, cfg.texture_filter)
+            colors = sample_texture(_opaque(mesh.texture), uv, cfg.texture_filter)
         elif mesh.vertex_colors is not None:
-            colors = interpolate(mesh.vertex_colors, rast, faces)
+            colors = interpolate(_opaque(mesh.vertex_colors), rast, faces)
         else:
             colors = torch.as_tensor(cfg.default_color).to(points).expand(points.shape[0], -1)
         if colors.ndim != 2 or colors.shape[0] != points.shape[0]:
