@@ -18,49 +18,11 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
+from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix, slerp
 
 KEYFRAME_DEG = 15.0  # neighbors closer than this (in angle about the look-at point) merge into one keyframe
 CLOSED_GAP_DEG = 60.0  # cameras all around, with no gap wider than this, make a closed loop
 CONVERGING_DEG = 10.0  # optical axes spread wider than this look at one subject (narrower: a forward-facing capture)
-
-
-def rotation_to_quaternion(m: Tensor) -> Tensor:
-    """Unit wxyz quaternions [N, 4] of rotation matrices [N, 3, 3] (float64; the larger-w sign)."""
-    m = m.double()
-    w = torch.sqrt(torch.clamp(1 + m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2], min=0)) / 2
-    x = torch.sqrt(torch.clamp(1 + m[:, 0, 0] - m[:, 1, 1] - m[:, 2, 2], min=0)) / 2
-    y = torch.sqrt(torch.clamp(1 - m[:, 0, 0] + m[:, 1, 1] - m[:, 2, 2], min=0)) / 2
-    z = torch.sqrt(torch.clamp(1 - m[:, 0, 0] - m[:, 1, 1] + m[:, 2, 2], min=0)) / 2
-    x = torch.copysign(x, m[:, 2, 1] - m[:, 1, 2])
-    y = torch.copysign(y, m[:, 0, 2] - m[:, 2, 0])
-    z = torch.copysign(z, m[:, 1, 0] - m[:, 0, 1])
-    q = torch.stack([w, x, y, z], dim=-1)
-    return q / q.norm(dim=-1, keepdim=True)
-
-
-def quaternion_to_rotation(q: Tensor) -> Tensor:
-    """Rotation matrices [N, 3, 3] of wxyz quaternions [N, 4] (normalized here)."""
-    w, x, y, z = (q / q.norm(dim=-1, keepdim=True)).unbind(-1)
-    return torch.stack([
-        torch.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        torch.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        torch.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], dim=-2)
-
-
-def slerp(q0: Tensor, q1: Tensor, t: Tensor) -> Tensor:
-    """Spherical interpolation [N, 4] from ``q0`` to ``q1`` [N, 4] at ``t`` [N] in 0..1, along the shorter arc."""
-    dot = (q0 * q1).sum(-1, keepdim=True)
-    q1 = torch.where(dot < 0, -q1, q1)
-    dot = dot.abs().clamp(max=1.0)
-    angle = torch.acos(dot)
-    t = t[:, None]
-    small = angle < 1e-6
-    sin = torch.sin(angle).clamp_min(1e-12)
-    a = torch.where(small, 1 - t, torch.sin((1 - t) * angle) / sin)
-    b = torch.where(small, t, torch.sin(t * angle) / sin)
-    q = a * q0 + b * q1
-    return q / q.norm(dim=-1, keepdim=True)
 
 
 def look_at_point(c2w: Tensor) -> Tensor:
@@ -118,7 +80,7 @@ def _keyframes(c2w: Tensor, order: Tensor, angles: Tensor, center: Tensor) -> tu
         if i == len(order) or angles[i] - angles[start] >= math.radians(KEYFRAME_DEG):
             groups.append(order[start:i])
             start = i
-    quats = rotation_to_quaternion(c2w[:, :3, :3])
+    quats = matrix_to_quaternion(c2w[:, :3, :3].double())
     positions, rotations = [], []
     for group in groups:
         q = quats[group]
@@ -159,7 +121,7 @@ def interpolate_keyframes(positions: Tensor, quats: Tensor, frames: int, closed:
     k = len(positions)
     c2w = torch.eye(4, dtype=torch.float64).repeat(frames, 1, 1)
     if k == 1:
-        c2w[:, :3, :3], c2w[:, :3, 3] = quaternion_to_rotation(quats[:1]), positions[:1]
+        c2w[:, :3, :3], c2w[:, :3, 3] = quaternion_to_matrix(quats[:1]), positions[:1]
         return c2w
     lengths = (positions[1:] - positions[:-1]).norm(dim=-1).clamp_min(1e-9)
     cumulative = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
@@ -173,7 +135,7 @@ def interpolate_keyframes(positions: Tensor, quats: Tensor, frames: int, closed:
         padded = torch.cat([2 * positions[:1] - positions[1:2], positions, 2 * positions[-1:] - positions[-2:-1]])
         before, after = padded[segment], padded[segment + 3]
     c2w[:, :3, 3] = _catmull_rom(before, positions[segment], positions[segment + 1], after, t)
-    c2w[:, :3, :3] = quaternion_to_rotation(slerp(quats[segment], quats[segment + 1], t))
+    c2w[:, :3, :3] = quaternion_to_matrix(slerp(quats[segment], quats[segment + 1], t))
     return c2w
 
 

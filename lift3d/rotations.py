@@ -66,6 +66,21 @@ def quaternion_multiply(a: Tensor, b: Tensor) -> Tensor:
                         aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw], dim=-1)
 
 
+def slerp(q0: Tensor, q1: Tensor, t: Tensor) -> Tensor:
+    """Spherical interpolation [N, 4] from ``q0`` to ``q1`` [N, 4] at ``t`` [N] in 0..1, along the shorter arc."""
+    dot = (q0 * q1).sum(-1, keepdim=True)
+    q1 = torch.where(dot < 0, -q1, q1)
+    dot = dot.abs().clamp(max=1.0)
+    angle = torch.acos(dot)
+    t = t[:, None]
+    small = angle < 1e-6
+    sin = torch.sin(angle).clamp_min(1e-12)
+    a = torch.where(small, 1 - t, torch.sin((1 - t) * angle) / sin)
+    b = torch.where(small, t, torch.sin(t * angle) / sin)
+    q = a * q0 + b * q1
+    return q / q.norm(dim=-1, keepdim=True)
+
+
 def skew(v: Tensor) -> Tensor:
     """The cross-product matrices [..., 3, 3] of vectors ``v`` [..., 3]."""
     x, y, z = v.unbind(-1)

@@ -13,11 +13,12 @@ import pytest
 import torch
 from PIL import Image
 
-from lift3d.camera_paths import camera_path_through, interpolate_keyframes, rotation_to_quaternion, slerp
+from lift3d.camera_paths import camera_path_through, interpolate_keyframes
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.data.normalize import transform_points
 from lift3d.data.posed_images import PosedImagesDataModule
 from lift3d.data.sample_scene import sample_scene_path
+from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix, slerp
 
 # the sample scene's toy (lift3d.data.sample_scene.render_toy): box, ball, post and bead inside this box
 SUBJECT_LOW, SUBJECT_HIGH = (-0.8, -0.8, -0.9), (0.8, 0.8, 0.6)
@@ -45,10 +46,9 @@ def _off_axis_deg(cameras: Cameras, point: torch.Tensor) -> torch.Tensor:
 
 def test_slerp_and_quaternions_round_trip():
     c2w = _ring([0.0, 70.0, 200.0]).c2w
-    q = rotation_to_quaternion(c2w[:, :3, :3])
-    from lift3d.camera_paths import quaternion_to_rotation
+    q = matrix_to_quaternion(c2w[:, :3, :3].double())
 
-    assert torch.allclose(quaternion_to_rotation(q).float(), c2w[:, :3, :3], atol=1e-5)
+    assert torch.allclose(quaternion_to_matrix(q).float(), c2w[:, :3, :3], atol=1e-5)
     halfway = slerp(q[:1], q[1:2], torch.tensor([0.5], dtype=torch.float64))
     assert torch.allclose((halfway * q[0]).sum().abs(), (halfway * q[1]).sum().abs(), atol=1e-9)  # equally far
 

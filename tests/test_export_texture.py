@@ -146,9 +146,9 @@ def test_vectorized_texel_rasterization_and_bake_match_the_plain_twin(sphere_mes
     chunks split the triangles into many groups), and the baked texture as baking from those."""
     size = 128
     unwrapped = unwrap_uv(sphere_mesh, texture_size=size)
-    reference_id, reference_bary = _rasterize_uv_reference(unwrapped.uvs, unwrapped.faces, size)
+    reference_id, reference_bary = _rasterize_uv_reference(unwrapped.uv, unwrapped.faces, size)
     for chunk in (2**22, 500):
-        face_id, bary = rasterize_uv(unwrapped.uvs, unwrapped.faces, size, chunk=chunk)
+        face_id, bary = rasterize_uv(unwrapped.uv, unwrapped.faces, size, chunk=chunk)
         assert np.array_equal(face_id, reference_id)
         np.testing.assert_allclose(bary, reference_bary, atol=1e-6)
     covered = reference_id >= 0

@@ -7,7 +7,6 @@ OpenGL camera axes (x right, y up, looking down -z). Quaternions are wxyz throug
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -15,6 +14,7 @@ from torch import Tensor
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, normalize
 from lift3d.rotations import matrix_to_quaternion, quaternion_to_matrix
+from lift3d.rotations import slerp as batched_slerp
 
 _FLIP_YZ = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=torch.float64))
 
@@ -53,15 +53,9 @@ def viewer_cameras(c2w: Tensor, fovy: float, width: int, height: int) -> Cameras
 
 
 def slerp(q0: Tensor, q1: Tensor, t: float) -> Tensor:
-    """Spherical linear interpolation of unit quaternions (wxyz) along the shorter arc; t in [0, 1]."""
+    """Spherical linear interpolation of two unit quaternions (wxyz) along the shorter arc; t in [0, 1]."""
     q0, q1 = normalize(_as_tensor(q0)), normalize(_as_tensor(q1))
-    dot = float(torch.dot(q0, q1))
-    if dot < 0.0:  # q and -q are one rotation: take the short way round
-        q1, dot = -q1, -dot
-    if dot > 0.9995:  # nearly equal: linear interpolation is exact enough and stable
-        return normalize(q0 + t * (q1 - q0))
-    theta = math.acos(min(dot, 1.0))
-    return (math.sin((1 - t) * theta) * q0 + math.sin(t * theta) * q1) / math.sin(theta)
+    return batched_slerp(q0[None], q1[None], torch.tensor([float(t)], dtype=q0.dtype))[0]
 
 
 def catmull_rom(p0: Tensor, p1: Tensor, p2: Tensor, p3: Tensor, t: float) -> Tensor:
