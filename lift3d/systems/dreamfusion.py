@@ -34,10 +34,10 @@ LATENT_CHANNELS = 4  # Stable Diffusion's latent channels
 
 @dataclass
 class DreamFusionLoss(TextTo3DLoss):
-    lambda_orient: Any = scheduled(0.0)  # orientation penalty on normals facing away from the camera (often annealed up)
-    lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (empties space; too strong makes the object vanish)
-    lambda_entropy: Any = scheduled(0.0)  # binary entropy of rendered opacity (each ray either hits or misses)
-    lambda_z_variance: Any = scheduled(0.0)  # variance of sample depths along opaque rays (one surface per ray)
+    lambda_orient: Any = scheduled(0.0, low=0)  # orientation penalty on normals facing away from the camera (often annealed up)
+    lambda_sparsity: Any = scheduled(0.0, low=0)  # mean rendered opacity (empties space; too strong makes the object vanish)
+    lambda_entropy: Any = scheduled(0.0, low=0)  # binary entropy of rendered opacity (each ray either hits or misses)
+    lambda_z_variance: Any = scheduled(0.0, low=0)  # variance of sample depths along opaque rays (one surface per ray)
 
 
 @dataclass

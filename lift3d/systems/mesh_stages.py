@@ -55,9 +55,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class MeshStageLoss(TextTo3DLoss):
-    lambda_normal_consistency: Any = scheduled(0.0)  # 1 - cos between normals of adjacent faces (smooth surfaces)
-    lambda_laplacian_smoothness: Any = scheduled(0.0)  # squared uniform Laplacian of the vertices (even triangles)
-    lambda_sdf_flip: Any = scheduled(0.0)  # DMTet: sign agreement across the surface's grid edges (fewer floaters)
+    lambda_normal_consistency: Any = scheduled(0.0, low=0)  # 1 - cos between normals of adjacent faces (smooth surfaces)
+    lambda_laplacian_smoothness: Any = scheduled(0.0, low=0)  # squared uniform Laplacian of the vertices (even triangles)
+    lambda_sdf_flip: Any = scheduled(0.0, low=0)  # DMTet: sign agreement across the surface's grid edges (fewer floaters)
 
 
 @dataclass

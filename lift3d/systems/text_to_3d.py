@@ -55,8 +55,8 @@ GUIDANCE_LOSSES = ("loss_sds", "loss_vsd")  # what guidances return; the loss te
 class TextTo3DLoss(LossConfig):
     """Weights of the distillation terms (each a per-view mean: independent of the batch size)."""
 
-    lambda_sds: Any = scheduled(1.0)  # SDS term (stable-diffusion and analytic guidance)
-    lambda_vsd: Any = scheduled(1.0)  # VSD term (stable-diffusion-vsd guidance)
+    lambda_sds: Any = scheduled(1.0, low=0)  # SDS term (stable-diffusion and analytic guidance)
+    lambda_vsd: Any = scheduled(1.0, low=0)  # VSD term (stable-diffusion-vsd guidance)
 
 
 @dataclass
