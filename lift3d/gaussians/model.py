@@ -20,6 +20,7 @@ from torch import Tensor
 from lift3d.base import BaseModule
 from lift3d.config import bounded, choice
 from lift3d.gaussians.init import knn_scales
+from lift3d.meshes.io import AXES
 from lift3d.registry import register
 from lift3d.render.splats.sh import MAX_DEGREE, degree_of, num_bases, rgb_to_sh
 
@@ -45,7 +46,7 @@ class GaussianModelConfig:
     init_radius: float = bounded(0.0, low=0)  # radius of the ball random/hull points are drawn from (0: what all cameras see)
     init_path: str = ""  # the point cloud (init: points), mesh (init: mesh) or Gaussian file (init: ply) to start from
     # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
-    init_up_axis: str = choice("+y", "-y", "+z", "-z", "+x", "-x")
+    init_up_axis: str = choice("+y", among=AXES)
     init_opacity: float = bounded(0.1, above=0, below=1)  # starting opacity of every Gaussian
     init_scale: float = bounded(1.0, above=0)  # multiplier on the nearest-neighbor starting size
     init_color: list = bounded([], low=0, high=1, lengths=(0, 3))  # RGB in 0..1 for points without color (empty: random)
