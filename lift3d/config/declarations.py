@@ -56,7 +56,8 @@ class Choices:
 @dataclass(frozen=True)
 class Bounds:
     """A number within bounds: ``low <= x``, ``above < x``, ``x <= high``, ``x < below`` (any of them), or one of
-    ``allowed`` (special values outside them, such as -1 for "all"). ``lengths``: a list field's allowed lengths."""
+    ``allowed`` (special values outside them, such as -1 for "all"). ``multiple_of``: a whole multiple of it (a VAE's
+    factor). ``lengths``: a list field's allowed lengths."""
 
     low: float | None = None
     above: float | None = None
@@ -65,6 +66,7 @@ class Bounds:
     allowed: tuple = ()
     example: Any = None
     lengths: tuple = ()
+    multiple_of: int | None = None
 
     def accepts(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -74,11 +76,14 @@ class Bounds:
         if isinstance(value, float) and math.isnan(value):
             return False
         return ((self.low is None or value >= self.low) and (self.above is None or value > self.above)
-                and (self.high is None or value <= self.high) and (self.below is None or value < self.below))
+                and (self.high is None or value <= self.high) and (self.below is None or value < self.below)
+                and (self.multiple_of is None or value % self.multiple_of == 0))
 
     def describe(self) -> str:
         parts = [f"{op} {_show(limit)}" for op, limit in ((">=", self.low), (">", self.above), ("<=", self.high),
                                                           ("<", self.below)) if limit is not None]
+        if self.multiple_of is not None:
+            parts.append(f"a multiple of {self.multiple_of}")
         also = f" (or {', '.join(map(_show, self.allowed))})" if self.allowed else ""
         return "a number " + " and ".join(parts) + also
 
@@ -117,13 +122,13 @@ def choice(default: Any, *others: Any, among: Sequence[Any] | Callable[[], Seque
 
 def bounded(default: Any, *, low: float | None = None, above: float | None = None, high: float | None = None,
             below: float | None = None, allowed: Sequence[Any] = (), example: Any = None, lengths: Sequence[int] = (),
-            **kwargs: Any) -> Any:
+            multiple_of: int | None = None, **kwargs: Any) -> Any:
     """A dataclass field holding a number ``>= low``, ``> above``, ``<= high``, ``< below`` (those given), or one of
-    ``allowed``; a list default (or value) has every element checked, and its length must be one of ``lengths`` when
-    given. None always passes (an optional field)."""
+    ``allowed`` (and a whole multiple of ``multiple_of``); a list default (or value) has every element checked, and its
+    length must be one of ``lengths`` when given. None always passes (an optional field)."""
     if example is None and isinstance(default, (int, float)) and not isinstance(default, bool):
         example = default
-    return _field(default, Bounds(low, above, high, below, tuple(allowed), example, tuple(lengths)), **kwargs)
+    return _field(default, Bounds(low, above, high, below, tuple(allowed), example, tuple(lengths), multiple_of), **kwargs)
 
 
 def declared_bounds(**bounds: Any) -> Bounds | None:
@@ -141,8 +146,14 @@ def schedule_values(value: Any) -> list[Any]:
     return list(items[1:3]) if len(items) == 4 else []
 
 
-def declaration_of(metadata: Any) -> Declaration | None:
-    return metadata.get(DECLARED) if metadata else None
+def declaration_of(schema: type, name: str) -> Declaration | None:
+    """The declaration of field ``name`` of dataclass ``schema``: its own, else that of the nearest base class that
+    declares the field (a subclass that only changes a default keeps the base's choices or bounds)."""
+    for klass in schema.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and DECLARED in declared.metadata:
+            return declared.metadata[DECLARED]
+    return None
 
 
 def check_message(key: str, declaration: Declaration, value: Any, where: str, scheduled: bool = False) -> str | None:

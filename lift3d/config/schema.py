@@ -129,7 +129,7 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
         raise ConfigError(f"'{full}' (in {sources.where(full)}) is invalid for {owner}: {reason}") from None
     # declared choices and bounds, on the values as the typed config holds them
     for name, f in fields.items():
-        declaration = declaration_of(f.metadata)
+        declaration = declaration_of(schema, name)
         if declaration is None or name not in node or _is_dataclass_type(types[name]):
             continue
         full = join_key(path, name)
@@ -153,7 +153,7 @@ def check_instance(instance: Any, path: str, where: str) -> None:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             check_instance(value, full, where)
             continue
-        declaration = declaration_of(f.metadata)
+        declaration = declaration_of(type(instance), f.name)
         message = declaration and check_message(full, declaration, value, where, bool(f.metadata.get("scheduled")))
         if message:
             raise ConfigError(message)
