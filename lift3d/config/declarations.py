@@ -95,7 +95,9 @@ class Bounds:
                 return limit
         if self.above is not None and self.below is not None:
             return (self.above + self.below) / 2
-        return self.above + 1 if self.above is not None else self.below - 1
+        if self.above is not None or self.below is not None:
+            return self.above + 1 if self.above is not None else self.below - 1
+        return 0
 
 
 Declaration = Choices | Bounds
@@ -126,8 +128,8 @@ def bounded(default: Any, *, low: float | None = None, above: float | None = Non
     """A dataclass field holding a number ``>= low``, ``> above``, ``<= high``, ``< below`` (those given), or one of
     ``allowed`` (and a whole multiple of ``multiple_of``); a list default (or value) has every element checked, and its
     length must be one of ``lengths`` when given. None always passes (an optional field)."""
-    if example is None and isinstance(default, (int, float)) and not isinstance(default, bool):
-        example = default
+    if example is None and (isinstance(default, (int, float)) and not isinstance(default, bool) or default):
+        example = default  # a number, or a non-empty list
     return _field(default, Bounds(low, above, high, below, tuple(allowed), example, tuple(lengths), multiple_of), **kwargs)
 
 
@@ -170,12 +172,16 @@ def check_message(key: str, declaration: Declaration, value: Any, where: str, sc
     lengths = getattr(declaration, "lengths", ())
     if lengths and qualifier == " (each element)" and len(items) not in lengths:
         counts = " or ".join(map(str, lengths))
+        sample = declaration.sample()
+        sample = sample if isinstance(sample, list) else [sample] * max(lengths)
         return (f"{key} must be a list of {counts} values, each {declaration.describe()}; got {_show(value)} "
-                f"(in {where}): e.g. {key}={_show([declaration.sample()] * max(lengths))}")
+                f"(in {where}): e.g. {key}={_show(sample)}")
     bad = [item for item in items if item is not None and not declaration.accepts(item)]
     if not bad:
         return None
     shown = _quoted(bad[0]) if len(items) == 1 and not qualifier else f"{_quoted(bad[0])} in {_show(value)}"
     sample = declaration.sample()
-    example = _show([sample]) if qualifier == " (each element)" else _show(sample)
+    if qualifier == " (each element)" and not isinstance(sample, list):
+        sample = [sample] * max(getattr(declaration, "lengths", ()) or (1,))
+    example = _show(sample)
     return f"{key} must be {declaration.describe()}{qualifier}; got {shown} (in {where}): e.g. {key}={example}"
