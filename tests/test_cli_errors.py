@@ -266,7 +266,7 @@ TRAINER_CASES = [  # overrides of the sample reconstruction -> what the one line
     (["system.export.resolution=0"], "system.export.resolution must be a number >= 2"),
     (["system.export.render_batch=0"], "system.export.render_batch must be a number >= 1"),
     (["--method", "nerf", "system.renderer.steps_per_diagonal=0"], "system.renderer.steps_per_diagonal must be a number >= 1"),
-    (["--method", "nerf", "system.renderer.occupancy.resolution=0"], "system.renderer.occupancy.resolution must be a number >= 1"),
+    (["--method", "nerf", "system.renderer.occupancy.resolution=0"], "occupancy.resolution must be a number >= 1"),
 ]
 
 
