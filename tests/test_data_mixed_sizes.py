@@ -206,14 +206,14 @@ def test_data_values_through_the_cli(tmp_path, data_dir, capsys):
 
     code = main(["reconstruct", str(data_dir / "lego_tiny"), f"output_root={tmp_path}", "data.downscale=0", *QUIET[:2]])
     err = capsys.readouterr().err
-    assert code != 0 and "data.downscale must be a whole number of at least 1, got 0" in err and "internal error" not in err
+    assert code != 0 and "data.downscale must be a number >= 1; got 0" in err and "internal error" not in err
 
 
 @pytest.mark.parametrize(("key", "value"), [("batch_size", 0), ("height", [64, 0]), ("eval_width", -1), ("n_val_views", 0)])
 def test_random_view_sizes_and_counts_out_of_range_are_config_errors(key, value):
     from lift3d.data.random_views import RandomViewsDataModule
 
-    with pytest.raises(ConfigError, match=re.escape(f"data.{key} must be a whole number of at least 1")):
+    with pytest.raises(ConfigError, match=re.escape(f"random-views.{key} must be a number >= 1")):
         RandomViewsDataModule({key: value, **({"width": [64, 64]} if key == "height" else {})})
     assert len(RandomViewsDataModule({"height": [32, 64], "width": [32, 64], "batch_size": [2, 1]}).cfg.height) == 2
 
