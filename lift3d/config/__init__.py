@@ -87,7 +87,7 @@ class ExperimentConfig:
 
     name: str = "default"  # experiment name: outputs/<name>/...
     tag: str = ""  # run tag: outputs/<name>/<tag>@<timestamp>/ ("run" when empty)
-    seed: int = 0  # base seed; each rank uses seed + rank
+    seed: int = bounded(0, low=0, high=2**32 - 1)  # base seed; each rank uses seed + rank
     output_root: str = "outputs"  # where runs are written
     use_timestamp: bool = True  # append @YYYYmmdd-HHMMSS to the run folder
     resume: str | None = None  # checkpoint to resume from or to evaluate

@@ -52,7 +52,8 @@ class ExportConfig:
     keep_components: int = bounded(1, low=0)  # mesh: keep the k largest connected parts (0: all)
     # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
     target_faces: int | None = bounded(None, low=0, example=100000)
-    texture_size: int = bounded(1024, low=0)  # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
+    # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
+    texture_size: int = bounded(1024, low=8, allowed=(0,))
     texture_padding: int = bounded(2, low=0)  # mesh: texels between UV charts
     up_axis: str = choice("y", "z")  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
     chunk: int = bounded(262144, low=8)  # points per density or color query
