@@ -116,7 +116,8 @@ def choice(default: Any, *others: Any, among: Sequence[Any] | Callable[[], Seque
     returning one). A list default makes a list field whose every element must be a choice; a None default an
     optional one. The first choice is the example an error gives, unless ``example`` is set."""
     if among is None:
-        among = tuple(v for v in (default, *others) if v is not None and not isinstance(v, list))
+        among = (*(default if isinstance(default, list) else [default]), *others)
+        among = tuple(v for v in among if v is not None)
     if not callable(among):
         among = tuple(among)
     return _field(default, Choices(among, fold_case, example), **kwargs)

@@ -135,10 +135,10 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
         full = join_key(path, name)
         try:
             value = typed[name]
+            if isinstance(value, (DictConfig, ListConfig)):
+                value = OmegaConf.to_container(value, resolve=True)
         except OmegaConfBaseException:  # an interpolation that cannot resolve outside the whole experiment
             continue
-        if isinstance(value, (DictConfig, ListConfig)):
-            value = OmegaConf.to_container(value, resolve=True)
         message = check_message(full, declaration, value, sources.where(full), bool(f.metadata.get("scheduled")))
         if message:
             raise ConfigError(message)

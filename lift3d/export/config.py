@@ -8,6 +8,7 @@ from typing import ClassVar
 import torch
 
 from lift3d.config import bounded, choice
+from lift3d.export.catalog import FORMATS
 
 # field -> (on a GPU, on the CPU): what an ExportConfig field left at None takes where the export runs. The CPU values
 # are smaller because the density grid costs resolution^3, the UV atlas grows with the faces, and a turntable frame
@@ -18,13 +19,6 @@ DEVICE_DEFAULTS: dict[str, tuple[int, int]] = {
 }
 
 MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
-
-
-def format_names() -> tuple[str, ...]:
-    """The export formats' names (``export.formats``' choices)."""
-    from lift3d.export.formats import FORMATS
-
-    return tuple(FORMATS)
 
 
 def for_device(cfg: ExportConfig, device: torch.device | str) -> ExportConfig:
@@ -42,7 +36,7 @@ class ExportConfig:
     RENAMED: ClassVar[dict[str, str]] = {"gaussian_max_count": "max_gaussians", "gaussian_min_opacity": "min_opacity",
                                          "gaussian_colours": "gaussian_colors"}
 
-    formats: list = choice(["glb"], among=format_names, fold_case=True)  # formats written when `lift3d export` gets no --format
+    formats: list = choice(["glb"], among=tuple(FORMATS), fold_case=True)  # formats written when `lift3d export` gets no --format
     stem: str = ""  # file-name stem of the exports ("": it<step>)
     # mesh: marching-cubes samples along the longest side of the box (None: DEVICE_DEFAULTS)
     resolution: int | None = bounded(None, low=2, example=256)

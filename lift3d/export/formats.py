@@ -13,6 +13,7 @@ import torch
 
 from lift3d.aftercare import WriterUnavailable, attempt, require_ffmpeg, require_webp
 from lift3d.export.backproject import RenderFn
+from lift3d.export.catalog import FORMATS
 from lift3d.export.config import DEVICE_DEFAULTS, ExportConfig, for_device
 from lift3d.export.gaussian_density import GaussianTensors
 from lift3d.export.grid import ColorFn
@@ -32,23 +33,6 @@ from lift3d.gaussians.formats.spz import save_spz
 from lift3d.saving import OutputSaver
 
 log = logging.getLogger(__name__)
-
-# format name -> (what it needs, what it is)
-FORMATS: dict[str, tuple[str, str]] = {
-    "glb": ("mesh", "binary glTF mesh, albedo texture embedded (vertex colors when texture_size=0)"),
-    "obj": ("mesh", "Wavefront .obj + .mtl + texture .png"),
-    "mesh-ply": ("mesh", ".ply mesh with vertex colors"),
-    "3dgs-ply": ("write_3dgs_ply", "3D Gaussians in the 3DGS .ply layout"),
-    "splat": ("gaussians", "3D Gaussians in the compact .splat layout"),
-    "html": ("gaussians", "one self-contained web page showing the Gaussians (WebGL, orbit controls, works offline)"),
-    "spz": ("gaussian_params", "3D Gaussians in Niantic's compressed .spz (SH bands kept)"),
-    "sog": ("gaussian_params", "3D Gaussians in PlayCanvas's .sog bundle (WebP-quantized, SH palette)"),
-    "gltf-splat": ("gaussian_params", "3D Gaussians in glTF (-gaussians.glb) with KHR_gaussian_splatting"),
-    "ksplat": ("gaussian_params", "3D Gaussians in GaussianSplats3D's .ksplat (16-bit, SH bands up to 2)"),
-    "sog-lod": ("gaussian_params", "levels of detail as PlayCanvas's streamed SOG (-lod/lod-meta.json, a SOG per level)"),
-    "mp4": ("render_fn", "turntable video (H.264)"),
-    "gif": ("render_fn", "turntable animation"),
-}
 
 # format -> what its writer needs beyond lift3d's own dependencies: a check raising WriterUnavailable (``lift3d info``)
 FORMAT_NEEDS: dict[str, Callable[[], None]] = {"mp4": require_ffmpeg, "sog": require_webp, "sog-lod": require_webp}
