@@ -122,7 +122,7 @@ def test_photo_appearance_state():
     assert fresh.active and torch.equal(fresh.delta, appearance.delta)
     fresh.load_state_dict({})  # a checkpoint from before appearance existed
     assert not fresh.active
-    with pytest.raises(ValueError, match="appearance.eval"):
+    with pytest.raises(ConfigError, match="eval must be one of left-half, mean; got 'whole'"):
         PhotoAppearance({"eval": "whole"})
     with pytest.raises((ValueError, ConfigError)):
         PhotoAppearance({"enabled": "maybe"})

@@ -159,7 +159,7 @@ def _cases(tmp, run):
         (["render", str(run), "--path", str(tmp / "nokeys.json")], "has no keyframes"),
         (["render", str(run), "--path", str(tmp / "path.json"), "--out", str(tmp / "video.avi")], "write an .mp4 or a .gif"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
-          "system.field.contraction=ball"], "implicit-volume: field contraction must be one of none, cube, sphere"),
+          "system.field.contraction=ball"], "system.field.contraction must be one of none, cube, sphere; got 'ball'"),
         (["train", "configs/reconstruct-nerf-unbounded-cpu.yaml", f"data.root={sample_scene_path()}", f"output_root={tmp}",
           "system.renderer.disparity_from=0"], "needs renderer.disparity_from > 0"),
         (["train", "configs/mvdream-analytic.yaml", f"output_root={tmp}"],
@@ -240,7 +240,7 @@ GPU_FLAG = "0" if NO_CUDA else "99"  # a GPU this machine does not have either w
 GPU_MESSAGE = "asks for a CUDA GPU" if NO_CUDA else "this machine has"
 
 TRAINER_CASES = [  # overrides of the sample reconstruction -> what the one line says
-    (["trainer.max_steps=-5"], "trainer.max_steps must be a number of steps >= 0"),
+    (["trainer.max_steps=-5"], "trainer.max_steps must be a number >= 0 (or -1); got -5"),
     (["trainer.devices=0"], "trainer.devices must be a number of devices >= 1"),
     (["trainer.accelerator=tpu"], "trainer.accelerator must be one of auto, cpu, gpu"),
     (["trainer.strategy=foo"], "trainer.strategy 'foo' is not a Lightning strategy"),
@@ -253,20 +253,20 @@ TRAINER_CASES = [  # overrides of the sample reconstruction -> what the one line
     (["--gpus", GPU_FLAG], GPU_MESSAGE),
     (["--viewer", "--viewer-port", "99999"], "--viewer-port must be a TCP port 0..65535"),
     (["--viewer", "--viewer-host", "192.0.2.1"], "the viewer cannot listen on 192.0.2.1"),  # TEST-NET: nobody's address
-    # zero and negative sizes of the parts, refused when the system is built (before any training step)
-    (["system.renderer.tile_size=0"], "system.renderer.tile_size must be at least 1, got 0"),
-    (["system.renderer.tile_size=-4"], "system.renderer.tile_size must be at least 1, got -4"),
-    (["system.renderer.chunk_elements=0"], "system.renderer.chunk_elements must be at least 1"),
-    (["system.gaussians.init_points=0"], "system.gaussians.init_points must be at least 1"),
-    (["system.gaussians.init_opacity=0"], "system.gaussians.init_opacity must be between 0 and 1"),
-    (["system.densify.refine_every=0"], "system.densify.refine_every must be at least 1"),
-    (["system.densify.split_into=1"], "system.densify.split_into must be at least 2"),
-    (["system.export.video_frames=0"], "system.export.video_frames must be at least 1"),
-    (["system.export.video_width=100000"], "system.export.video_width must be 2..8192 pixels"),
-    (["system.export.resolution=0"], "system.export.resolution must be at least 2"),
-    (["system.export.render_batch=0"], "system.export.render_batch must be at least 1"),
-    (["--method", "nerf", "system.renderer.steps_per_diagonal=0"], "system.renderer.steps_per_diagonal must be at least 1"),
-    (["--method", "nerf", "system.renderer.occupancy.resolution=0"], "system.renderer.occupancy.resolution must be at least 1"),
+    # zero and negative sizes of the parts, refused when the config loads (before anything is built)
+    (["system.renderer.tile_size=0"], "system.renderer.tile_size must be a number >= 1; got 0"),
+    (["system.renderer.tile_size=-4"], "system.renderer.tile_size must be a number >= 1; got -4"),
+    (["system.renderer.chunk_elements=0"], "system.renderer.chunk_elements must be a number >= 1"),
+    (["system.gaussians.init_points=0"], "system.gaussians.init_points must be a number >= 1"),
+    (["system.gaussians.init_opacity=0"], "system.gaussians.init_opacity must be a number > 0 and < 1"),
+    (["system.densify.refine_every=0"], "system.densify.refine_every must be a number >= 1"),
+    (["system.densify.split_into=1"], "system.densify.split_into must be a number >= 2"),
+    (["system.export.video_frames=0"], "system.export.video_frames must be a number >= 1"),
+    (["system.export.video_width=100000"], "system.export.video_width must be a number >= 2 and <= 8192"),
+    (["system.export.resolution=0"], "system.export.resolution must be a number >= 2"),
+    (["system.export.render_batch=0"], "system.export.render_batch must be a number >= 1"),
+    (["--method", "nerf", "system.renderer.steps_per_diagonal=0"], "system.renderer.steps_per_diagonal must be a number >= 1"),
+    (["--method", "nerf", "system.renderer.occupancy.resolution=0"], "occupancy.resolution must be a number >= 1"),
 ]
 
 
@@ -284,9 +284,11 @@ def test_train_with_gpus_fails_before_the_config_is_used(tmp_path, capsys, time_
 
 def test_lightnings_own_refusals_are_user_errors_too(tmp_path, capsys, monkeypatch, time_limit):
     """A trainer value lift3d does not check itself still ends as one line naming Lightning's reason."""
+    import lift3d.config.schema
     import lift3d.runs.runner
 
     monkeypatch.setattr(lift3d.runs.runner, "check_trainer", lambda cfg: None)
+    monkeypatch.setattr(lift3d.config.schema, "check_message", lambda *args, **kwargs: None)  # no declared bounds either
     _fails_cleanly(["reconstruct", f"output_root={tmp_path}", "trainer.max_steps=-5"], capsys,
                    ["Lightning refused the trainer settings", "max_steps"])
 

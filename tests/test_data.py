@@ -4,6 +4,7 @@ import shutil
 import pytest
 import torch
 
+from lift3d.config import ConfigError
 from lift3d.data.posed_images import PosedImagesDataModule, SceneFormatError, read_transforms
 from lift3d.data.random_views import RandomViewsConfig, sample_random_views
 from lift3d.rng import step_generator
@@ -110,7 +111,7 @@ def test_resident_images_give_the_loaders_batches(data_dir, monkeypatch):
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, m=memory: type("P", (), {"total_memory": m}))
         assert dm._use_resident_images(torch.device("cuda")) is expected
     assert not dm._use_resident_images(torch.device("cpu"))
-    with pytest.raises(SceneFormatError, match="images_on_device must be auto, always or never"):
+    with pytest.raises(ConfigError, match="images_on_device must be one of auto, always, never; got 'yes'"):
         PosedImagesDataModule({**cfg, "images_on_device": "yes"})
 
 

@@ -183,17 +183,17 @@ def test_ignore_masks_keep_a_moving_occluder_out_of_the_reconstruction(tmp_path)
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("downscale", 0, "data.downscale must be a whole number of at least 1, got 0"),
-    ("holdout_every", -2, "data.holdout_every must be a whole number of at least 0 (0: off), got -2"),
-    ("batch_size", 0, "data.batch_size must be a whole number of at least 1, got 0"),
-    ("rays_per_batch", -5, "data.rays_per_batch must be a whole number of at least 1"),
-    ("eval_batch_size", 0, "data.eval_batch_size must be"),
-    ("n_orbit_views", -1, "data.n_orbit_views must be"),
-    ("max_train_frames", 0, "data.max_train_frames must be -1 (all) or a whole number of at least 1, got 0"),
-    ("max_val_views", -3, "data.max_val_views must be -1"),
-    ("max_side", -1, "data.max_side must be"),
-    ("camera_distance", 0.0, "data.camera_distance must be above 0"),
-    ("mask_mode", "cutout", "data.mask_mode must be one of auto, alpha, ignore, got 'cutout'"),
+    ("downscale", 0, "posed-images.downscale must be a number >= 1; got 0"),
+    ("holdout_every", -2, "posed-images.holdout_every must be a number >= 0; got -2"),
+    ("batch_size", 0, "posed-images.batch_size must be a number >= 1; got 0"),
+    ("rays_per_batch", -5, "posed-images.rays_per_batch must be a number >= 1"),
+    ("eval_batch_size", 0, "posed-images.eval_batch_size must be"),
+    ("n_orbit_views", -1, "posed-images.n_orbit_views must be"),
+    ("max_train_frames", 0, "posed-images.max_train_frames must be a number >= 1 (or -1); got 0"),
+    ("max_val_views", -3, "posed-images.max_val_views must be a number >= 1 (or -1)"),
+    ("max_side", -1, "posed-images.max_side must be"),
+    ("camera_distance", 0.0, "posed-images.camera_distance must be a number > 0"),
+    ("mask_mode", "cutout", "posed-images.mask_mode must be one of auto, alpha, ignore; got 'cutout'"),
 ])
 def test_data_values_out_of_range_are_one_line_config_errors(data_dir, key, value, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as error:
@@ -206,14 +206,14 @@ def test_data_values_through_the_cli(tmp_path, data_dir, capsys):
 
     code = main(["reconstruct", str(data_dir / "lego_tiny"), f"output_root={tmp_path}", "data.downscale=0", *QUIET[:2]])
     err = capsys.readouterr().err
-    assert code != 0 and "data.downscale must be a whole number of at least 1, got 0" in err and "internal error" not in err
+    assert code != 0 and "data.downscale must be a number >= 1; got 0" in err and "internal error" not in err
 
 
 @pytest.mark.parametrize(("key", "value"), [("batch_size", 0), ("height", [64, 0]), ("eval_width", -1), ("n_val_views", 0)])
 def test_random_view_sizes_and_counts_out_of_range_are_config_errors(key, value):
     from lift3d.data.random_views import RandomViewsDataModule
 
-    with pytest.raises(ConfigError, match=re.escape(f"data.{key} must be a whole number of at least 1")):
+    with pytest.raises(ConfigError, match=re.escape(f"random-views.{key} must be a number >= 1")):
         RandomViewsDataModule({key: value, **({"width": [64, 64]} if key == "height" else {})})
     assert len(RandomViewsDataModule({"height": [32, 64], "width": [32, 64], "batch_size": [2, 1]}).cfg.height) == 2
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from lift3d.config import ConfigError
 from lift3d.data.capture import SceneFormatError
 from lift3d.data.colmap_model import (
     ColmapCamera,
@@ -230,5 +231,5 @@ def test_blender_scenes_keep_their_frame_and_splits(data_dir):
 def test_an_unknown_folder_names_the_layouts(tmp_path):
     with pytest.raises(SceneFormatError, match="nerfstudio or instant-ngp"):
         detect_format(tmp_path)
-    with pytest.raises(SceneFormatError, match="data.format must be one of"):
+    with pytest.raises(ConfigError, match="format must be one of auto, blender"):
         PosedImagesDataModule({"root": str(tmp_path), "format": "llff"})

@@ -266,4 +266,4 @@ def test_lift3d_export_keeps_the_antialiased_flag_and_writes_the_asked_version(t
     assert not spz_info(tmp_path / "plain-copy.spz").antialiased
     capsys.readouterr()
     assert main(["export", str(tmp_path / "plain.spz"), "--format", "spz", "system.export.spz_version=2"]) == 2
-    assert "spz_version must be 4 or 3" in capsys.readouterr().err
+    assert "system.export.spz_version must be one of 4, 3; got 2" in capsys.readouterr().err

@@ -1,25 +1,22 @@
-"""What the NeRF fields share (lift3d.fields.common): their config checks and central-difference normals."""
-
-from types import SimpleNamespace
+"""What the NeRF fields share (lift3d.fields.common): central-difference normals; and the settings both refuse."""
 
 import pytest
 import torch
 
-from lift3d.fields.common import central_difference_normal, check_field_config
+from lift3d.config import ConfigError
+from lift3d.fields.common import central_difference_normal
 from lift3d.registry import find
 
 
-def test_both_fields_reject_the_same_settings_through_one_check():
-    good = SimpleNamespace(radius=1.0, density_activation="trunc_exp", normal_type="analytic")
-    check_field_config(good, ("finite_difference", "analytic"))
-    with pytest.raises(ValueError, match="normal_type must be finite_difference, got 'analytic'"):
-        check_field_config(good, ("finite_difference",))
+def test_both_fields_reject_the_same_settings_through_their_declarations():
+    with pytest.raises(ConfigError, match="triplane-nerf.normal_type must be one of finite_difference; got 'analytic'"):
+        find("triplane-nerf")({"normal_type": "analytic"})
     for name in ("implicit-volume", "triplane-nerf"):
-        with pytest.raises(ValueError, match="radius must be positive"):
+        with pytest.raises(ConfigError, match=f"{name}.radius must be a number > 0; got 0.0"):
             find(name)({"radius": 0.0})
-        with pytest.raises(ValueError, match="density_activation 'cube'"):
+        with pytest.raises(ConfigError, match=f"{name}.density_activation must be one of .*trunc_exp.*; got 'cube'"):
             find(name)({"density_activation": "cube"})
-        with pytest.raises(ValueError, match="normal_type"):
+        with pytest.raises(ConfigError, match="normal_type"):
             find(name)({"normal_type": "smooth"})
 
 

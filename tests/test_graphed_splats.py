@@ -75,7 +75,7 @@ def test_photos_of_several_sizes_turn_capture_off_for_the_run(monkeypatch):
 
 
 def test_headroom_below_one_is_refused_with_the_key_named():
-    with pytest.raises(ConfigError, match="system.isect_headroom must be at least 1"):
+    with pytest.raises(ConfigError, match="isect_headroom must be a number >= 1; got 0.5"):
         ReconstructGaussiansSystem({"isect_headroom": 0.5})
 
 

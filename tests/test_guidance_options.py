@@ -61,13 +61,13 @@ def test_fallbacks_say_so(tmp_path, caplog, monkeypatch):
 
 
 def test_incompatible_options_are_rejected(tmp_path):
-    with pytest.raises(ValueError, match="defeats guidance.compile"):
+    with pytest.raises(ValueError, match="defeats system.guidance.compile"):
         make(tmp_path, cpu_offload="model", compile=True)
     with pytest.raises(ValueError, match="pick one"):
         make(tmp_path, fuse_qkv=True, attention_slicing=True)
-    with pytest.raises(ValueError, match="guidance.attention"):
+    with pytest.raises(ValueError, match="attention must be one of sdpa, xformers, default; got 'flash'"):
         make(tmp_path, attention="flash")
-    with pytest.raises(ValueError, match="guidance.vae_attention must be one of math, sdpa, same"):
+    with pytest.raises(ValueError, match="vae_attention must be one of math, sdpa, same"):
         make(tmp_path, vae_attention="flash")
 
 

@@ -42,7 +42,7 @@ def test_the_triton_march_equals_the_pytorch_ops_in_the_interpreter():
 
 def test_fused_march_is_a_checked_option():
     field = find("implicit-volume")({"radius": 1.0})
-    with pytest.raises(ValueError, match="fused_march must be auto or never"):
+    with pytest.raises(ValueError, match="fused_march must be one of auto, never"):
         make_renderer(field, fused_march="always")
     renderer = make_renderer(field)
     assert not renderer._fused_march(torch.device("cpu"))  # the CPU keeps the PyTorch ops

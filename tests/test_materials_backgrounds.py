@@ -57,7 +57,7 @@ def test_diffuse_shading_modes_follow_probabilities_and_steps():
     material.train()
     material.update_step(0, 5)
     assert material.training_shading == "albedo"
-    with pytest.raises(ValueError, match="sum to at most 1"):
+    with pytest.raises(ValueError, match="albedo_probability \\+ textureless_probability must be at most 1"):
         find("diffuse")({"albedo_probability": 0.7, "textureless_probability": 0.6})
 
 

@@ -14,7 +14,7 @@ from PIL import Image
 from torch import Tensor
 
 from lift3d.cameras import Cameras, w2c_opencv
-from lift3d.config import load_config
+from lift3d.config import ConfigError, load_config
 from lift3d.data.sample_scene import CAMERA_ANGLE_X, render_toy, sample_cameras
 from lift3d.data.summary import SceneSummary
 from lift3d.recipes import recipe_config
@@ -100,10 +100,10 @@ def test_enabled_auto_is_on_for_structure_from_motion_captures_only():
     assert resolve_enabled("auto", "colmap") and resolve_enabled("auto", "nerfstudio") and resolve_enabled("auto", "instant-ngp")
     assert not resolve_enabled("auto", "blender") and not resolve_enabled("auto", None)
     assert resolve_enabled("true", "blender") and not resolve_enabled("false", "colmap")
-    with pytest.raises(ValueError, match="pose_refinement.enabled"):
+    with pytest.raises(ConfigError, match="enabled must be one of auto, true, false; got 'yes'"):
         PoseCorrections({"enabled": "yes"})
-    with pytest.raises(ValueError, match="lr > 0"):
-        PoseCorrections({"enabled": "true", "lr": 0.0})
+    with pytest.raises(ConfigError, match="lr must be a number >= 0; got -0.1"):
+        PoseCorrections({"enabled": "true", "lr": -0.1})
 
 
 # ----------------------------------------------------------------------------------- the system

@@ -102,7 +102,7 @@ def test_lift3d_export_writes_levels_of_detail(tmp_path, capsys):
     (meta,) = tmp_path.glob("*-lod/lod-meta.json")
     assert json.loads(meta.read_text())["counts"] == [400, 200]
     assert main(["export", str(tmp_path / "model.ply"), "--format", "sog-lod", "system.export.lod_levels=0"]) == 2
-    assert "lod_levels must be at least 1" in capsys.readouterr().err
+    assert "system.export.lod_levels must be a number >= 1; got 0" in capsys.readouterr().err
 
 
 def _matched(ours: dict, theirs: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -370,5 +370,5 @@ def test_the_full_pass_reuses_the_density_pass_encoding_and_renders_the_same():
         assert calls == ([False, True] if reuse == "auto" else [False, False])
     for key in ("rgb", "alpha", "depth"):
         torch.testing.assert_close(renders[0][key], renders[1][key], atol=0, rtol=0)
-    with pytest.raises(ValueError, match="reuse_encoding must be auto or never"):
+    with pytest.raises(ValueError, match="reuse_encoding must be one of auto, never"):
         make_renderer(field, reuse_encoding="always")

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lift3d.config.declarations import bounded, choice
 from lift3d.config.layers import (
     COMMAND_LINE,
     dotlist_layer,
@@ -25,27 +26,32 @@ from lift3d.config.layers import (
 )
 from lift3d.config.schema import ConfigError, Sources, check_config, parse_structured, scheduled
 
-# the names the package imports from here (ConfigError and the schema helpers live in config.schema)
-__all__ = ["CheckpointConfig", "ConfigError", "ExperimentConfig", "TrainerConfig", "ViewerConfig", "load_config",
-           "parse_structured", "scheduled", "to_yaml"]
+# Lightning's precisions (trainer.precision)
+PRECISIONS = ("32-true", "32", "64-true", "64", "16-true", "16", "16-mixed", "bf16-true", "bf16", "bf16-mixed",
+              "transformer-engine", "transformer-engine-float16")
+
+# the names the package imports from here (ConfigError and the schema helpers live in config.schema, the field
+# declarations in config.declarations)
+__all__ = ["CheckpointConfig", "ConfigError", "ExperimentConfig", "TrainerConfig", "ViewerConfig", "bounded", "choice",
+           "load_config", "parse_structured", "scheduled", "to_yaml"]
 
 
 @dataclass
 class TrainerConfig:
     """Options handed to ``lightning.Trainer``."""
 
-    max_steps: int = 1000  # optimization steps in the run
-    val_check_interval: int = 500  # run validation every N training steps (0: never during training)
-    log_every_n_steps: int = 10  # how often logged scalars are written
-    precision: str = "32-true"  # Lightning precision: 32-true, 16-mixed, bf16-mixed
-    accelerator: str = "auto"  # auto, cpu, gpu
+    max_steps: int = bounded(1000, low=0, allowed=(-1,))  # optimization steps in the run (-1: no limit)
+    val_check_interval: int = bounded(500, low=0)  # run validation every N training steps (0: never during training)
+    log_every_n_steps: int = bounded(10, low=0)  # how often logged scalars are written
+    precision: str = choice("32-true", among=PRECISIONS)  # Lightning precision: 32-true, 16-mixed, bf16-mixed
+    accelerator: str = choice("auto", "cpu", "gpu", "cuda", "mps", fold_case=True)  # auto, cpu, gpu
     devices: Any = 1  # number of devices or a list of GPU ids (the CLI's --gpus sets this)
     strategy: str = "auto"  # Lightning strategy; multi-GPU runs use ddp
     # DDP: ranks agree on a received SIGTERM every N steps (Lightning: every step, a host sync each; 0: never)
-    sigterm_check_every: int = 100
-    num_sanity_val_steps: int = 0  # validation batches run before training starts
-    limit_val_batches: int | float = 1.0  # fraction or number of validation views per check
-    gradient_clip_val: float | None = None  # clip gradient norm (None: off)
+    sigterm_check_every: int = bounded(100, low=0)
+    num_sanity_val_steps: int = bounded(0, low=0, allowed=(-1,))  # validation batches run before training starts (-1: all)
+    limit_val_batches: int | float = bounded(1.0, low=0)  # fraction or number of validation views per check
+    gradient_clip_val: float | None = bounded(None, low=0, example=1.0)  # clip gradient norm (None: off)
     enable_progress_bar: bool = True  # rich progress bar with loss, rate and ETA
     deterministic: bool = False  # ask torch for deterministic kernels (slower)
     run_test_after_fit: bool = True  # render the test views (orbit video), then export (export_after_test), when training ends
@@ -55,10 +61,11 @@ class TrainerConfig:
 class CheckpointConfig:
     """When checkpoints are written into the run's ``ckpts/``."""
 
-    every_n_train_steps: int = 1000  # periodic checkpoint interval in steps (0: only last.ckpt)
+    every_n_train_steps: int = bounded(1000, low=0)  # periodic checkpoint interval in steps (0: only last.ckpt)
     save_last: bool = True  # keep ckpts/last.ckpt up to date at every checkpoint
-    keep_periodic: int = -1  # how many periodic checkpoints to keep (-1: all)
-    every_n_minutes: float = 0.0  # also refresh last.ckpt after this many minutes of training (0: off); needs save_last
+    keep_periodic: int = bounded(-1, low=0, allowed=(-1,), example=3)  # how many periodic checkpoints to keep (-1: all)
+    # also refresh last.ckpt after this many minutes of training (0: off); needs save_last
+    every_n_minutes: float = bounded(0.0, low=0)
 
 
 @dataclass
@@ -67,11 +74,11 @@ class ViewerConfig:
 
     enabled: bool = False  # serve the viewer while training (off: no server, no callback, no cost)
     host: str = "127.0.0.1"  # interface to listen on (0.0.0.0: the LAN)
-    port: int = 8080  # port of the viewer page
-    max_share: float = 0.1  # most of the training wall time the viewer's renders may take (0.1: 10%)
-    preview_max_side: int = 256  # render size (longest side, pixels) while the camera moves
-    max_side: int = 1024  # render size once the camera stops
-    refresh_seconds: float = 2.0  # re-render a still view this often as the model trains (0: only when it moves)
+    port: int = bounded(8080, low=0, high=65535)  # port of the viewer page
+    max_share: float = bounded(0.1, above=0, high=1)  # most of the training wall time the viewer's renders may take (0.1: 10%)
+    preview_max_side: int = bounded(256, low=16)  # render size (longest side, pixels) while the camera moves
+    max_side: int = bounded(1024, low=16)  # render size once the camera stops
+    refresh_seconds: float = bounded(2.0, low=0)  # re-render a still view this often as the model trains (0: only when it moves)
 
 
 @dataclass
@@ -80,7 +87,7 @@ class ExperimentConfig:
 
     name: str = "default"  # experiment name: outputs/<name>/...
     tag: str = ""  # run tag: outputs/<name>/<tag>@<timestamp>/ ("run" when empty)
-    seed: int = 0  # base seed; each rank uses seed + rank
+    seed: int = bounded(0, low=0, high=2**32 - 1)  # base seed; each rank uses seed + rank
     output_root: str = "outputs"  # where runs are written
     use_timestamp: bool = True  # append @YYYYmmdd-HHMMSS to the run folder
     resume: str | None = None  # checkpoint to resume from or to evaluate

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lift3d.config.declarations import check_message, declaration_of, declared_bounds
 from lift3d.schedule import validate_schedule
 
 T = TypeVar("T")
@@ -26,9 +27,14 @@ class ConfigError(ValueError):
     """A config that does not match its schema; the message names the key, its source and a fix."""
 
 
-def scheduled(default: Any, **kwargs: Any) -> Any:
-    """A dataclass field that accepts a number or a schedule (see ``lift3d.schedule``)."""
-    metadata = {"scheduled": True, **kwargs.pop("metadata", {})}
+def scheduled(default: Any, *, low: float | None = None, above: float | None = None, high: float | None = None,
+              below: float | None = None, allowed: Sequence[Any] = (), example: Any = None, **kwargs: Any) -> Any:
+    """A dataclass field that accepts a number or a schedule (see ``lift3d.schedule``); ``low`` / ``above`` / ``high``
+    / ``below`` / ``allowed`` bound every value of it, as ``bounded`` does a plain number."""
+    if example is None and isinstance(default, (int, float)) and not isinstance(default, bool):
+        example = default
+    bounds = declared_bounds(low=low, above=above, high=high, below=below, allowed=tuple(allowed), example=example)
+    metadata = {"scheduled": True, **({"declared": bounds} if bounds else {}), **kwargs.pop("metadata", {})}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata, **kwargs)
     return field(default=default, metadata=metadata, **kwargs)
@@ -39,14 +45,18 @@ class Sources:
     """Where each config layer came from, to say where an offending key was written."""
 
     layers: list[tuple[str, DictConfig]] = field(default_factory=list)
+    prefix: str = ""  # the path of the layers' root in the full keys asked about (a part's config: its path)
 
     def where(self, full_key: str) -> str:
+        """The label of the last layer that sets ``full_key``."""
         index = self.last_layer(full_key)
         return "the defaults" if index < 0 else self.layers[index][0]
 
     def last_layer(self, full_key: str) -> int:
         """The index of the last layer that sets ``full_key`` (-1: none)."""
         missing = object()
+        if self.prefix:
+            full_key = full_key[len(self.prefix) + 1:] if full_key.startswith(self.prefix + ".") else ""
         for index in range(len(self.layers) - 1, -1, -1):
             if OmegaConf.select(self.layers[index][1], full_key, default=missing, throw_on_missing=False) is not missing:
                 return index
@@ -111,12 +121,42 @@ def check_config(schema: type, node: Any, path: str = "", sources: Sources | Non
                 check_config(_part_config(str(type_name), join_key(path, f"{name}_type"), sources), value, full, sources)
     # types of plain fields (OmegaConf knows how to check and convert them)
     try:
-        OmegaConf.merge(OmegaConf.structured(schema), _shallow(node, types))
+        typed = OmegaConf.merge(OmegaConf.structured(schema), _shallow(node, types))
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", "") or ""
         full = join_key(path, key) if key else path
         reason = str(error).splitlines()[0]
         raise ConfigError(f"'{full}' (in {sources.where(full)}) is invalid for {owner}: {reason}") from None
+    # declared choices and bounds, on the values as the typed config holds them
+    for name, f in fields.items():
+        declaration = declaration_of(schema, name)
+        if declaration is None or name not in node or _is_dataclass_type(types[name]):
+            continue
+        full = join_key(path, name)
+        try:
+            value = typed[name]
+            if isinstance(value, (DictConfig, ListConfig)):
+                value = OmegaConf.to_container(value, resolve=True)
+        except OmegaConfBaseException:  # an interpolation that cannot resolve outside the whole experiment
+            continue
+        message = check_message(full, declaration, value, sources.where(full), bool(f.metadata.get("scheduled")))
+        if message:
+            raise ConfigError(message)
+
+
+def check_instance(instance: Any, path: str, where: str) -> None:
+    """The declared choices and bounds of a config dataclass instance and the instances nested in it (a config built
+    in code rather than loaded; ``where`` says where it came from)."""
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        full = join_key(path, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_instance(value, full, where)
+            continue
+        declaration = declaration_of(type(instance), f.name)
+        message = declaration and check_message(full, declaration, value, where, bool(f.metadata.get("scheduled")))
+        if message:
+            raise ConfigError(message)
 
 
 def migrate_renamed_keys(schema: type, node: Any, path: str = "", sources: Sources | None = None) -> None:
@@ -204,12 +244,15 @@ def _part_config(type_name: str, path: str, sources: Sources) -> type:
 
 
 def parse_structured(schema: type[T], cfg: Any = None, path: str = "") -> T:
-    """Validate ``cfg`` (dict, DictConfig, instance or None) against ``schema``; return an instance."""
+    """Validate ``cfg`` (dict, DictConfig, instance or None) against ``schema``; return an instance. ``path`` names
+    the config in errors (keys read ``path.key``)."""
+    label = f"the config of {path or schema.__qualname__}"
     if isinstance(cfg, schema):
+        check_instance(cfg, path, label)
         return cfg
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         cfg = dataclasses.asdict(cfg)
     node = OmegaConf.create(cfg or {})
-    check_config(schema, node, path)
+    check_config(schema, node, path, Sources([(label, node)], prefix=path))
     merged = OmegaConf.merge(OmegaConf.structured(schema), node)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lift3d.cameras import Cameras, c2w_to_spherical, look_at, spherical_to_position
-from lift3d.config import ConfigError
+from lift3d.config import bounded, choice
 from lift3d.data import formats
 from lift3d.data.base import BaseDataModule, ViewList, collate_views, view_loader
 from lift3d.data.capture import Capture, SceneFormatError
@@ -58,56 +58,39 @@ class PosedImagesConfig:
     RENAMED: ClassVar[dict[str, str]] = {"max_image_side": "max_side"}
 
     root: str = ""  # scene folder in a posed capture format (lift3d.data.formats: `lift3d reconstruct --help` lists them)
-    format: str = "auto"  # auto (from the folder's contents) or a format's name (data.format=? lists them)
+    # auto (from the folder's contents) or a format's name (data.format=? lists them)
+    format: str = choice("auto", among=formats.config_names)
     train_split: str = "train"  # split used for training
     val_split: str = "val"  # split used for validation metrics
     # a split name, or "orbit" for the test video: a path through the training cameras (an orbit for object-centric
     # layouts: Blender renders, masked photos)
     test_split: str = "orbit"
-    holdout_every: int = 8  # layouts without splits: every n-th frame (name order) is a val frame (Mip-NeRF 360)
-    downscale: int = 1  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
-    max_side: int = 0  # raise the downscale until the longest image side is at most this (0: off)
+    holdout_every: int = bounded(8, low=0)  # layouts without splits: every n-th frame (name order) is a val frame (Mip-NeRF 360)
+    downscale: int = bounded(1, low=1)  # integer image downscale factor (COLMAP: images_<n>/ is used when present)
+    max_side: int = bounded(0, low=0)  # raise the downscale until the longest image side is at most this (0: off)
     undistort: bool = True  # undistort lenses with distortion to pinhole once at load (false: train on them as pinhole)
     # masks (mask files or the photos' alpha): alpha (object cut-outs), ignore (masked pixels left out of loss and
     # metrics), auto (the format says: nerfstudio mask_path means ignore)
-    mask_mode: str = "auto"
+    mask_mode: str = choice("auto", among=MASK_MODES)
     # cameras (center, +z up, scale from the cameras), none, or auto (none for object-centric formats: Blender)
-    normalize: str = "auto"
-    camera_distance: float = 4.0  # normalize: the cameras' mean distance from the scene center afterwards
+    normalize: str = choice("auto", "cameras", "none")
+    camera_distance: float = bounded(4.0, above=0)  # normalize: the cameras' mean distance from the scene center afterwards
     triangulate: bool = False  # a real capture whose layout brings no sparse points: triangulate some at its poses (pycolmap)
-    background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB composited behind transparent pixels
+    background: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # RGB composited behind transparent pixels
     random_background: bool = False  # train on a random background color per step (3DGS option)
-    batch_mode: str = "image"  # image (whole images per step) or rays (random rays across images)
-    batch_size: int = 1  # photos per step in image mode, per DDP rank (one render, one all-reduce); mixed sizes: loss_mask
+    batch_mode: str = choice("image", "rays")  # image (whole images per step) or rays (random rays across images)
+    # photos per step in image mode, per DDP rank (one render, one all-reduce); mixed sizes: loss_mask
+    batch_size: int = bounded(1, low=1)
     # keep the photos on the GPU and build each batch (images or rays) there (auto: on CUDA; never: copy every step)
-    images_on_device: str = "auto"
-    rays_per_batch: int = 4096  # rays per step in rays mode
-    max_train_frames: int = -1  # use at most this many train frames, evenly spaced (-1: all)
-    max_val_views: int = -1  # evaluate at most this many val views, evenly spaced (-1: all)
-    n_orbit_views: int = 120  # views in the test video
-    video_max_side: int = 1080  # test video frames: the photos' own size, scaled down to this longest side
-    eval_batch_size: int = 1  # views per evaluation batch
-
-
-def check_values(cfg: PosedImagesConfig) -> None:
-    """Refuse values outside their range with the key named (a zero downscale or batch would fail deep inside)."""
-    at_least_one = ("downscale", "batch_size", "rays_per_batch", "eval_batch_size", "n_orbit_views", "video_max_side")
-    for key in at_least_one:
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"data.{key} must be a whole number of at least 1, got {value!r}")
-    for key in ("holdout_every", "max_side"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"data.{key} must be a whole number of at least 0 (0: off), got {value!r}")
-    for key in ("max_train_frames", "max_val_views"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value == 0 or value < -1:
-            raise ConfigError(f"data.{key} must be -1 (all) or a whole number of at least 1, got {value!r}")
-    if not cfg.camera_distance > 0:
-        raise ConfigError(f"data.camera_distance must be above 0, got {cfg.camera_distance!r}")
-    if cfg.mask_mode not in MASK_MODES:
-        raise ConfigError(f"data.mask_mode must be one of {', '.join(MASK_MODES)}, got {cfg.mask_mode!r}")
+    images_on_device: str = choice("auto", "always", "never")
+    rays_per_batch: int = bounded(4096, low=1)  # rays per step in rays mode
+    # use at most this many train frames, evenly spaced (-1: all)
+    max_train_frames: int = bounded(-1, low=1, allowed=(-1,), example=100)
+    # evaluate at most this many val views, evenly spaced (-1: all)
+    max_val_views: int = bounded(-1, low=1, allowed=(-1,), example=8)
+    n_orbit_views: int = bounded(120, low=1)  # views in the test video
+    video_max_side: int = bounded(1080, low=1)  # test video frames: the photos' own size, scaled down to this longest side
+    eval_batch_size: int = bounded(1, low=1)  # views per evaluation batch
 
 
 def _evenly(indices: list[int], limit: int) -> list[int]:
@@ -130,14 +113,6 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
         super().__init__(cfg)
         if not self.cfg.root:
             raise SceneFormatError(f"data.root is empty: point it at a scene folder: {formats.posed_list()}")
-        if self.cfg.batch_mode not in ("image", "rays"):
-            raise SceneFormatError(f"data.batch_mode must be image or rays, got '{self.cfg.batch_mode}'")
-        if self.cfg.images_on_device not in ("auto", "always", "never"):
-            raise SceneFormatError("data.images_on_device must be auto, always or never, "
-                                   f"got '{self.cfg.images_on_device}'")
-        if self.cfg.normalize not in ("auto", "cameras", "none"):
-            raise SceneFormatError(f"data.normalize must be auto, cameras or none, got '{self.cfg.normalize}'")
-        check_values(self.cfg)
         root = resolve_asset(self.cfg.root)  # a path, or lift3d:NAME for a package asset
         capture, downscale = read_capture(root, self.cfg.format, self.cfg.downscale)
         check_present(capture)

@@ -6,7 +6,7 @@ import bisect
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -22,6 +22,7 @@ from lift3d.cameras import (
     normalize,
     spherical_to_position,
 )
+from lift3d.config import bounded, choice
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
 from lift3d.data.summary import SceneSummary
 from lift3d.registry import register
@@ -37,51 +38,40 @@ class RandomViewsConfig:
     RENAMED: ClassVar[dict[str, str]] = {"n_view": "n_views", "eval_fovy": "eval_fovy_deg",
                                          "eval_elevation": "eval_elevation_deg"}
 
-    height: Any = 64  # render height, or a list: one per resolution milestone stage
-    width: Any = 64  # render width, or a list like height
-    batch_size: Any = 1  # views per step, or a list like height
-    resolution_milestones: list = field(default_factory=list)  # steps at which the next height/width/batch applies
-    elevation_range: list = field(default_factory=lambda: [-10.0, 60.0])  # degrees above the xy-plane
-    azimuth_range: list = field(default_factory=lambda: [-180.0, 180.0])  # degrees from +x towards +y
-    camera_distance_range: list = field(default_factory=lambda: [1.5, 2.0])  # distance from the origin
-    fovy_range: list = field(default_factory=lambda: [40.0, 70.0])  # vertical field of view, degrees
+    height: Any = bounded(64, low=1)  # render height, or a list: one per resolution milestone stage
+    width: Any = bounded(64, low=1)  # render width, or a list like height
+    batch_size: Any = bounded(1, low=1)  # views per step, or a list like height
+    resolution_milestones: list = bounded([], low=0)  # steps at which the next height/width/batch applies
+    elevation_range: list = bounded([-10.0, 60.0], low=-90, high=90, lengths=(2,))  # degrees above the xy-plane
+    azimuth_range: list = bounded([-180.0, 180.0], lengths=(2,))  # degrees from +x towards +y
+    camera_distance_range: list = bounded([1.5, 2.0], above=0, lengths=(2,))  # distance from the origin
+    fovy_range: list = bounded([40.0, 70.0], above=0, below=180, lengths=(2,))  # vertical field of view, degrees
     batch_uniform_azimuth: bool = True  # stratify azimuths over a batch so views cover the circle
     # views per object: > 1 yields groups of n_views consecutive views 360/n_views degrees apart in azimuth (random
     # base) sharing elevation, distance, fovy and perturbations, as MVDream trains on (4); batch_size must be a multiple
-    n_views: int = 1
+    n_views: int = bounded(1, low=1)
     # camera distance = camera_distance_range value / tan(fovy / 2): the object fills the same part of every view
     # (threestudio's relative_radius for MVDream)
     relative_distance: bool = False
-    camera_perturb: float = 0.1  # std of noise added to camera positions
-    center_perturb: float = 0.2  # std of noise added to the look-at target
-    up_perturb: float = 0.02  # std of noise added to the up vector
-    light_position_perturb: float = 1.0  # std of noise on the light direction (dreamfusion strategy)
-    light_distance_range: list = field(default_factory=lambda: [0.8, 1.5])  # light distance from the origin
-    light_sample_strategy: str = "dreamfusion"  # dreamfusion (near the camera) or magic3d (camera hemisphere)
-    eval_height: int = 256  # validation/test render height
-    eval_width: int = 256  # validation/test render width
-    eval_batch_size: int = 1  # views per evaluation batch
-    eval_elevation_deg: float = 15.0  # elevation of the evaluation orbit, degrees
-    eval_camera_distance: float = 1.5  # distance of the evaluation orbit
-    eval_fovy_deg: float = 70.0  # field of view of evaluation views, degrees
-    n_val_views: int = 4  # views per validation check (evenly spaced in azimuth)
-    n_test_views: int = 120  # views of the test orbit video
+    camera_perturb: float = bounded(0.1, low=0)  # std of noise added to camera positions
+    center_perturb: float = bounded(0.2, low=0)  # std of noise added to the look-at target
+    up_perturb: float = bounded(0.02, low=0)  # std of noise added to the up vector
+    light_position_perturb: float = bounded(1.0, low=0)  # std of noise on the light direction (dreamfusion strategy)
+    light_distance_range: list = bounded([0.8, 1.5], low=0, lengths=(2,))  # light distance from the origin
+    light_sample_strategy: str = choice("dreamfusion", "magic3d")  # dreamfusion (near the camera) or magic3d (camera hemisphere)
+    eval_height: int = bounded(256, low=1)  # validation/test render height
+    eval_width: int = bounded(256, low=1)  # validation/test render width
+    eval_batch_size: int = bounded(1, low=1)  # views per evaluation batch
+    eval_elevation_deg: float = bounded(15.0, low=-90, high=90)  # elevation of the evaluation orbit, degrees
+    eval_camera_distance: float = bounded(1.5, above=0)  # distance of the evaluation orbit
+    eval_fovy_deg: float = bounded(70.0, above=0, below=180)  # field of view of evaluation views, degrees
+    n_val_views: int = bounded(4, low=1)  # views per validation check (evenly spaced in azimuth)
+    n_test_views: int = bounded(120, low=1)  # views of the test orbit video
     # posed-image scene folder: its train cameras set the elevation, distance and fovy ranges (and the eval orbit's
     # distance and fovy)
     reference_scene: str = ""
     reference_eval_split: str = ""  # with reference_scene: validate on this split's views, scored against its images
-    reference_background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the reference images are scored on
-
-
-def check_counts(cfg: RandomViewsConfig) -> None:
-    """Sizes and counts of at least 1 (a zero would fail deep inside a render), each refused with its key named."""
-    from lift3d.config import ConfigError
-
-    for key in ("height", "width", "batch_size", "eval_height", "eval_width", "eval_batch_size", "n_val_views", "n_test_views"):
-        value = getattr(cfg, key)
-        for v in [value] if isinstance(value, (int, float, str)) else value:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"data.{key} must be a whole number of at least 1 (or a list of them), got {value!r}")
+    reference_background: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # RGB the reference images are scored on
 
 
 def _stage(values: Any, stage: int) -> int:
@@ -251,9 +241,8 @@ class RandomViewsDataModule(BaseDataModule):
                              "data.reference_scene=PATH, e.g. data.reference_scene=lift3d:sample_scene")
         if self.cfg.reference_scene:
             self.cfg = match_reference_cameras(self.cfg)
-        check_counts(self.cfg)
         sizes = self.cfg.batch_size if isinstance(self.cfg.batch_size, (list, tuple)) else [self.cfg.batch_size]
-        if self.cfg.n_views < 1 or any(int(size) % self.cfg.n_views for size in sizes):
+        if any(int(size) % self.cfg.n_views for size in sizes):
             from lift3d.config import ConfigError
 
             raise ConfigError(f"data.batch_size ({list(sizes)}) must be a multiple of data.n_views ({self.cfg.n_views}): "

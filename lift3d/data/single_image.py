@@ -17,7 +17,9 @@ from typing import Any
 import torch
 
 from lift3d.cameras import Cameras, c2w_to_spherical, fov_from_focal, intrinsics_from_fovy, look_at, spherical_to_position
+from lift3d.config import bounded, choice
 from lift3d.data.random_views import RandomViewsConfig, RandomViewsDataModule, sample_random_views
+from lift3d.data.reference_image import BACKGROUND_REMOVAL
 from lift3d.data.summary import ReferenceView, SceneSummary
 from lift3d.registry import register
 
@@ -29,14 +31,19 @@ class SingleImageConfig(RandomViewsConfig):
     """The reference photo and its assumed camera, on top of the random novel views."""
 
     image: str = ""  # the reference photo (RGBA: its alpha is the object; RGB: the background is removed)
-    background_removal: str = "auto"  # auto (alpha, else rembg if installed, else plain color), alpha, rembg, plain, none
-    object_size: float = 0.8  # the object is centered and scaled to this share of the reference image's side (0: as is)
-    reference_size: int = 256  # side of the (square) reference image in pixels
-    elevation_deg: float = 0.0  # the photo's camera elevation above the object's horizon (lift3d generate --elevation)
+    # auto (alpha, else rembg if installed, else plain color), alpha, rembg, plain, none
+    background_removal: str = choice("auto", among=BACKGROUND_REMOVAL)
+    # the object is centered and scaled to this share of the reference image's side (0: as is)
+    object_size: float = bounded(0.8, low=0, high=1)
+    reference_size: int = bounded(256, low=1)  # side of the (square) reference image in pixels
+    # the photo's camera elevation above the object's horizon (lift3d generate --elevation)
+    elevation_deg: float = bounded(0.0, low=-90, high=90)
     azimuth_deg: float = 0.0  # the photo's camera azimuth (the object's front)
-    distance: float = 2.5  # the photo's camera distance from the object's center
-    fovy_deg: float = 49.1  # the photo's vertical field of view, degrees (Zero123's training renders)
-    reference_frame: int = -1  # no image: this train frame of reference_scene is the reference (the offline twin)
+    distance: float = bounded(2.5, above=0)  # the photo's camera distance from the object's center
+    # the photo's vertical field of view, degrees (Zero123's training renders)
+    fovy_deg: float = bounded(49.1, above=0, below=180)
+    # no image: this train frame of reference_scene is the reference (the offline twin)
+    reference_frame: int = bounded(-1, low=0, allowed=(-1,), example=0)
 
 
 def photo_reference(cfg: SingleImageConfig) -> ReferenceView:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
+
+from lift3d.config import bounded, choice
 
 # field -> (on a GPU, on the CPU): what an ExportConfig field left at None takes where the export runs. The CPU values
 # are smaller because the density grid costs resolution^3, the UV atlas grows with the faces, and a turntable frame
@@ -15,11 +17,21 @@ DEVICE_DEFAULTS: dict[str, tuple[int, int]] = {
     "video_width": (512, 384), "video_height": (512, 384),
 }
 
+MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
+
+
 def for_device(cfg: ExportConfig, device: torch.device | str) -> ExportConfig:
     """``cfg`` with its automatic (None) fields of DEVICE_DEFAULTS set for an export on ``device``."""
     on_cpu = torch.device(device).type == "cpu"
     chosen = {name: values[on_cpu] for name, values in DEVICE_DEFAULTS.items() if getattr(cfg, name) is None}
     return replace(cfg, **chosen) if chosen else cfg
+
+
+def export_format_names() -> tuple[str, ...]:
+    """Every registered export format's name (lift3d's and plugins'), read when a config is checked."""
+    from lift3d.registry import EXPORT_FORMAT, entries
+
+    return tuple(entries(EXPORT_FORMAT))
 
 
 @dataclass
@@ -30,61 +42,48 @@ class ExportConfig:
     RENAMED: ClassVar[dict[str, str]] = {"gaussian_max_count": "max_gaussians", "gaussian_min_opacity": "min_opacity",
                                          "gaussian_colours": "gaussian_colors"}
 
-    formats: list = field(default_factory=lambda: ["glb"])  # formats written when `lift3d export` gets no --format
+    # formats written when `lift3d export` gets no --format
+    formats: list = choice(["glb"], among=export_format_names, fold_case=True)
     stem: str = ""  # file-name stem of the exports ("": it<step>)
-    resolution: int | None = None  # mesh: marching-cubes samples along the longest side of the box (None: DEVICE_DEFAULTS)
+    # mesh: marching-cubes samples along the longest side of the box (None: DEVICE_DEFAULTS)
+    resolution: int | None = bounded(None, low=2, example=256)
     threshold: float | None = None  # mesh: density iso-level (None: automatic, Otsu on voxel opacity, logged)
     bbox: list | None = None  # mesh: [[x0, y0, z0], [x1, y1, z1]] to mesh (None: the representation's own box)
     fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
-    keep_components: int = 1  # mesh: keep the k largest connected parts (0: all)
-    target_faces: int | None = None  # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
-    texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
-    texture_padding: int = 2  # mesh: texels between UV charts
-    up_axis: str = "y"  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
-    chunk: int = 262144  # points per density or color query
-    gaussian_cutoff_sigma: float = 3.0  # Gaussians: each reaches this many standard deviations when meshed
-    gaussian_colors: str = "query"  # Gaussians' mesh colors: query (their own colors) or render (back-projected)
-    backproject_views: int = 16  # render colors: views around the object (half at +30 deg, half at -15 deg)
-    video_frames: int | None = None  # turntable: frames in a full turn (None: DEVICE_DEFAULTS)
-    video_fps: int | None = None  # turntable: frames per second (None: DEVICE_DEFAULTS)
-    video_elevation_deg: float = 15.0  # turntable: camera elevation above the xy-plane
-    video_framing: str = "content"  # turntable: content (orbit the content's center, its bounds in view) or fixed
-    video_fill: float = 0.9  # turntable, framing=content: share of the frame's half-height the content's bounds span
-    video_distance: float = 3.0  # turntable: camera distance from the origin (framing=fixed, or a run without content points)
-    video_fovy_deg: float = 40.0  # turntable: vertical field of view
-    video_width: int | None = None  # turntable: frame width in pixels (None: DEVICE_DEFAULTS)
-    video_height: int | None = None  # turntable: frame height in pixels (None: DEVICE_DEFAULTS)
-    render_batch: int = 4  # views per render call (turntable and back-projection)
+    keep_components: int = bounded(1, low=0)  # mesh: keep the k largest connected parts (0: all)
+    # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
+    target_faces: int | None = bounded(None, low=0, example=100000)
+    # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
+    texture_size: int = bounded(1024, low=8, allowed=(0,))
+    texture_padding: int = bounded(2, low=0)  # mesh: texels between UV charts
+    up_axis: str = choice("y", "z")  # mesh files: y (glTF/Blender convention; converted from lift3d's +z up) or z (as is)
+    chunk: int = bounded(262144, low=8)  # points per density or color query
+    gaussian_cutoff_sigma: float = bounded(3.0, above=0)  # Gaussians: each reaches this many standard deviations when meshed
+    # Gaussians' mesh colors: query (their own colors) or render (back-projected)
+    gaussian_colors: str = choice("query", "render")
+    backproject_views: int = bounded(16, low=1)  # render colors: views around the object (half at +30 deg, half at -15 deg)
+    video_frames: int | None = bounded(None, low=1, example=120)  # turntable: frames in a full turn (None: DEVICE_DEFAULTS)
+    video_fps: int | None = bounded(None, low=1, example=30)  # turntable: frames per second (None: DEVICE_DEFAULTS)
+    video_elevation_deg: float = bounded(15.0, low=-90, high=90)  # turntable: camera elevation above the xy-plane
+    # turntable: content (orbit the content's center, its bounds in view) or fixed
+    video_framing: str = choice("content", "fixed")
+    # turntable, framing=content: share of the frame's half-height the content's bounds span
+    video_fill: float = bounded(0.9, above=0, high=1)
+    # turntable: camera distance from the origin (framing=fixed, or a run without content points)
+    video_distance: float = bounded(3.0, above=0)
+    video_fovy_deg: float = bounded(40.0, above=0, below=180)  # turntable: vertical field of view
+    # turntable: frame width in pixels (None: DEVICE_DEFAULTS)
+    video_width: int | None = bounded(None, low=2, high=MAX_VIDEO_SIDE, example=1920)
+    # turntable: frame height in pixels (None: DEVICE_DEFAULTS)
+    video_height: int | None = bounded(None, low=2, high=MAX_VIDEO_SIDE, example=1080)
+    render_batch: int = bounded(4, low=1)  # views per render call (turntable and back-projection)
     # Gaussian files (3dgs-ply, splat, spz, sog, gltf-splat): drop Gaussians fainter than this (0: keep all)
-    min_opacity: float = 0.0
-    max_gaussians: int = 0  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
+    min_opacity: float = bounded(0.0, low=0, high=1)
+    max_gaussians: int = bounded(0, low=0)  # Gaussian files: keep at most this many, the most visible (volume x opacity; 0: all)
     # 3dgs-ply, spz, sog, gltf-splat: SH bands up to this degree (-1: all; 0 makes the file about 4x smaller)
-    gaussian_sh_degree: int = -1
-    sog_sh_palette: int = 0  # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
-    spz_version: int = 4  # spz: 4 (ZSTD streams, Niantic's current) or 3 (one gzip stream, for readers that predate 4)
-    lod_levels: int = 3  # sog-lod: levels of detail (each coarser one merges neighboring Gaussians in pairs: about half)
-
-    def __post_init__(self) -> None:
-        """Sizes and counts that no export can use are refused when the system is built, not after training."""
-        from lift3d.config.checks import check_minimums
-        from lift3d.export.video import check_video_size
-
-        check_minimums("system.export", self, {
-            "resolution": (2, 256), "chunk": (8, 262144), "video_frames": (1, 120), "video_fps": (1, 30),
-            "render_batch": (1, 4), "backproject_views": (1, 16), "texture_size": (0, 1024), "texture_padding": (0, 2),
-            "target_faces": (0, 100000), "keep_components": (0, 1), "max_gaussians": (0, 0),
-            "gaussian_sh_degree": (0, -1, (-1,)), "sog_sh_palette": (0, 0), "min_opacity": (0.0, 0.0),
-        })
-        width, height = (DEVICE_DEFAULTS[k][0] if v is None else v for k, v in (("video_width", self.video_width),
-                                                                               ("video_height", self.video_height)))
-        check_video_size(width, height, "system.export.video_width", "system.export.video_height")
-        from lift3d.config import ConfigError
-
-        if self.video_framing not in ("content", "fixed"):
-            raise ConfigError(f"system.export.video_framing must be content or fixed, got {self.video_framing!r}")
-        if not 0.0 < self.video_fill <= 1.0:
-            raise ConfigError(f"system.export.video_fill must be in (0, 1] (a share of the frame), got {self.video_fill}")
-        if self.spz_version not in (3, 4):
-            raise ConfigError(f"system.export.spz_version must be 4 or 3 (for readers that predate 4), got {self.spz_version!r}")
-        if self.lod_levels < 1:
-            raise ConfigError(f"system.export.lod_levels must be at least 1 (level 0 is the Gaussians), got {self.lod_levels}")
+    gaussian_sh_degree: int = bounded(-1, low=0, high=3, allowed=(-1,), example=0)
+    # sog: entries of the SH palette (k-means of the higher bands; 0: a power of two near N / 16)
+    sog_sh_palette: int = bounded(0, low=0)
+    spz_version: int = choice(4, 3)  # spz: 4 (ZSTD streams, Niantic's current) or 3 (one gzip stream, for readers that predate 4)
+    # sog-lod: levels of detail (each coarser one merges neighboring Gaussians in pairs: about half)
+    lod_levels: int = bounded(3, low=1)

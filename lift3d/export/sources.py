@@ -82,8 +82,6 @@ def gaussian_color_fn(field: GaussianField, cfg: ExportConfig, render_fn: Render
     """The Gaussians' color at points [N, 3] -> [N, 3] as their mesh is colored: their own colors
     (cfg.gaussian_colors=query, ``field.color``) or back-projected from renders around the object
     (render; the renders are made on the first call, points no view sees fall back to ``field.color``)."""
-    if cfg.gaussian_colors not in ("query", "render"):
-        raise ValueError(f"export.gaussian_colors must be query or render, got {cfg.gaussian_colors!r}")
     if cfg.gaussian_colors == "query":
         return field.color
     if render_fn is None:
@@ -111,8 +109,6 @@ def gaussian_sources(
     parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat);
     ``antialiased``: trained with the 2D (Mip-Splatting) filter, which the .spz header records."""
     device = gaussians.means.device if device is None else torch.device(device)
-    if cfg.gaussian_colors not in ("query", "render"):
-        raise ValueError(f"export.gaussian_colors must be query or render, got {cfg.gaussian_colors!r}")
     if cfg.gaussian_colors == "render" and render_fn is None:
         raise ValueError("export.gaussian_colors=render needs the system's render function")
     built: dict[str, Any] = {}  # the density field and its colors, made on first need (the Gaussian files need neither)

@@ -11,12 +11,11 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.export.backproject import RenderFn
+from lift3d.export.config import MAX_VIDEO_SIDE
 from lift3d.framing import content_bounds, framing_distance
 from lift3d.imaging import to_numpy_image
 from lift3d.progress import Stage
 from lift3d.saving import OutputSaver
-
-MAX_VIDEO_SIDE = 8192  # the widest frame lift3d renders into a video (8K; H.264 players stop around there)
 
 
 def check_video_size(width: int, height: int, width_key: str, height_key: str, fixes: tuple[str, str] | None = None) -> None:

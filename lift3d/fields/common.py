@@ -1,27 +1,12 @@
-"""What the NeRF fields (``ImplicitVolume``, ``TriplaneField``) share: their config checks and finite-difference
-normals."""
+"""What the NeRF fields (``ImplicitVolume``, ``TriplaneField``) share: finite-difference normals."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-from lift3d.fields.mlp import ACTIVATIONS
-
-
-def check_field_config(c: Any, normal_types: tuple[str, ...]) -> None:
-    """Raise ValueError unless ``c.radius`` is positive, ``c.density_activation`` is known and ``c.normal_type`` is
-    one of ``normal_types``."""
-    if c.radius <= 0:
-        raise ValueError(f"field radius must be positive, got {c.radius}")
-    if c.density_activation not in ACTIVATIONS:
-        raise ValueError(f"density_activation '{c.density_activation}' is not one of {', '.join(ACTIVATIONS)}")
-    if c.normal_type not in normal_types:
-        raise ValueError(f"normal_type must be {' or '.join(normal_types)}, got '{c.normal_type}'")
 
 
 def central_difference_normal(raw_density: Callable[[Tensor], Tensor], points: Tensor, eps: float) -> Tensor:

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from lift3d.config import bounded, choice
 from lift3d.fields.hash_reference import hash_grid_encode, hash_grid_layout
 
 log = logging.getLogger("lift3d")
@@ -26,15 +27,17 @@ log = logging.getLogger("lift3d")
 class HashGridConfig:
     """Instant-NGP hash-grid parameters and coarse-to-fine level masking."""
 
-    n_levels: int = 16  # resolution levels L
-    n_features_per_level: int = 2  # features F stored per table row
-    log2_hashmap_size: int = 19  # rows of a hashed level: 2**T
-    base_resolution: int = 16  # cells per axis of the coarsest level
-    per_level_scale: float = 1.3819128800  # resolution growth per level (1.3819: 16 -> 2048 over 16 levels)
-    init_scale: float = 1e-4  # table entries start uniform in [-init_scale, init_scale]
-    start_level: int = -1  # levels active at step 0 for coarse-to-fine (-1: all levels from the start)
-    update_steps: int = 1000  # one more level becomes active every this many steps
-    backend: str = "auto"  # auto (Triton on CUDA when available, the blocked CPU twin on CPU, else PyTorch), torch, triton
+    n_levels: int = bounded(16, low=1)  # resolution levels L
+    n_features_per_level: int = bounded(2, low=1)  # features F stored per table row
+    log2_hashmap_size: int = bounded(19, low=4, high=30)  # rows of a hashed level: 2**T
+    base_resolution: int = bounded(16, low=1)  # cells per axis of the coarsest level
+    per_level_scale: float = bounded(1.3819128800, low=1)  # resolution growth per level (1.3819: 16 -> 2048 over 16 levels)
+    init_scale: float = bounded(1e-4, low=0)  # table entries start uniform in [-init_scale, init_scale]
+    # levels active at step 0 for coarse-to-fine (-1: all levels from the start)
+    start_level: int = bounded(-1, low=0, allowed=(-1,), example=8)
+    update_steps: int = bounded(1000, low=1)  # one more level becomes active every this many steps
+    # auto (Triton on CUDA when available, the blocked CPU twin on CPU, else PyTorch), torch, triton
+    backend: str = choice("auto", "torch", "triton")
 
 
 class HashGrid(nn.Module):
@@ -42,8 +45,6 @@ class HashGrid(nn.Module):
 
     def __init__(self, cfg: HashGridConfig) -> None:
         super().__init__()
-        if cfg.backend not in ("auto", "torch", "triton"):
-            raise ValueError(f"hash grid backend must be auto, torch or triton, got '{cfg.backend}'")
         self.cfg = cfg
         self.layout = hash_grid_layout(cfg.n_levels, cfg.n_features_per_level, cfg.log2_hashmap_size,
                                        cfg.base_resolution, cfg.per_level_scale)

@@ -19,8 +19,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from lift3d.base import BaseModule
-from lift3d.fields.common import central_difference_normal, check_field_config
-from lift3d.fields.mlp import activation
+from lift3d.config import bounded, choice
+from lift3d.fields.common import central_difference_normal
+from lift3d.fields.mlp import ACTIVATIONS, activation
 from lift3d.registry import register
 
 DECODER_ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU}
@@ -30,18 +31,19 @@ DECODER_ACTIVATIONS = {"relu": nn.ReLU, "silu": nn.SiLU}
 class TriplaneFieldConfig:
     """A triplane of ``plane_channels`` x ``plane_size``^2 per plane and its decoder MLP (TripoSR's sizes by default)."""
 
-    radius: float = 0.87  # half side of the cube the planes span, scene units (TripoSR: 0.87)
-    plane_channels: int = 40  # feature channels per plane
-    plane_size: int = 64  # plane resolution (pixels per side)
-    n_neurons: int = 64  # width of the decoder MLP
-    n_hidden_layers: int = 9  # hidden layers of the decoder MLP
-    decoder_activation: str = "silu"  # silu or relu
-    density_activation: str = "trunc_exp"  # exp with bounded gradients (TripoSR: exp; same values)
+    radius: float = bounded(0.87, above=0)  # half side of the cube the planes span, scene units (TripoSR: 0.87)
+    plane_channels: int = bounded(40, low=1)  # feature channels per plane
+    plane_size: int = bounded(64, low=1)  # plane resolution (pixels per side)
+    n_neurons: int = bounded(64, low=1)  # width of the decoder MLP
+    n_hidden_layers: int = bounded(9, low=1)  # hidden layers of the decoder MLP
+    decoder_activation: str = choice("silu", among=tuple(DECODER_ACTIVATIONS))  # silu or relu
+    density_activation: str = choice("trunc_exp", among=ACTIVATIONS)  # exp with bounded gradients (TripoSR: exp; same values)
     density_bias: float = -1.0  # added to the raw density before the activation
-    density_scale: float = 1.0  # multiplies the activated density (TripoSR's densities read per scene unit at 1)
-    normal_type: str = "finite_difference"  # normals from central differences of the density
-    finite_difference_eps: float = 0.01  # half step of the central differences, scene units
-    query_chunk: int = 262144  # points per chunk in density()/features() queries (bounds memory)
+    # multiplies the activated density (TripoSR's densities read per scene unit at 1)
+    density_scale: float = bounded(1.0, above=0)
+    normal_type: str = choice("finite_difference")  # normals from central differences of the density
+    finite_difference_eps: float = bounded(0.01, above=0)  # half step of the central differences, scene units
+    query_chunk: int = bounded(262144, low=1)  # points per chunk in density()/features() queries (bounds memory)
     # while training (refinement), recompute the decoder's activations in the backward pass instead of keeping them:
     # a sample then keeps its plane features, not every layer's input (most of a refinement step's memory)
     checkpoint_decoder: bool = True
@@ -83,12 +85,6 @@ class TriplaneField(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        check_field_config(c, ("finite_difference",))
-        if c.decoder_activation not in DECODER_ACTIVATIONS:
-            raise ValueError(f"decoder_activation must be one of {', '.join(DECODER_ACTIVATIONS)}, "
-                             f"got '{c.decoder_activation}'")
-        if min(c.plane_channels, c.plane_size, c.n_neurons, c.n_hidden_layers) < 1:
-            raise ValueError("plane_channels, plane_size, n_neurons and n_hidden_layers must be at least 1")
         self.triplane = nn.Parameter(torch.zeros(3, c.plane_channels, c.plane_size, c.plane_size))
         self.decoder = TriplaneDecoder(3 * c.plane_channels, c.n_neurons, c.n_hidden_layers, c.decoder_activation)
         self.register_buffer("bbox", torch.tensor([[-c.radius] * 3, [c.radius] * 3]), persistent=False)

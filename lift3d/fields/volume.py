@@ -17,10 +17,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.fields.common import central_difference_normal, check_field_config
-from lift3d.fields.contraction import check_contraction, to_unit_cube
+from lift3d.config import bounded, choice
+from lift3d.fields.common import central_difference_normal
+from lift3d.fields.contraction import CONTRACTIONS, to_unit_cube
 from lift3d.fields.encodings import HashGrid, HashGridConfig
-from lift3d.fields.mlp import MLP, activation
+from lift3d.fields.mlp import ACTIVATIONS, MLP, activation
 from lift3d.registry import register
 
 
@@ -28,23 +29,25 @@ from lift3d.registry import register
 class ImplicitVolumeConfig:
     """Field over the cube [-radius, radius]^3 (and, contracted, the space around it)."""
 
-    radius: float = 1.0  # half side of the cube the field (and its occupancy grid) covers, scene units
+    radius: float = bounded(1.0, above=0)  # half side of the cube the field (and its occupancy grid) covers, scene units
     # none (nothing outside the cube), cube or sphere: all space beyond it squeezed in (unbounded scenes)
-    contraction: str = "none"
+    contraction: str = choice("none", among=CONTRACTIONS)
     encoding: HashGridConfig = field(default_factory=HashGridConfig)  # the multiresolution hash grid
-    hidden_dim: int = 64  # width of the density MLP
-    n_hidden_layers: int = 1  # hidden layers of the density MLP
-    n_feature_dims: int = 3  # features handed to the material (3: albedo; 15: inputs of a radiance MLP)
-    density_activation: str = "trunc_exp"  # softplus, exp, trunc_exp (exp with bounded gradient), relu
+    hidden_dim: int = bounded(64, low=1)  # width of the density MLP
+    n_hidden_layers: int = bounded(1, low=0)  # hidden layers of the density MLP
+    n_feature_dims: int = bounded(3, low=0)  # features handed to the material (3: albedo; 15: inputs of a radiance MLP)
+    density_activation: str = choice("trunc_exp", among=ACTIVATIONS)  # softplus, exp, trunc_exp (exp with bounded gradient), relu
     density_bias: float = 0.0  # added to the raw density before the activation (e.g. -1 starts thinner)
-    density_blob: str = "none"  # none, gaussian (DreamFusion: blob_density * exp(-|x|^2 / (2 r^2))), linear (Magic3D)
+    # none, gaussian (DreamFusion: blob_density * exp(-|x|^2 / (2 r^2))), linear (Magic3D)
+    density_blob: str = choice("none", "gaussian", "linear")
     blob_density: float = 10.0  # peak raw-density bias of the blob at the center
-    blob_radius: float = 0.5  # blob size r, scene units
-    normal_type: str = "finite_difference"  # finite_difference or analytic (autograd; finite differences in inference mode)
-    finite_difference_eps: float = 0.01  # half step of the central differences, scene units
+    blob_radius: float = bounded(0.5, above=0)  # blob size r, scene units
+    # finite_difference or analytic (autograd; finite differences in inference mode)
+    normal_type: str = choice("finite_difference", "analytic")
+    finite_difference_eps: float = bounded(0.01, above=0)  # half step of the central differences, scene units
     # points per chunk in density()/features() queries, bounds memory (-1: 262144 on CPU, 4194304 on CUDA, where
     # each piece costs kernel launches)
-    query_chunk: int = -1
+    query_chunk: int = bounded(-1, low=1, allowed=(-1,), example=262144)
 
 
 @register("implicit-volume")
@@ -56,10 +59,6 @@ class ImplicitVolume(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        check_field_config(c, ("finite_difference", "analytic"))
-        if c.density_blob not in ("none", "gaussian", "linear"):
-            raise ValueError(f"density_blob must be none, gaussian or linear, got '{c.density_blob}'")
-        check_contraction(c.contraction)
         self.encoding = HashGrid(c.encoding)
         self.mlp = MLP(self.encoding.output_dim, 1 + c.n_feature_dims, c.hidden_dim, c.n_hidden_layers)
         self.register_buffer("bbox", torch.tensor([[-c.radius] * 3, [c.radius] * 3]), persistent=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,11 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import ConfigError
-from lift3d.config.checks import check_minimums
-from lift3d.gaussians.init import knn_scales, mesh_rotation
+from lift3d.config import bounded, choice
+from lift3d.gaussians.init import knn_scales
+from lift3d.meshes.io import AXES
 from lift3d.registry import register
-from lift3d.sh import degree_of, num_bases, rgb_to_sh
+from lift3d.sh import MAX_DEGREE, degree_of, num_bases, rgb_to_sh
 
 log = logging.getLogger("lift3d.gaussians")
 
@@ -38,16 +38,18 @@ class GaussianModelConfig:
     .spz, .sog, KHR_gaussian_splatting .glb; init: ply) whose Gaussians start the run.
     """
 
-    sh_degree: int = 3  # highest spherical-harmonics degree (0..3)
-    sh_degree_interval: int = 1000  # raise the active SH degree by one every N steps (0: highest from the start)
-    init: str = "auto"  # auto (SfM points, else hull, else random), random, hull, sfm, points, mesh, ply
-    init_points: int = 100000  # how many Gaussians to start with (random, hull, mesh)
-    init_radius: float = 0.0  # radius of the ball random/hull points are drawn from (0: what all cameras see)
+    sh_degree: int = bounded(3, low=0, high=MAX_DEGREE)  # highest spherical-harmonics degree (0..3)
+    sh_degree_interval: int = bounded(1000, low=0)  # raise the active SH degree by one every N steps (0: highest from the start)
+    # auto (SfM points, else hull, else random), random, hull, sfm, points, mesh, ply
+    init: str = choice("auto", "random", "hull", "sfm", "points", "mesh", "ply")
+    init_points: int = bounded(100000, low=1)  # how many Gaussians to start with (random, hull, mesh)
+    init_radius: float = bounded(0.0, low=0)  # radius of the ball random/hull points are drawn from (0: what all cameras see)
     init_path: str = ""  # the point cloud (init: points), mesh (init: mesh) or Gaussian file (init: ply) to start from
-    init_up_axis: str = "+y"  # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
-    init_opacity: float = 0.1  # starting opacity of every Gaussian
-    init_scale: float = 1.0  # multiplier on the nearest-neighbor starting size
-    init_color: list = field(default_factory=list)  # RGB in 0..1 for points without color (empty: random)
+    # init: mesh: the file's up axis (+y for glTF and most OBJ exports), turned to world +z
+    init_up_axis: str = choice("+y", among=AXES)
+    init_opacity: float = bounded(0.1, above=0, below=1)  # starting opacity of every Gaussian
+    init_scale: float = bounded(1.0, above=0)  # multiplier on the nearest-neighbor starting size
+    init_color: list = bounded([], low=0, high=1, lengths=(0, 3))  # RGB in 0..1 for points without color (empty: random)
 
 
 @register("gaussians")
@@ -59,14 +61,6 @@ class GaussianModel(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        num_bases(self.cfg.sh_degree)  # validates the degree
-        check_minimums("system.gaussians", self.cfg, {"sh_degree_interval": (0, 1000), "init_points": (1, 100000),
-                                                      "init_radius": (0.0, 0.0), "init_scale": (1e-6, 1.0)})
-        if not 0 < self.cfg.init_opacity < 1:
-            raise ConfigError(f"system.gaussians.init_opacity must be between 0 and 1, got {self.cfg.init_opacity}: "
-                              "e.g. system.gaussians.init_opacity=0.1")
-        if self.cfg.init == "mesh":
-            mesh_rotation(self.cfg.init_up_axis)  # validates the axis before any work
         self.active_sh_degree = 0 if self.cfg.sh_degree_interval > 0 else self.cfg.sh_degree
         self.set_parameters(self.empty_parameters(0))
 

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.checkpoints import CheckpointError
+from lift3d.config import choice
 from lift3d.registry import find
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -59,7 +60,7 @@ class GeneratorConfig:
     """Options every generator has: where its weights are and how it runs."""
 
     pretrained_model_name_or_path: str = ""  # a Hugging Face hub id or a local folder holding the released files
-    dtype: str = "auto"  # auto (fp16 on CUDA, fp32 on the CPU), fp32, fp16 or bf16
+    dtype: str = choice("auto", "fp32", "fp16", "bf16")  # auto (fp16 on CUDA, fp32 on the CPU), fp32, fp16 or bf16
     local_files_only: bool = False  # never contact the hub (also when HF_HUB_OFFLINE=1)
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.config import bounded
 from lift3d.generators.base import GeneratedField, Generator, GeneratorConfig, GeneratorLoadError, InputView, resolve_dtype
 from lift3d.generators.files import CONFIG_KEY, check_state, hub_offline, model_file, read_weights
 from lift3d.generators.triposr_model import TripoSRArchitecture, TripoSRNetwork
@@ -56,9 +57,10 @@ class TripoSRConfig(GeneratorConfig):
     """Where the TripoSR release is and how its input image is prepared."""
 
     pretrained_model_name_or_path: str = "stabilityai/TripoSR"  # hub id or local folder with config.yaml + weights
-    foreground_ratio: float = 0.85  # share of the square input image the object spans (TripoSR's default)
-    background: float = 0.5  # gray level the cut-out is composited on (TripoSR's training renders)
-    density_scale: float = 1.0  # the field's density_scale (TripoSR's densities read per scene unit)
+    # share of the square input image the object spans (TripoSR's default)
+    foreground_ratio: float = bounded(0.85, above=0, high=1)
+    background: float = bounded(0.5, low=0, high=1)  # gray level the cut-out is composited on (TripoSR's training renders)
+    density_scale: float = bounded(1.0, above=0)  # the field's density_scale (TripoSR's densities read per scene unit)
 
 
 def architecture(cfg: dict[str, Any], path: Path) -> TripoSRArchitecture:
@@ -234,8 +236,6 @@ class TripoSRGenerator(Generator):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        if not 0 < self.cfg.foreground_ratio <= 1:
-            raise ValueError(f"generator.foreground_ratio must be in (0, 1], got {self.cfg.foreground_ratio}")
         self.network: TripoSRNetwork | None = None
         self.dtype = torch.float32
 

@@ -12,7 +12,7 @@ uniform over all of them, so classifier-free guidance extrapolates from "any vie
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.cameras import normalize, spherical_to_position
+from lift3d.config import bounded
 from lift3d.guidance.base import DistillationConfig, DistillationGuidance
 from lift3d.guidance.score import classifier_free_guidance, per_sample, scaled_linear_alphas_cumprod
 from lift3d.registry import register
@@ -51,14 +52,16 @@ class AnalyticConfig(DistillationConfig):
     guidance_scale: float = 1.0  # CFG scale between all views (0) and the views near the camera (1); > 1 extrapolates
     root: str = ""  # scene folder with transforms_<split>.json and its images
     split: str = "train"  # which transforms file holds the references
-    max_views: int = -1  # use at most this many references, evenly spread (-1: all)
-    exclude_views: list = field(default_factory=list)  # frame indices of the split left out (the image-to-3D twin's input view)
-    downscale: int = 1  # read the images downscaled by this integer factor (they are resized to the render size anyway)
-    background: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # color the RGBA references are composited on
-    view_angle_deg: float = 30.0  # references within this angle of the rendered camera form the conditional set
-    num_train_timesteps: int = 1000  # T of the noise schedule (Stable Diffusion's scaled-linear betas)
-    beta_start: float = 0.00085  # first beta of the schedule
-    beta_end: float = 0.012  # last beta of the schedule
+    max_views: int = bounded(-1, low=1, allowed=(-1,), example=100)  # use at most this many references, evenly spread (-1: all)
+    exclude_views: list = bounded([], low=0)  # frame indices of the split left out (the image-to-3D twin's input view)
+    # read the images downscaled by this integer factor (they are resized to the render size anyway)
+    downscale: int = bounded(1, low=1)
+    background: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # color the RGBA references are composited on
+    # references within this angle of the rendered camera form the conditional set
+    view_angle_deg: float = bounded(30.0, low=0, high=180)
+    num_train_timesteps: int = bounded(1000, low=1)  # T of the noise schedule (Stable Diffusion's scaled-linear betas)
+    beta_start: float = bounded(0.00085, above=0, below=1)  # first beta of the schedule
+    beta_end: float = bounded(0.012, above=0, below=1)  # last beta of the schedule
 
 
 @register("analytic")

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import spherical_to_position
+from lift3d.config import bounded
 from lift3d.guidance.analytic import AnalyticConfig, AnalyticGuidance, guided_noise
 from lift3d.guidance.multiview import per_object_timesteps
 from lift3d.registry import register
@@ -59,8 +60,9 @@ def reference_tuples(directions: Tensor, n_views: int, tolerance_deg: float) -> 
 class AnalyticMultiviewConfig(AnalyticConfig):
     """The exact denoiser over tuples of a posed-image scene's views at fixed azimuth offsets."""
 
-    n_views: int = 4  # views of one object denoised together (consecutive renders of a batch, as data.n_views)
-    tuple_tolerance_deg: float = 25.0  # drop reference tuples with a member farther than this from its ideal direction
+    n_views: int = bounded(4, low=1)  # views of one object denoised together (consecutive renders of a batch, as data.n_views)
+    # drop reference tuples with a member farther than this from its ideal direction
+    tuple_tolerance_deg: float = bounded(25.0, low=0, high=180)
 
 
 @register("analytic-multiview")
@@ -71,8 +73,6 @@ class AnalyticMultiviewGuidance(AnalyticGuidance):
 
     def __init__(self, cfg: Any = None, references: tuple[Tensor, Tensor] | None = None) -> None:
         super().__init__(cfg, references)
-        if self.cfg.n_views < 1:
-            raise ValueError(f"guidance.n_views must be >= 1, got {self.cfg.n_views}")
         tuples = reference_tuples(self.reference_dirs, self.cfg.n_views, self.cfg.tuple_tolerance_deg)
         if len(tuples) == 0:
             raise ValueError(f"no reference tuples of {self.cfg.n_views} views within {self.cfg.tuple_tolerance_deg} degrees of "

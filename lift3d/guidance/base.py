@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import scheduled
+from lift3d.config import bounded, choice, scheduled
 from lift3d.guidance.inject import inject_gradient
 from lift3d.guidance.score import WEIGHTINGS, add_noise, predict_x0, sds_gradient, timestep_weight
 from lift3d.schedule import scheduled_value
@@ -31,13 +31,15 @@ TIMESTEP_SAMPLING = ("uniform", "linear")
 class DistillationConfig:
     """Options of the distillation loop shared by every guidance."""
 
-    guidance_scale: float = 100.0  # classifier-free guidance scale (DreamFusion uses 100)
-    weighting: str = "sds"  # w(t), a = alpha_bar: sds (1 - a), uniform (1), fantasia3d (sqrt(a) (1 - a)), recon (sqrt((1-a)/a))
-    min_step_percent: Any = scheduled(0.02)  # lowest timestep as a fraction of T (number or schedule)
-    max_step_percent: Any = scheduled(0.98)  # highest timestep as a fraction of T (number or schedule)
-    timestep_sampling: str = "uniform"  # uniform: t ~ U{min..max} per view; linear: t falls from max to min over anneal_steps
-    anneal_steps: int = 10000  # with timestep_sampling=linear: steps over which t goes from max_step to min_step
-    grad_clip: Any = scheduled(0.0)  # clamp each gradient entry to [-c, c] (0: off; number or schedule)
+    guidance_scale: float = bounded(100.0, low=0)  # classifier-free guidance scale (DreamFusion uses 100)
+    # w(t), a = alpha_bar: sds (1 - a), uniform (1), fantasia3d (sqrt(a) (1 - a)), recon (sqrt((1-a)/a))
+    weighting: str = choice("sds", among=WEIGHTINGS)
+    min_step_percent: Any = scheduled(0.02, low=0, high=1)  # lowest timestep as a fraction of T (number or schedule)
+    max_step_percent: Any = scheduled(0.98, low=0, high=1)  # highest timestep as a fraction of T (number or schedule)
+    # uniform: t ~ U{min..max} per view; linear: t falls from max to min over anneal_steps
+    timestep_sampling: str = choice("uniform", among=TIMESTEP_SAMPLING)
+    anneal_steps: int = bounded(10000, low=0)  # with timestep_sampling=linear: steps over which t goes from max_step to min_step
+    grad_clip: Any = scheduled(0.0, low=0)  # clamp each gradient entry to [-c, c] (0: off; number or schedule)
 
 
 class DistillationGuidance(BaseModule):
@@ -48,12 +50,6 @@ class DistillationGuidance(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        if self.cfg.weighting not in WEIGHTINGS:
-            raise ValueError(f"guidance.weighting must be one of {', '.join(WEIGHTINGS)}, got '{self.cfg.weighting}'")
-        if self.cfg.timestep_sampling not in TIMESTEP_SAMPLING:
-            raise ValueError(
-                f"guidance.timestep_sampling must be one of {', '.join(TIMESTEP_SAMPLING)}, got '{self.cfg.timestep_sampling}'"
-            )
         self.global_step = 0
         self.register_buffer("alphas_cumprod", torch.zeros(0), persistent=False)
 

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lift3d.config import parse_structured
+from lift3d.config import bounded, choice, parse_structured
 from lift3d.guidance.loading import (
+    DTYPES,
     DiffusionModels,
     ModelLoadError,
     frozen,
@@ -127,8 +128,9 @@ class DeepFloydIFConfig(StableDiffusionConfig):
     pretrained_model_name_or_path: str = "DeepFloyd/IF-I-XL-v1.0"  # hub id or local diffusers folder of IF stage I
     resolution: int = 64  # renders are resized (bilinear) to this square size: IF stage I works at 64x64
     guidance_scale: float = 20.0  # classifier-free guidance scale (threestudio's dreamfusion-if uses 20)
-    text_max_length: int = IF_MAX_LENGTH  # T5 tokens per prompt (IF was trained on 77); part of the cache key
-    text_encoder_dtype: str = "auto"  # T5's dtype: auto (bf16 on GPU, fp32 on CPU), fp32, fp16, bf16
+    text_max_length: int = bounded(IF_MAX_LENGTH, low=1)  # T5 tokens per prompt (IF was trained on 77); part of the cache key
+    # T5's dtype: auto (bf16 on GPU, fp32 on CPU), fp32, fp16, bf16
+    text_encoder_dtype: str = choice("auto", among=("auto", *DTYPES))
 
 
 def check_config(c: DeepFloydIFConfig) -> None:
@@ -138,10 +140,6 @@ def check_config(c: DeepFloydIFConfig) -> None:
                          "need stable-diffusion")
     if c.fuse_qkv:
         raise ValueError("guidance.fuse_qkv does not apply to DeepFloyd IF (its attention has added text key/value projections)")
-    if c.text_max_length < 1:
-        raise ValueError(f"guidance.text_max_length must be positive, got {c.text_max_length}")
-    if c.text_encoder_dtype != "auto":
-        resolve_dtype(c.text_encoder_dtype, cuda=True)  # rejects unknown names
 
 
 @register("deepfloyd-if")

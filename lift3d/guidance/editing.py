@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.config import bounded
 from lift3d.registry import register
 
 # a warm metallic tint: the analytic stand-in for "make it look like bronze" (rows: output r, g, b)
@@ -49,7 +50,7 @@ def color_transform(images: Tensor, matrix: Tensor, offset: Tensor) -> Tensor:
 class AnalyticEditConfig(EditorConfig):
     matrix: list = field(default_factory=lambda: [list(row) for row in BRONZE_MATRIX])  # 3x3 color matrix (rows: output r, g, b)
     offset: list = field(default_factory=lambda: list(BRONZE_OFFSET))  # added after the matrix (RGB, 0..1)
-    render_blend: float = 0.0  # weight of the current render in the edit (0: the transformed photo alone)
+    render_blend: float = bounded(0.0, low=0, high=1)  # weight of the current render in the edit (0: the transformed photo alone)
 
 
 @register("analytic-edit")
@@ -63,8 +64,6 @@ class AnalyticEditor(Editor):
         matrix, offset = torch.tensor(self.cfg.matrix, dtype=torch.float32), torch.tensor(self.cfg.offset, dtype=torch.float32)
         if matrix.shape != (3, 3) or offset.shape != (3,):
             raise ValueError(f"analytic-edit needs a 3x3 matrix and 3 offsets, got {list(matrix.shape)} and {list(offset.shape)}")
-        if not 0.0 <= self.cfg.render_blend <= 1.0:
-            raise ValueError(f"render_blend must be in [0, 1], got {self.cfg.render_blend}")
         self.register_buffer("matrix", matrix, persistent=False)
         self.register_buffer("offset", offset, persistent=False)
 

@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.config import ConfigError, bounded, choice
 from lift3d.guidance.editing import Editor, EditorConfig
 from lift3d.guidance.loading import (
+    DTYPES,
     DiffusionModels,
     ModelLoadError,
     TextEncoder,
@@ -102,13 +104,15 @@ class InstructPix2PixConfig(EditorConfig):
     pretrained_model_name_or_path: str = "timbrooks/instruct-pix2pix"  # hub id or local diffusers folder
     variant: str = ""  # weights variant to load, e.g. fp16 ("" = the default files)
     local_files_only: bool = False  # never contact the Hub (HF_HUB_OFFLINE=1 does the same)
-    dtype: str = "auto"  # auto (fp16 on GPU, fp32 on CPU), fp32, fp16, bf16
-    guidance_scale: float = 7.5  # text guidance scale s_T (how strongly the instruction is followed)
-    image_guidance_scale: float = 1.5  # image guidance scale s_I (how closely the edit keeps to the photo)
-    diffusion_steps: int = 20  # DDIM steps from the noised render down to a clean image
-    min_step_percent: float = 0.02  # lowest noise level an edit starts from, as a fraction of the schedule
-    max_step_percent: float = 0.98  # highest noise level an edit starts from
-    max_side: int = 512  # views larger than this (longest side) are edited at this size and resized back (0: no limit)
+    dtype: str = choice("auto", among=("auto", *DTYPES))  # auto (fp16 on GPU, fp32 on CPU), fp32, fp16, bf16
+    guidance_scale: float = bounded(7.5, low=0)  # text guidance scale s_T (how strongly the instruction is followed)
+    image_guidance_scale: float = bounded(1.5, low=0)  # image guidance scale s_I (how closely the edit keeps to the photo)
+    diffusion_steps: int = bounded(20, low=1)  # DDIM steps from the noised render down to a clean image
+    # lowest noise level an edit starts from, as a fraction of the schedule
+    min_step_percent: float = bounded(0.02, low=0, high=1)
+    max_step_percent: float = bounded(0.98, low=0, high=1)  # highest noise level an edit starts from
+    # views larger than this (longest side) are edited at this size and resized back (0: no limit)
+    max_side: int = bounded(512, low=0)
 
 
 @register("instruct-pix2pix")
@@ -120,11 +124,9 @@ class InstructPix2PixEditor(LazyPlacement, Editor):
     def __init__(self, cfg: Any = None, models: DiffusionModels | None = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if not 0.0 <= c.min_step_percent <= c.max_step_percent <= 1.0:
-            raise ValueError("need 0 <= min_step_percent <= max_step_percent <= 1, "
-                             f"got {c.min_step_percent} and {c.max_step_percent}")
-        if c.diffusion_steps < 1:
-            raise ValueError(f"diffusion_steps must be at least 1, got {c.diffusion_steps}")
+        if c.min_step_percent > c.max_step_percent:
+            raise ConfigError(f"system.editor.min_step_percent must be at most max_step_percent ({c.max_step_percent}), got "
+                              f"{c.min_step_percent}: e.g. system.editor.min_step_percent=0.02")
         self.dtype = resolve_dtype(c.dtype, torch.cuda.is_available())
         self.models = models or load_instruct_pix2pix(c.pretrained_model_name_or_path, self.dtype, c.variant or None,
                                                       c.local_files_only)  # a plain dataclass: in no state dict

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.config import bounded, choice
 from lift3d.guidance.base import DistillationConfig, DistillationGuidance
-from lift3d.guidance.loading import resolve_dtype
+from lift3d.guidance.loading import DTYPES, resolve_dtype
 from lift3d.guidance.options import (
     GraphedForward,
     ModelOffload,
@@ -40,8 +41,8 @@ class LatentDiffusionConfig(DistillationConfig, ModelOptionsConfig):
     pretrained_model_name_or_path: str = ""  # hub id or local diffusers folder
     variant: str = ""  # weights variant to load, e.g. fp16 ("" = the default files)
     local_files_only: bool = False  # never contact the Hub (HF_HUB_OFFLINE=1 does the same)
-    dtype: str = "auto"  # auto (fp16 on GPU, fp32 on CPU), fp32, fp16, bf16
-    resolution: int = 512  # renders are resized (bilinear) to this square size before the VAE
+    dtype: str = choice("auto", among=("auto", *DTYPES))  # auto (fp16 on GPU, fp32 on CPU), fp32, fp16, bf16
+    resolution: int = bounded(512, low=8, multiple_of=8)  # renders are resized (bilinear) to this square size before the VAE
     latent_input: bool = False  # take renders as [B,h,w,4] latents directly (no VAE), as Latent-NeRF
 
 
@@ -55,8 +56,6 @@ class LatentDiffusionGuidance(LazyPlacement, DistillationGuidance):
         super().__init__(cfg)
         cfg = self.cfg
         check_options(cfg)
-        if cfg.resolution % 8:
-            raise ValueError(f"guidance.resolution must be a multiple of 8 (the VAE's factor), got {cfg.resolution}")
         self.dtype = resolve_dtype(cfg.dtype, torch.cuda.is_available())
         if models is None:
             models = self.load_models()

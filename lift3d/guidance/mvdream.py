@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lift3d.config import bounded
 from lift3d.guidance.latent import LatentDiffusionConfig, LatentDiffusionGuidance
 from lift3d.guidance.loading import CONFIG_KEY, DiffusionModels, ModelLoadError, load_stable_diffusion
 from lift3d.guidance.multiview import (
@@ -71,10 +72,11 @@ class MVDreamConfig(LatentDiffusionConfig, PromptConfig):
     """SDS from an MVDream model (threestudio's mvdream-sd21 defaults)."""
 
     pretrained_model_name_or_path: str = ""  # diffusers folder (or hub id) of an MVDream model (16-input camera projection)
-    n_views: int = 4  # views of one object denoised together (consecutive renders of a batch; MVDream: 4)
+    n_views: int = bounded(4, low=1)  # views of one object denoised together (consecutive renders of a batch; MVDream: 4)
     resolution: int = 256  # MVDream works at 256x256 (32x32 latents)
     guidance_scale: float = 50.0  # CFG scale (threestudio's mvdream-sd21)
-    guidance_rescale: float = 0.5  # rescale the CFG x0 estimate towards the conditional one's std per object (0: off)
+    # rescale the CFG x0 estimate towards the conditional one's std per object (0: off)
+    guidance_rescale: float = bounded(0.5, low=0, high=1)
     weighting: str = "recon"  # w(t): recon sqrt((1-a)/a) (MVDream's x0-reconstruction loss), sds, uniform, fantasia3d
     negative_prompt: str = NEGATIVE_PROMPT  # the unconditional text
     view_dependent_prompting: bool = False  # the camera embedding says the view; no ", front view" suffixes
@@ -89,10 +91,6 @@ class MVDreamGuidance(LatentDiffusionGuidance):
     def __init__(self, cfg: Any = None, models: DiffusionModels | None = None) -> None:
         super().__init__(cfg, models)
         cfg = self.cfg
-        if cfg.n_views < 1:
-            raise ValueError(f"guidance.n_views must be >= 1, got {cfg.n_views}")
-        if not 0.0 <= cfg.guidance_rescale <= 1.0:
-            raise ValueError(f"guidance.guidance_rescale must be in [0, 1], got {cfg.guidance_rescale}")
         if cfg.perp_neg:
             raise ValueError("guidance.perp_neg is for single-view Stable Diffusion; MVDream's camera embedding sets the view")
         check_mvdream_unet(self.unet, cfg.pretrained_model_name_or_path)

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from lift3d.config import ConfigError, choice
+
 log = logging.getLogger(__name__)
 
 ATTENTION = ("sdpa", "xformers", "default")
@@ -30,35 +32,33 @@ class ModelOptionsConfig:
     it, the eager UNet forward is captured as CUDA graphs in seconds.
     """
 
-    attention: str = "sdpa"  # sdpa (PyTorch scaled_dot_product_attention), xformers (if installed, else sdpa), default
-    vae_attention: str = "math"  # the VAE's attention: math (matmuls + softmax), sdpa, or same (as attention)
+    # sdpa (PyTorch scaled_dot_product_attention), xformers (if installed, else sdpa), default
+    attention: str = choice("sdpa", among=ATTENTION)
+    # the VAE's attention: math (matmuls + softmax), sdpa, or same (as attention)
+    vae_attention: str = choice("math", among=VAE_ATTENTION)
     attention_slicing: bool = False  # compute attention in slices: less memory, slower (replaces the attention kernel)
     vae_slicing: bool = False  # run the VAE one image at a time: less memory for large batches
-    cpu_offload: str = "none"  # none, model (UNet in CPU memory between calls) or sequential (layer by layer)
+    # none, model (UNet in CPU memory between calls) or sequential (layer by layer)
+    cpu_offload: str = choice("none", among=OFFLOAD)
     channels_last: bool = True  # channels-last memory format for UNet and VAE (faster fp16/bf16 convolutions on GPUs)
     fuse_qkv: bool = False  # fuse the attention q/k/v projections into one matmul (not with VSD's LoRA)
     compile: bool = False  # torch.compile the UNet (and the VAE encoder, see compile_vae); CUDA only, skipped on CPU
     compile_vae: bool = True  # with compile: also compile the VAE encode (forward and backward)
-    compile_mode: str = "default"  # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs, ...
+    # torch.compile mode when cuda_graphs is off: default, max-autotune-no-cudagraphs, ...
+    compile_mode: str = choice("default", among=COMPILE_MODES)
     compile_fallback: bool = True  # if compiling fails (no compiler, unsupported op), warn once and run eagerly
     cuda_graphs: bool = False  # replay the UNet as CUDA graphs (no kernel-launch overhead), with or without compile
     cudnn_benchmark: bool = True  # let cuDNN time and pick the fastest convolution algorithms (CUDA only)
 
 
 def check_options(cfg: ModelOptionsConfig) -> None:
-    """Reject option values and combinations that cannot work, naming the fix."""
-    if cfg.attention not in ATTENTION:
-        raise ValueError(f"guidance.attention must be one of {', '.join(ATTENTION)}, got '{cfg.attention}'")
-    if cfg.vae_attention not in VAE_ATTENTION:
-        raise ValueError(f"guidance.vae_attention must be one of {', '.join(VAE_ATTENTION)}, got '{cfg.vae_attention}'")
-    if cfg.cpu_offload not in OFFLOAD:
-        raise ValueError(f"guidance.cpu_offload must be one of {', '.join(OFFLOAD)}, got '{cfg.cpu_offload}'")
+    """Reject option combinations that cannot work, naming the fix (each option's choices are declared on its field)."""
     if cfg.cpu_offload != "none" and cfg.compile:
-        raise ValueError("guidance.cpu_offload moves the UNet's weights every call, which defeats guidance.compile: turn one off")
-    if cfg.compile_mode not in COMPILE_MODES:
-        raise ValueError(f"guidance.compile_mode must be one of {', '.join(COMPILE_MODES)}, got '{cfg.compile_mode}'")
+        raise ConfigError("system.guidance.cpu_offload moves the UNet's weights every call, which defeats "
+                          "system.guidance.compile: turn one off, e.g. system.guidance.compile=false")
     if cfg.fuse_qkv and cfg.attention_slicing:
-        raise ValueError("guidance.fuse_qkv and guidance.attention_slicing each replace the attention kernel: pick one")
+        raise ConfigError("system.guidance.fuse_qkv and system.guidance.attention_slicing each replace the attention "
+                          "kernel: pick one, e.g. system.guidance.attention_slicing=false")
 
 
 def sdpa_processors(model: Any) -> dict[str, Any]:

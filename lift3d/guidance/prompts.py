@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import c2w_to_spherical
+from lift3d.config import bounded
 from lift3d.saving import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,14 @@ class PromptConfig:
     prompt: str = ""  # what to make, e.g. "a DSLR photo of a hamburger"
     negative_prompt: str = ""  # the unconditional text ("" is Stable Diffusion's usual empty prompt)
     view_dependent_prompting: bool = True  # append ", front view" / side / back / overhead / bottom by camera angle
-    front_angle_deg: float = 60.0  # width of the front (and back) azimuth arc, as stable-dreamfusion's --angle_front
-    overhead_angle_deg: float = 30.0  # views this close to a pole are overhead / bottom, as --angle_overhead
+    # width of the front (and back) azimuth arc, as stable-dreamfusion's --angle_front
+    front_angle_deg: float = bounded(60.0, low=0, high=360)
+    # views this close to a pole are overhead / bottom, as --angle_overhead
+    overhead_angle_deg: float = bounded(30.0, low=0, high=90)
     view_interpolation: bool = False  # blend front->side->back embeddings by azimuth instead of switching
     perp_neg: bool = False  # Perp-Neg: steer away from the other views' prompts (their perpendicular part only)
-    perp_neg_weight: float = 2.0  # strength of a negative view prompt far from the current view
-    perp_neg_decay: float = 2.0  # a negative's weight is perp_neg_weight * exp(-decay * closeness to that view)
+    perp_neg_weight: float = bounded(2.0, low=0)  # strength of a negative view prompt far from the current view
+    perp_neg_decay: float = bounded(2.0, low=0)  # a negative's weight is perp_neg_weight * exp(-decay * closeness to that view)
     prompt_cache_dir: str = ""  # embedding cache ("": $LIFT3D_CACHE/text_embeddings or ~/.cache/lift3d/...; "none": off)
 
 

@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.config import bounded
 from lift3d.guidance.loading import DiffusionModels
 from lift3d.guidance.score import add_noise, to_epsilon, training_target
 from lift3d.guidance.sds import StableDiffusionConfig, StableDiffusionGuidance
@@ -35,15 +36,16 @@ class VSDConfig(StableDiffusionConfig):
     """VSD: the Stable Diffusion options plus the LoRA model of the renders."""
 
     guidance_scale: float = 7.5  # classifier-free guidance scale of the pretrained estimate (ProlificDreamer: 7.5)
-    lora_rank: int = 4  # rank of the LoRA adapters on the UNet's attention projections
-    lora_alpha: float = 4.0  # LoRA scale numerator (the update is scaled by lora_alpha / lora_rank)
-    lora_lr: float = 1e-3  # learning rate of the LoRA and camera-MLP optimizer (AdamW)
-    lora_weight_decay: float = 0.0  # AdamW weight decay of the LoRA optimizer
-    lora_steps: int = 1  # LoRA updates per guidance call
-    lora_max_step_percent: float = 1.0  # the LoRA trains on t ~ U[0, this * T)
+    lora_rank: int = bounded(4, low=1)  # rank of the LoRA adapters on the UNet's attention projections
+    lora_alpha: float = bounded(4.0, above=0)  # LoRA scale numerator (the update is scaled by lora_alpha / lora_rank)
+    lora_lr: float = bounded(1e-3, low=0)  # learning rate of the LoRA and camera-MLP optimizer (AdamW)
+    lora_weight_decay: float = bounded(0.0, low=0)  # AdamW weight decay of the LoRA optimizer
+    lora_steps: int = bounded(1, low=0)  # LoRA updates per guidance call
+    lora_max_step_percent: float = bounded(1.0, above=0, high=1)  # the LoRA trains on t ~ U[0, this * T)
     camera_condition: bool = True  # condition the LoRA model on the camera (c2w) through an MLP
-    camera_dropout: float = 0.1  # probability of training a view without its camera (keeps an unconditional mode)
-    camera_hidden: int = 256  # hidden width of the camera MLP
+    # probability of training a view without its camera (keeps an unconditional mode)
+    camera_dropout: float = bounded(0.1, low=0, high=1)
+    camera_hidden: int = bounded(256, low=1)  # hidden width of the camera MLP
 
 
 class CameraEmbedding(nn.Module):

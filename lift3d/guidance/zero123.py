@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lift3d.config import choice
 from lift3d.guidance.latent import LatentDiffusionConfig, LatentDiffusionGuidance
 from lift3d.guidance.loading import frozen, hub_offline, load_part, model_key
 from lift3d.guidance.score import classifier_free_guidance, to_epsilon
@@ -125,7 +126,8 @@ class Zero123Config(LatentDiffusionConfig):
     """SDS from a Zero123-family model; the reference image and its camera come from the system."""
 
     pretrained_model_name_or_path: str = "ashawkey/zero123-xl-diffusers"  # hub id or local diffusers folder (Zero123 layout)
-    camera_embedding: str = "zero123"  # zero123 (Zero123, Zero123-XL) or stable-zero123 (Stable Zero123)
+    # zero123 (Zero123, Zero123-XL) or stable-zero123 (Stable Zero123)
+    camera_embedding: str = choice("zero123", among=CAMERA_EMBEDDINGS)
     resolution: int = 256  # Zero123 works at 256x256 (32x32 latents)
     guidance_scale: float = 3.0  # CFG scale over the image + camera condition (threestudio's default)
 
@@ -138,9 +140,6 @@ class Zero123Guidance(LatentDiffusionGuidance):
 
     def __init__(self, cfg: Any = None, models: Zero123Models | None = None) -> None:
         super().__init__(cfg, models)
-        if self.cfg.camera_embedding not in CAMERA_EMBEDDINGS:
-            raise ValueError(f"guidance.camera_embedding must be one of {', '.join(CAMERA_EMBEDDINGS)}, "
-                             f"got {self.cfg.camera_embedding!r}")
         self.reference_camera: tuple[float, float, float] | None = None
         self._reference: tuple[Tensor, Tensor] | None = None  # (CLIP embedding [1, D], latents [1, 4, h, w])
         self._reference_device: torch.device | None = None  # where they were computed

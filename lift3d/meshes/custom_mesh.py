@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.meshes.io import load_mesh_in_frame
+from lift3d.config import bounded, choice
+from lift3d.meshes.io import AXES, load_mesh_in_frame
 from lift3d.meshes.mesh import Mesh
 from lift3d.meshes.texture_field import interpolate_corners, surface_samples
 from lift3d.registry import find, register
@@ -26,9 +27,9 @@ from lift3d.registry import find, register
 class CustomMeshConfig:
     path: str = ""  # the mesh file (.obj, .glb, .gltf, .ply, ...)
     normalize: bool = True  # center the bounding box at the origin and scale its largest half side to half_extent
-    half_extent: float = 0.5  # half side of the normalized box, scene units
-    up_axis: str = "+y"  # the file's up axis (+y for glTF and most OBJ exports), mapped to world +z
-    front_axis: str = "+z"  # the file's front axis, mapped to world +x (seen by the camera at azimuth 0)
+    half_extent: float = bounded(0.5, above=0)  # half side of the normalized box, scene units
+    up_axis: str = choice("+y", among=AXES)  # the file's up axis (+y for glTF and most OBJ exports), mapped to world +z
+    front_axis: str = choice("+z", among=AXES)  # the file's front axis, mapped to world +x (seen by the camera at azimuth 0)
     keep_uvs: bool = True  # exports bake into the file's own UVs when it has them (false: a new xatlas atlas)
     texture_type: str = "hash-grid-texture"  # registered texture field, forward(points [N, 3]) -> features [N, C]
     texture: dict = field(default_factory=dict)  # the texture field's config

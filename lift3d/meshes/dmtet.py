@@ -17,6 +17,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.config import bounded, choice
 from lift3d.meshes.marching_tets import marching_tets
 from lift3d.meshes.mesh import Mesh
 from lift3d.meshes.regularizers import sdf_sign_flip
@@ -26,12 +27,13 @@ from lift3d.registry import find, register
 
 @dataclass
 class DMTetConfig:
-    grid_resolution: int = 64  # cubes per grid axis: (N+1)^3 vertices, 6 N^3 tets (64: ~275k vertices, 1.6M tets)
-    radius: float = 1.0  # the grid spans [-radius, radius]^3 (match the previous stage's bounding box)
+    grid_resolution: int = bounded(64, low=1)  # cubes per grid axis: (N+1)^3 vertices, 6 N^3 tets (64: ~275k vertices, 1.6M tets)
+    radius: float = bounded(1.0, above=0)  # the grid spans [-radius, radius]^3 (match the previous stage's bounding box)
     deformable: bool = True  # learn a per-vertex offset of the grid
-    deformation_scale: float = 0.5  # largest offset, in grid cells (tanh-bounded; < 0.5 keeps tets from folding)
-    shape_init: str = "sphere"  # initial SDF: sphere (radius shape_init_radius) or none (all outside; set it later)
-    shape_init_radius: float = 0.5  # radius of the initial sphere
+    deformation_scale: float = bounded(0.5, low=0)  # largest offset, in grid cells (tanh-bounded; < 0.5 keeps tets from folding)
+    # initial SDF: sphere (radius shape_init_radius) or none (all outside; set it later)
+    shape_init: str = choice("sphere", "none")
+    shape_init_radius: float = bounded(0.5, above=0)  # radius of the initial sphere
     fix_geometry: bool = False  # freeze SDF and deformation (texture-only stages); the mesh is then cached
     texture_type: str = ""  # registered texture field, forward(points [N, 3]) -> features [N, C]; empty: none
     texture: dict = field(default_factory=dict)  # the texture field's config
@@ -46,8 +48,6 @@ class DMTetGeometry(BaseModule):
     def __init__(self, cfg=None) -> None:
         super().__init__(cfg)
         cfg = self.cfg
-        if cfg.radius <= 0 or cfg.deformation_scale < 0:
-            raise ValueError("dmtet needs radius > 0 and deformation_scale >= 0")
         vertices, tets = tet_grid(cfg.grid_resolution, cfg.radius)
         self.register_buffer("grid_vertices", vertices, persistent=False)  # regenerated from the config
         self.register_buffer("tets", tets, persistent=False)
@@ -57,8 +57,6 @@ class DMTetGeometry(BaseModule):
             self.sdf.requires_grad_(False)
         if cfg.shape_init == "sphere":
             self.initialize_from_sdf(lambda p: p.norm(dim=-1) - cfg.shape_init_radius)
-        elif cfg.shape_init != "none":
-            raise ValueError(f"dmtet shape_init must be 'sphere' or 'none', got '{cfg.shape_init}'")
         self.texture = find(cfg.texture_type)(cfg.texture) if cfg.texture_type else None
         self._edges: Tensor | None = None
         self._cached: Mesh | None = None

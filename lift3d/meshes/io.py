@@ -35,6 +35,7 @@ class FileFrame:
 
 
 _AXES = {"+x": (1, 0, 0), "-x": (-1, 0, 0), "+y": (0, 1, 0), "-y": (0, -1, 0), "+z": (0, 0, 1), "-z": (0, 0, -1)}
+AXES = tuple(_AXES)  # the names a mesh file's up and front axes take
 
 
 def axis_rotation(up_axis: str = "+y", front_axis: str = "+z") -> np.ndarray:

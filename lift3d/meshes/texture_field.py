@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.config import bounded
 from lift3d.fields.encodings import HashGrid, HashGridConfig
 from lift3d.fields.mlp import MLP
 from lift3d.progress import Stage
@@ -26,12 +27,12 @@ from lift3d.registry import register
 class HashGridTextureConfig:
     """Features over the cube [-radius, radius]^3."""
 
-    radius: float = 1.0  # half side of the cube the hash grid covers, scene units (match the geometry's)
-    n_output_dims: int = 3  # features handed to the material (3: albedo)
+    radius: float = bounded(1.0, above=0)  # half side of the cube the hash grid covers, scene units (match the geometry's)
+    n_output_dims: int = bounded(3, low=1)  # features handed to the material (3: albedo)
     encoding: HashGridConfig = field(default_factory=HashGridConfig)  # the multiresolution hash grid
-    hidden_dim: int = 64  # width of the MLP
-    n_hidden_layers: int = 1  # hidden layers of the MLP
-    query_chunk: int = 262144  # points per chunk in ``features`` queries (bounds memory)
+    hidden_dim: int = bounded(64, low=1)  # width of the MLP
+    n_hidden_layers: int = bounded(1, low=0)  # hidden layers of the MLP
+    query_chunk: int = bounded(262144, low=1)  # points per chunk in ``features`` queries (bounds memory)
 
 
 @register("hash-grid-texture")
@@ -43,8 +44,6 @@ class HashGridTexture(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.radius <= 0 or c.n_output_dims < 1:
-            raise ValueError(f"hash-grid-texture needs radius > 0 and n_output_dims >= 1, got {c.radius}, {c.n_output_dims}")
         self.encoding = HashGrid(c.encoding)
         self.mlp = MLP(self.encoding.output_dim, c.n_output_dims, c.hidden_dim, c.n_hidden_layers)
 

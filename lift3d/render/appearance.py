@@ -21,6 +21,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
+from lift3d.config import bounded, choice
 from lift3d.data.formats import is_object_centric
 from lift3d.metrics import psnr, ssim
 
@@ -37,9 +38,11 @@ class AppearanceConfig:
     held-out photo's left half and scores the right half; ``mean`` scores the whole render as is (the mean transform).
     """
 
-    enabled: str = "false"  # auto (on for real captures, off for Blender-layout objects), true or false
-    eval: str = "left-half"  # held-out scoring when on: left-half (fit on the left, score the right) or mean
-    fit_ridge: float = 1e-3  # left-half fit: pull towards the identity, per pixel (keeps flat halves well posed)
+    # auto (on for real captures, off for Blender-layout objects), true or false
+    enabled: str = choice("false", among=ENABLED, fold_case=True)
+    # held-out scoring when on: left-half (fit on the left, score the right) or mean
+    eval: str = choice("left-half", among=EVAL_MODES)
+    fit_ridge: float = bounded(1e-3, low=0)  # left-half fit: pull towards the identity, per pixel (keeps flat halves well posed)
 
 
 # ----------------------------------------------------------------------------------- the math
@@ -132,9 +135,6 @@ class PhotoAppearance(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        resolve_enabled(self.cfg.enabled, None)  # refuse a bad value when the system is built, not at set-up
-        if self.cfg.eval not in EVAL_MODES:
-            raise ValueError(f"appearance.eval must be one of {', '.join(EVAL_MODES)}, got {self.cfg.eval!r}")
         self.delta = nn.Parameter(torch.zeros(0, 3, 4))
 
     @property

@@ -6,7 +6,7 @@ random-color augmentation draws one color per view (per call for a flat ray batc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,7 +14,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import ConfigError
+from lift3d.config import bounded, choice
 from lift3d.fields.encodings import frequency_encode, frequency_output_dim
 from lift3d.fields.mlp import MLP
 from lift3d.registry import register
@@ -39,10 +39,11 @@ def random_color_augment(colors: Tensor, probability: float, group: int = 1) -> 
 class SolidColorConfig:
     """One color everywhere."""
 
-    color: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB in 0..1
+    color: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # RGB in 0..1
     learned: bool = False  # optimize the color
-    random_probability: float = 0.0  # training: chance per view of a random color instead (augmentation)
-    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
+    random_probability: float = bounded(0.0, low=0, high=1)  # training: chance per view of a random color instead (augmentation)
+    # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
+    random_group: int = bounded(1, low=1)
 
 
 @register("solid-color")
@@ -53,8 +54,6 @@ class SolidColorBackground(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        if len(self.cfg.color) != 3:
-            raise ValueError(f"solid-color color must be 3 values (RGB), got {self.cfg.color}")
         color = torch.tensor([float(v) for v in self.cfg.color])
         if self.cfg.learned:
             self.color = nn.Parameter(color)
@@ -72,14 +71,17 @@ class SolidColorBackground(BaseModule):
 class NeuralEnvironmentConfig:
     """A small MLP from view direction to color (an environment map learned with the scene)."""
 
-    encoding: str = "spherical_harmonics"  # spherical_harmonics or frequency
-    sh_degree: int = 2  # highest spherical-harmonic degree (0..4) when encoding is spherical_harmonics
-    n_frequencies: int = 4  # frequencies when encoding is frequency
-    hidden_dim: int = 32  # MLP width
-    n_hidden_layers: int = 2  # MLP hidden layers
-    random_probability: float = 0.5  # training: chance per view of a random solid color instead (augmentation)
-    random_group: int = 1  # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
-    eval_color: list = field(default_factory=list)  # outside training: this RGB instead of the network ([]: the network)
+    encoding: str = choice("spherical_harmonics", "frequency")  # of the view direction
+    sh_degree: int = bounded(2, low=0, high=4)  # highest spherical-harmonic degree when encoding is spherical_harmonics
+    n_frequencies: int = bounded(4, low=1)  # frequencies when encoding is frequency
+    hidden_dim: int = bounded(32, low=1)  # MLP width
+    n_hidden_layers: int = bounded(2, low=0)  # MLP hidden layers
+    # training: chance per view of a random solid color instead (augmentation)
+    random_probability: float = bounded(0.5, low=0, high=1)
+    # consecutive views sharing one random draw (4 = data.n_views: one per object, as MVDream)
+    random_group: int = bounded(1, low=1)
+    # outside training: this RGB instead of the network ([]: the network)
+    eval_color: list = bounded([], low=0, high=1, lengths=(0, 3))
 
 
 @register("neural-environment")
@@ -92,16 +94,9 @@ class NeuralEnvironmentBackground(BaseModule):
         super().__init__(cfg)
         c = self.cfg
         if c.encoding == "spherical_harmonics":
-            if not 0 <= c.sh_degree <= MAX_BASIS_DEGREE:
-                raise ConfigError(f"system.background.sh_degree must be 0..{MAX_BASIS_DEGREE} (the highest spherical-harmonic "
-                                  f"degree: 2 encodes 9 values), got {c.sh_degree}: e.g. system.background.sh_degree=2")
             input_dim = num_bases(c.sh_degree, MAX_BASIS_DEGREE)
-        elif c.encoding == "frequency":
-            input_dim = frequency_output_dim(3, c.n_frequencies)
         else:
-            raise ValueError(f"neural-environment encoding must be spherical_harmonics or frequency, got '{c.encoding}'")
-        if c.eval_color and len(c.eval_color) != 3:
-            raise ValueError(f"neural-environment eval_color must be [] or 3 values, got {c.eval_color}")
+            input_dim = frequency_output_dim(3, c.n_frequencies)
         self.mlp = MLP(input_dim, 3, c.hidden_dim, c.n_hidden_layers)
 
     def encode(self, dirs: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ positions [N, 3], light_positions [N, 3] | None, shading=None) -> rgb [N, 3]`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import ConfigError
-from lift3d.fields.mlp import MLP, activation
+from lift3d.config import ConfigError, bounded, choice
+from lift3d.fields.mlp import ACTIVATIONS, MLP, activation
 from lift3d.registry import register
 from lift3d.rng import step_generator
 from lift3d.sh import MAX_BASIS_DEGREE, num_bases, sh_bases
@@ -35,8 +35,8 @@ def lambertian(albedo: Tensor, normals: Tensor, light_dirs: Tensor, ambient: Ten
 class EmissionConfig:
     """Color is the features themselves."""
 
-    n_input_dims: int = 3  # features used (the first three are the color)
-    color_activation: str = "sigmoid"  # applied to the features: sigmoid or none
+    n_input_dims: int = bounded(3, low=3)  # features used (the first three are the color)
+    color_activation: str = choice("sigmoid", among=ACTIVATIONS)  # applied to the features: sigmoid or none
 
 
 @register("emission")
@@ -58,15 +58,18 @@ class EmissionMaterial(BaseModule):
 class DiffuseConfig:
     """Albedo from features, lit by a point (or directional) light plus ambient; DreamFusion's random shading."""
 
-    ambient_light_color: list = field(default_factory=lambda: [0.1, 0.1, 0.1])  # ambient RGB
-    diffuse_light_color: list = field(default_factory=lambda: [0.9, 0.9, 0.9])  # light RGB
-    light_type: str = "point"  # point (direction towards light_positions) or directional (light_positions is a direction)
-    albedo_probability: float = 0.2  # training: chance a step renders plain albedo
-    textureless_probability: float = 0.4  # training: chance a step renders white albedo, lit (the rest: lambertian)
-    ambient_only_steps: int = 0  # training steps that render plain albedo before random shading starts
-    eval_shading: str = "lambertian"  # shading used outside training: albedo, lambertian or textureless
-    color_activation: str = "sigmoid"  # applied to features[:, :3] to give albedo
-    default_light_position: list = field(default_factory=lambda: [10.0, 10.0, 10.0])  # used when a batch gives no light
+    ambient_light_color: list = bounded([0.1, 0.1, 0.1], low=0, lengths=(3,))  # ambient RGB
+    diffuse_light_color: list = bounded([0.9, 0.9, 0.9], low=0, lengths=(3,))  # light RGB
+    # point (direction towards light_positions) or directional (light_positions is a direction)
+    light_type: str = choice("point", "directional")
+    albedo_probability: float = bounded(0.2, low=0, high=1)  # training: chance a step renders plain albedo
+    # training: chance a step renders white albedo, lit (the rest: lambertian)
+    textureless_probability: float = bounded(0.4, low=0, high=1)
+    ambient_only_steps: int = bounded(0, low=0)  # training steps that render plain albedo before random shading starts
+    # shading used outside training: albedo, lambertian or textureless
+    eval_shading: str = choice("lambertian", among=SHADING_MODES)
+    color_activation: str = choice("sigmoid", among=ACTIVATIONS)  # applied to features[:, :3] to give albedo
+    default_light_position: list = bounded([10.0, 10.0, 10.0], lengths=(3,))  # used when a batch gives no light
 
 
 @register("diffuse")
@@ -79,12 +82,10 @@ class DiffuseMaterial(BaseModule):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.light_type not in ("point", "directional"):
-            raise ValueError(f"diffuse light_type must be point or directional, got '{c.light_type}'")
-        if c.eval_shading not in SHADING_MODES:
-            raise ValueError(f"eval_shading must be one of {', '.join(SHADING_MODES)}, got '{c.eval_shading}'")
-        if min(c.albedo_probability, c.textureless_probability) < 0 or c.albedo_probability + c.textureless_probability > 1:
-            raise ValueError("albedo_probability and textureless_probability must be >= 0 and sum to at most 1")
+        if c.albedo_probability + c.textureless_probability > 1:
+            raise ConfigError(f"system.material.albedo_probability + textureless_probability must be at most 1, got "
+                              f"{c.albedo_probability} + {c.textureless_probability}: e.g. "
+                              "system.material.albedo_probability=0.2 system.material.textureless_probability=0.4")
         self.register_buffer("ambient", torch.tensor(list(c.ambient_light_color), dtype=torch.float32), persistent=False)
         self.register_buffer("diffuse", torch.tensor(list(c.diffuse_light_color), dtype=torch.float32), persistent=False)
         self.register_buffer("default_light", torch.tensor(list(c.default_light_position), dtype=torch.float32), persistent=False)
@@ -129,7 +130,7 @@ class DiffuseMaterial(BaseModule):
 class NormalShadingConfig:
     """Color shows the normal."""
 
-    space: str = "world"  # world normals mapped (n + 1) / 2
+    space: str = choice("world")  # world normals mapped (n + 1) / 2
 
 
 @register("normal-shading")
@@ -153,11 +154,12 @@ class NormalShadingMaterial(BaseModule):
 class NeuralRadianceConfig:
     """View-dependent color: an MLP on features + spherical harmonics of the view direction (Instant-NGP)."""
 
-    n_input_dims: int = 15  # feature dims taken from the field (the field's n_feature_dims)
-    sh_degree: int = 3  # highest spherical-harmonic degree of the view-direction encoding, 0..4 ((degree+1)**2 values)
-    hidden_dim: int = 64  # MLP width
-    n_hidden_layers: int = 2  # MLP hidden layers
-    color_activation: str = "sigmoid"  # output activation
+    n_input_dims: int = bounded(15, low=0)  # feature dims taken from the field (the field's n_feature_dims)
+    # highest spherical-harmonic degree of the view-direction encoding ((degree+1)**2 values)
+    sh_degree: int = bounded(3, low=0, high=4)
+    hidden_dim: int = bounded(64, low=1)  # MLP width
+    n_hidden_layers: int = bounded(2, low=0)  # MLP hidden layers
+    color_activation: str = choice("sigmoid", among=ACTIVATIONS)  # output activation
 
 
 @register("neural-radiance")
@@ -169,9 +171,6 @@ class NeuralRadianceMaterial(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        if not 0 <= self.cfg.sh_degree <= MAX_BASIS_DEGREE:
-            raise ConfigError(f"system.material.sh_degree must be 0..{MAX_BASIS_DEGREE} (the highest spherical-harmonic "
-                              f"degree: 3 encodes 16 values), got {self.cfg.sh_degree}: e.g. system.material.sh_degree=3")
         n_sh = num_bases(self.cfg.sh_degree, MAX_BASIS_DEGREE)
         self.mlp = MLP(self.cfg.n_input_dims + n_sh, 3, self.cfg.hidden_dim, self.cfg.n_hidden_layers)
 

@@ -20,10 +20,9 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras
-from lift3d.config import scheduled
+from lift3d.config import bounded, choice, scheduled
 from lift3d.data.formats import is_photographed
 from lift3d.rotations import so3_exp
-from lift3d.schedule import is_schedule, validate_schedule
 
 ENABLED = ("auto", "true", "false")
 # layouts of captures posed by structure from motion (photo folders and videos reach the systems as COLMAP models)
@@ -38,9 +37,11 @@ class PoseRefinementConfig:
     step at most; a schedule warms it up as the scene takes shape.
     """
 
-    enabled: str = "false"  # auto (on for captures posed by structure from motion), true or false
-    lr: Any = scheduled(1e-4)  # Adam learning rate of the corrections (a schedule warms it up)
-    weight_decay: float = 1e-6  # pull of the corrections towards zero (L2 in Adam's gradient, as gsplat's pose_opt_reg)
+    # auto (on for captures posed by structure from motion), true or false
+    enabled: str = choice("false", among=ENABLED, fold_case=True)
+    lr: Any = scheduled(1e-4, low=0)  # Adam learning rate of the corrections (a schedule warms it up from 0)
+    # pull of the corrections towards zero (L2 in Adam's gradient, as gsplat's pose_opt_reg)
+    weight_decay: float = bounded(1e-6, low=0)
 
 
 # ----------------------------------------------------------------------------------- the math
@@ -90,13 +91,6 @@ class PoseCorrections(BaseModule):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        resolve_enabled(self.cfg.enabled, None)  # refuse a bad value when the system is built, not at set-up
-        lr = self.cfg.lr
-        if is_schedule(lr):
-            validate_schedule(lr)
-        if not (is_schedule(lr) or lr > 0) or not self.cfg.weight_decay >= 0:
-            raise ValueError(f"pose_refinement needs lr > 0 (or a schedule) and weight_decay >= 0, got {lr} and "
-                             f"{self.cfg.weight_decay}: e.g. system.pose_refinement.lr=1e-4")
         self.delta = nn.Parameter(torch.zeros(0, 6), requires_grad=False)
         self.register_buffer("extent", torch.ones(()))
 

@@ -135,8 +135,6 @@ def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: An
             AnnounceCallback(run_dir),
             ProgressFileCallback(run_dir),
         ]
-        if cfg.checkpoint.every_n_minutes < 0:
-            raise ConfigError(f"checkpoint.every_n_minutes must be >= 0 (0: off), got {cfg.checkpoint.every_n_minutes}")
         callbacks.append(StopAndSaveCallback(signals or StopSignals(), run_dir / "ckpts", cfg.checkpoint.save_last,
                                              cfg.checkpoint.every_n_minutes, every, tcfg.sigterm_check_every))
         callbacks += extra_callbacks

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
+from lift3d.config import bounded, choice
 from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, export_formats
 from lift3d.registry import find
@@ -35,6 +36,7 @@ from lift3d.systems.optim import (
 )
 
 log = logging.getLogger(__name__)
+MATMUL_PRECISIONS = ("", "highest", "high", "medium")  # torch.set_float32_matmul_precision's ("": leave torch's)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -53,11 +55,12 @@ class SystemConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # optimizer and per-group options
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # optional torch LR scheduler
     loss: LossConfig = field(default_factory=LossConfig)  # weights lambda_<term> of the loss terms
-    nonfinite_loss: str = "stop"  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
-    nonfinite_check_every: int = 1  # check the loss every N steps (each check is one host sync; 0: never)
-    video_fps: int = 30  # frame rate of the test orbit video
+    nonfinite_loss: str = choice("stop", "skip")  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
+    nonfinite_check_every: int = bounded(1, low=0)  # check the loss every N steps (each check is one host sync; 0: never)
+    video_fps: int = bounded(30, low=1)  # frame rate of the test orbit video
     export: ExportConfig = field(default_factory=ExportConfig)  # exported asset (formats, mesh options; lift3d export)
-    matmul_precision: str = ""  # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
+    # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
+    matmul_precision: str = choice("", among=MATMUL_PRECISIONS)
 
 
 def _finite_on_every_rank(total: Tensor) -> bool:

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import scheduled
+from lift3d.config import bounded, scheduled
 from lift3d.registry import register
 from lift3d.render.volume.regularizers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
@@ -34,10 +34,10 @@ LATENT_CHANNELS = 4  # Stable Diffusion's latent channels
 
 @dataclass
 class DreamFusionLoss(TextTo3DLoss):
-    lambda_orient: Any = scheduled(0.0)  # orientation penalty on normals facing away from the camera (often annealed up)
-    lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (empties space; too strong makes the object vanish)
-    lambda_entropy: Any = scheduled(0.0)  # binary entropy of rendered opacity (each ray either hits or misses)
-    lambda_z_variance: Any = scheduled(0.0)  # variance of sample depths along opaque rays (one surface per ray)
+    lambda_orient: Any = scheduled(0.0, low=0)  # orientation penalty on normals facing away from the camera (often annealed up)
+    lambda_sparsity: Any = scheduled(0.0, low=0)  # mean rendered opacity (empties space; too strong makes the object vanish)
+    lambda_entropy: Any = scheduled(0.0, low=0)  # binary entropy of rendered opacity (each ray either hits or misses)
+    lambda_z_variance: Any = scheduled(0.0, low=0)  # variance of sample depths along opaque rays (one surface per ray)
 
 
 @dataclass
@@ -50,7 +50,8 @@ class DreamFusionConfig(TextTo3DConfig):
     background: dict = dataclasses.field(default_factory=dict)  # its config
     renderer_type: str = "volume-renderer"  # registered renderer
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
-    latent_steps: int = 0  # first N steps render features[:4] as SD latents (needs field.n_feature_dims >= 4 and SD guidance)
+    # first N steps render features[:4] as SD latents (needs field.n_feature_dims >= 4 and SD guidance)
+    latent_steps: int = bounded(0, low=0)
     eval_normals: bool = True  # render normals for validation grids and test frames
     loss: DreamFusionLoss = dataclasses.field(default_factory=DreamFusionLoss)  # loss weights
 

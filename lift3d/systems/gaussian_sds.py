@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lift3d.config import ConfigError, bounded
 from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_color_fn, gaussian_sources
 from lift3d.export.grid import ColorFn
 from lift3d.gaussians.formats.ply import save_ply
@@ -33,6 +34,7 @@ from lift3d.systems.stages import take_gaussians
 from lift3d.systems.text_to_3d import TextTo3DConfig, TextTo3DSystem
 
 log = logging.getLogger(__name__)
+SDS_INITS = ("random", "auto", "points", "mesh", "ply")  # gaussians.init values a text-to-3D run can start from
 
 
 @dataclass
@@ -45,12 +47,13 @@ class GaussianSDSConfig(TextTo3DConfig):
     densify_type: str = "densify-3dgs"  # the densification strategy part
     densify: dict = dataclasses.field(default_factory=dict)  # its config
     init_fit_radius: bool = True  # init points/mesh: center the user's shape and scale it into a ball of gaussians.init_radius
-    scene_extent: float = 1.0  # object size for densification's clone/split and prune thresholds (world units)
-    background_color: list = dataclasses.field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGB the Gaussians are rendered over
+    scene_extent: float = bounded(1.0, above=0)  # object size for densification's clone/split and prune thresholds (world units)
+    background_color: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # RGB the Gaussians are rendered over
     # per view: a random solid color instead (the background cannot explain the object)
-    random_background_probability: float = 0.0
-    replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
-    cpu_threads: int = 0  # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
+    random_background_probability: float = bounded(0.0, low=0, high=1)
+    replica_check_every: int = bounded(0, low=0)  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
+    cpu_threads: int = bounded(0, low=0)
 
 
 def fit_in_ball(points: Tensor, radius: float) -> Tensor:
@@ -72,11 +75,10 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if not 0.0 <= c.random_background_probability <= 1.0:
-            raise ValueError(f"system.random_background_probability must be in [0, 1], got {c.random_background_probability}")
-        if len(c.background_color) != 3:
-            raise ValueError(f"system.background_color must be an RGB triple, got {list(c.background_color)}")
         self.gaussians = self.build_part(c.gaussians_type, c.gaussians)
+        if self.gaussians.cfg.init not in SDS_INITS:  # hull and sfm need photos, which text-to-3D has not
+            raise ConfigError(f"system.gaussians.init must be one of {', '.join(SDS_INITS)} for gaussian-sds, got "
+                              f"'{self.gaussians.cfg.init}': e.g. system.gaussians.init=random")
         self.renderer = self.build_part(c.renderer_type, c.renderer)
         self.densify = build_strategy(self, c.densify_type, c.densify)  # checkpointed through its checkpoint_state
         self._last_render: dict[str, Tensor] | None = None
@@ -109,8 +111,6 @@ class GaussianSDSSystem(ReplicatedGaussians, TextTo3DSystem):
         elif c.init == "ply":
             self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialize
             return
-        else:
-            raise ValueError(f"system.gaussians.init must be random, points, mesh or ply for gaussian-sds, got '{c.init}'")
         if c.init in ("points", "mesh") and self.cfg.init_fit_radius:
             points = fit_in_ball(points, c.init_radius or 0.5)
         self.gaussians.initialize(points, colors, generator)

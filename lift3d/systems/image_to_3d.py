@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 class ReferenceLoss:
     """Weights of the reference-view terms and of the optional second prior."""
 
-    lambda_ref_rgb: Any = scheduled(10000.0)  # mean squared error of the reference view's render against the photo
-    lambda_ref_mask: Any = scheduled(1000.0)  # mean squared error of its opacity against the photo's mask
-    lambda_sds_text: Any = scheduled(1.0)  # the second prior's SDS term (text_guidance_type)
+    lambda_ref_rgb: Any = scheduled(10000.0, low=0)  # mean squared error of the reference view's render against the photo
+    lambda_ref_mask: Any = scheduled(1000.0, low=0)  # mean squared error of its opacity against the photo's mask
+    lambda_sds_text: Any = scheduled(1.0, low=0)  # the second prior's SDS term (text_guidance_type)
 
 
 @dataclass

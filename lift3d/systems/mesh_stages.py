@@ -36,7 +36,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import scheduled
+from lift3d.config import bounded, choice, scheduled
 from lift3d.export import ExportSources
 from lift3d.export.grid import auto_threshold
 from lift3d.export.mesh import fill_cavities, keep_largest_regions
@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class MeshStageLoss(TextTo3DLoss):
-    lambda_normal_consistency: Any = scheduled(0.0)  # 1 - cos between normals of adjacent faces (smooth surfaces)
-    lambda_laplacian_smoothness: Any = scheduled(0.0)  # squared uniform Laplacian of the vertices (even triangles)
-    lambda_sdf_flip: Any = scheduled(0.0)  # DMTet: sign agreement across the surface's grid edges (fewer floaters)
+    lambda_normal_consistency: Any = scheduled(0.0, low=0)  # 1 - cos between normals of adjacent faces (smooth surfaces)
+    lambda_laplacian_smoothness: Any = scheduled(0.0, low=0)  # squared uniform Laplacian of the vertices (even triangles)
+    lambda_sdf_flip: Any = scheduled(0.0, low=0)  # DMTet: sign agreement across the surface's grid edges (fewer floaters)
 
 
 @dataclass
@@ -68,17 +68,18 @@ class MeshStageConfig(TextTo3DConfig):
     background: dict = dataclasses.field(default_factory=dict)  # its config
     renderer_type: str = "mesh-rasterizer"  # registered mesh renderer
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
-    guidance_input: str = "rgb"  # what the guidance sees: rgb (shaded render) or normal (world normals as (n + 1) / 2)
-    normal_background: list = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])  # RGB behind normal maps
+    # what the guidance sees: rgb (shaded render) or normal (world normals as (n + 1) / 2)
+    guidance_input: str = choice("rgb", "normal")
+    normal_background: list = bounded([0.0, 0.0, 0.0], low=0, high=1, lengths=(3,))  # RGB behind normal maps
     # NeRF -> DMTet: density level of the surface (None: the previous export.threshold, else automatic)
     isosurface_threshold: float | None = None
     isosurface_fill_holes: bool = False  # NeRF -> DMTet: fill enclosed empty pockets first (one outer surface for shells)
     # NeRF -> DMTet: keep only the k largest solid regions of the grid (0: all; 1 drops floaters)
-    isosurface_keep_components: int = 0
+    isosurface_keep_components: int = bounded(0, low=0)
     # fit the texture field to the previous stage's albedo (NeRF), copy it (mesh), or to a user mesh file's texture
     inherit_texture: bool = True
-    inherit_texture_steps: int = 500  # Adam steps of that fit
-    inherit_texture_points: int = 262144  # surface points it fits on
+    inherit_texture_steps: int = bounded(500, low=0)  # Adam steps of that fit
+    inherit_texture_points: int = bounded(262144, low=1)  # surface points it fits on
     loss: MeshStageLoss = dataclasses.field(default_factory=MeshStageLoss)  # loss weights
 
 
@@ -97,8 +98,6 @@ class MeshStageSystem(TextTo3DSystem):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.guidance_input not in ("rgb", "normal"):
-            raise ValueError(f"system.guidance_input must be rgb or normal, got '{c.guidance_input}'")
         self.geometry = self.build_part(c.geometry_type, c.geometry)
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)

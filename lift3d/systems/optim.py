@@ -10,19 +10,33 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from lift3d.config import choice
 from lift3d.schedule import is_schedule, scheduled_value, validate_schedule
+
+
+def optimizer_names() -> tuple[str, ...]:
+    """The optimizers of torch.optim (``optimizer.name``'s choices)."""
+    return tuple(name for name, cls in vars(torch.optim).items()
+                 if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer) and cls is not torch.optim.Optimizer)
+
+
+def scheduler_names() -> tuple[str, ...]:
+    """"" (none) and the LR schedulers of torch.optim.lr_scheduler (``scheduler.name``'s choices)."""
+    base = torch.optim.lr_scheduler.LRScheduler
+    return ("", *(name for name, cls in vars(torch.optim.lr_scheduler).items()
+                  if isinstance(cls, type) and issubclass(cls, base) and cls is not base and not name.startswith("_")))
 
 
 @dataclass
 class OptimizerConfig:
     """Which torch optimizer, its defaults, and per-group options keyed by attribute path."""
 
-    name: str = "Adam"  # any class in torch.optim (Adam, AdamW, SGD, ...)
+    name: str = choice("Adam", among=optimizer_names)  # any class in torch.optim (Adam, AdamW, SGD, ...)
     args: dict = field(default_factory=lambda: {"lr": 1e-3})  # defaults for every group (lr, betas, eps, ...)
     params: dict = field(default_factory=dict)  # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
     # auto: the optimizer's fused kernel when every parameter is on CUDA (one launch per group, and no host sync under
     # 16-mixed's grad scaler); always; never (torch's default)
-    fused: str = "auto"
+    fused: str = choice("auto", "always", "never")
     # Gaussian recipes whose step is a CUDA graph: Adam moves only the Gaussians the step's views drew (gsplat's visible_adam)
     visible_adam: bool = False
 
@@ -31,9 +45,10 @@ class OptimizerConfig:
 class SchedulerConfig:
     """An optional torch LR scheduler stepped every step (or epoch)."""
 
-    name: str = ""  # class in torch.optim.lr_scheduler ("" for none; scheduled group lrs need none)
+    # class in torch.optim.lr_scheduler ("" for none; scheduled group lrs need none)
+    name: str = choice("", among=scheduler_names)
     args: dict = field(default_factory=dict)  # passed to the scheduler
-    interval: str = "step"  # step or epoch
+    interval: str = choice("step", "epoch")  # step or epoch
 
 
 def resolve_attribute(root: nn.Module, path: str) -> Any:
@@ -158,6 +173,4 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig) -> d
     scheduler_cls = getattr(torch.optim.lr_scheduler, cfg.name, None)
     if scheduler_cls is None:
         raise ValueError(f"scheduler.name '{cfg.name}' is not in torch.optim.lr_scheduler")
-    if cfg.interval not in ("step", "epoch"):
-        raise ValueError(f"scheduler.interval must be step or epoch, got '{cfg.interval}'")
     return {"scheduler": scheduler_cls(optimizer, **cfg.args), "interval": cfg.interval}

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
-from lift3d.config import ConfigError, scheduled
+from lift3d.config import bounded, scheduled
 from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.gaussians.formats.ply import save_ply
@@ -42,8 +42,8 @@ warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_devic
 
 @dataclass
 class ReconstructGaussiansLoss(LossConfig):
-    lambda_l1: Any = scheduled(0.8)  # weight of the L1 photometric term
-    lambda_ssim: Any = scheduled(0.2)  # weight of D-SSIM = 1 - SSIM
+    lambda_l1: Any = scheduled(0.8, low=0)  # weight of the L1 photometric term
+    lambda_ssim: Any = scheduled(0.2, low=0)  # weight of D-SSIM = 1 - SSIM
 
 
 @dataclass
@@ -58,21 +58,21 @@ class ReconstructGaussiansConfig(SystemConfig):
     densify_type: str = "densify-3dgs"  # the densification strategy part
     densify: dict = field(default_factory=dict)  # its config
     extent_scaled_params: list = field(default_factory=lambda: ["gaussians.means"])  # optimizer groups whose lr is x scene extent
-    scene_extent: float = 0.0  # scene size for lr scaling and densification (0: from the data module's cameras)
+    scene_extent: float = bounded(0.0, low=0)  # scene size for lr scaling and densification (0: from the data module's cameras)
     # [[step, factor], ...]: from each step on, the captured training step trains on photos factor x smaller a side
     # (e.g. [[0, 4], [1000, 2], [3000, 1]]; []: full size; lift3d.gaussians.resolution_schedule)
     resolution_schedule: list = field(default_factory=list)
     # written when training ends; lift3d export takes any format
     export: ExportConfig = field(default_factory=lambda: ExportConfig(
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))
-    replica_check_every: int = 0  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
-    cpu_threads: int = 0  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
+    replica_check_every: int = bounded(0, low=0)  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    cpu_threads: int = bounded(0, low=0)  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device,
     # 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
     cuda_graphs: bool = True
     # captured steps: tile-intersection slots = this x the most any training view could need (each Gaussian at its
     # largest footprint), sized again at each capture
-    isect_headroom: float = 1.2
+    isect_headroom: float = bounded(1.2, low=1)
     # per-photo color transforms (enabled: auto|true|false; lift3d.render.appearance)
     appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
     # per-photo pose corrections (enabled: auto|true|false, lr; lift3d.render.pose_refinement)
@@ -120,9 +120,6 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         check_schedule(self.cfg.resolution_schedule)
         self.extent = self.cfg.scene_extent or 1.0
         self._last_render: dict[str, Tensor] | None = None
-        if self.cfg.isect_headroom < 1.0:
-            raise ConfigError(f"system.isect_headroom must be at least 1 (the intersection slots hold this times the most "
-                             f"any view needs), got {self.cfg.isect_headroom}")
         self.appearance = PhotoAppearance(self.cfg.appearance)  # sized for the training photos in setup when on
         self.pose_refinement = PoseCorrections(self.cfg.pose_refinement)  # likewise: training poses only
         self._graphs = GraphedSplatStep(self)

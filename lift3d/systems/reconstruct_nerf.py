@@ -15,24 +15,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lift3d.config import scheduled
+from lift3d.config import choice, scheduled
 from lift3d.export import ExportConfig
 from lift3d.registry import register
 from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
 from lift3d.systems.appearance import AppearanceHooks
-from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.base import MATMUL_PRECISIONS, BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.field_queries import FieldQueries
 
 
 @dataclass
 class ReconstructNerfLoss(LossConfig):
-    lambda_rgb: Any = scheduled(1.0)  # photometric loss on the composited color
-    lambda_alpha: Any = scheduled(0.0)  # MSE between rendered opacity and the photo's alpha (object masks)
-    lambda_sparsity: Any = scheduled(0.0)  # mean rendered opacity (discourages floaters)
+    lambda_rgb: Any = scheduled(1.0, low=0)  # photometric loss on the composited color
+    lambda_alpha: Any = scheduled(0.0, low=0)  # MSE between rendered opacity and the photo's alpha (object masks)
+    lambda_sparsity: Any = scheduled(0.0, low=0)  # mean rendered opacity (discourages floaters)
     # renderer sampler proposal: the proposal networks' histogram loss (their only training signal)
-    lambda_interlevel: Any = scheduled(1.0)
+    lambda_interlevel: Any = scheduled(1.0, low=0)
     # renderer sampler proposal: Mip-NeRF 360's distortion loss (pulls each ray's weight together)
-    lambda_distortion: Any = scheduled(0.0)
+    lambda_distortion: Any = scheduled(0.0, low=0)
 
 
 @dataclass
@@ -45,9 +45,10 @@ class ReconstructNerfConfig(SystemConfig):
     background: dict = dataclasses.field(default_factory=dict)  # its config
     renderer_type: str = "volume-renderer"  # registered renderer
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
-    photometric_loss: str = "mse"  # mse or smooth_l1
+    photometric_loss: str = choice("mse", "smooth_l1")  # squared error, or smooth L1 (beta 0.1)
     eval_normals: bool = True  # render normals for validation grids (finite differences: slower renders)
-    matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
+    # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
+    matmul_precision: str = choice("high", among=MATMUL_PRECISIONS)
     # the training step (render, loss, backward) replayed as one CUDA graph where it can be: a GPU, ray batches, 32-bit
     # precision, one device (false: its kernels launched one by one)
     cuda_graphs: bool = True
@@ -68,8 +69,6 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
         c = self.cfg
-        if c.photometric_loss not in ("mse", "smooth_l1"):
-            raise ValueError(f"photometric_loss must be mse or smooth_l1, got '{c.photometric_loss}'")
         self.field = self.build_part(c.field_type, c.field)
         self.material = self.build_part(c.material_type, c.material)
         self.background = self.build_part(c.background_type, c.background)

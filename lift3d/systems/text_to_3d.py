@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.aftercare import attempt
-from lift3d.config import scheduled
+from lift3d.config import bounded, scheduled
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
 from lift3d.systems.stages import load_previous_stage
 
@@ -55,8 +55,8 @@ GUIDANCE_LOSSES = ("loss_sds", "loss_vsd")  # what guidances return; the loss te
 class TextTo3DLoss(LossConfig):
     """Weights of the distillation terms (each a per-view mean: independent of the batch size)."""
 
-    lambda_sds: Any = scheduled(1.0)  # SDS term (stable-diffusion and analytic guidance)
-    lambda_vsd: Any = scheduled(1.0)  # VSD term (stable-diffusion-vsd guidance)
+    lambda_sds: Any = scheduled(1.0, low=0)  # SDS term (stable-diffusion and analytic guidance)
+    lambda_vsd: Any = scheduled(1.0, low=0)  # VSD term (stable-diffusion-vsd guidance)
 
 
 @dataclass
@@ -69,7 +69,7 @@ class TextTo3DConfig(SystemConfig):
     # changes to that stage's system config before loading
     geometry_convert_override: dict = dataclasses.field(default_factory=dict)
     guidance_panel: bool = True  # validation grids add the guidance's one-step denoised estimate of each render
-    guidance_panel_t: float = 0.5  # timestep of that estimate, as a fraction of the diffusion model's T
+    guidance_panel_t: float = bounded(0.5, low=0, high=1)  # timestep of that estimate, as a fraction of the diffusion model's T
     export_after_test: bool = True  # export the asset (export.formats) into save/ whenever the test views are rendered
     matmul_precision: str = "high"  # torch.set_float32_matmul_precision on CUDA (high: TF32 matmuls)
     loss: TextTo3DLoss = dataclasses.field(default_factory=TextTo3DLoss)  # loss weights
@@ -82,8 +82,6 @@ class TextTo3DSystem(BaseSystem):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        if not 0.0 <= self.cfg.guidance_panel_t <= 1.0:
-            raise ValueError(f"system.guidance_panel_t must be in [0, 1], got {self.cfg.guidance_panel_t}")
         self._pending_guidance_state: dict[str, Any] | None = None
         self._guidance_failed = False
         self._validating = False

@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.config import ConfigError
-from lift3d.config.checks import check_minimums
+from lift3d.config import ConfigError, bounded
 from lift3d.distributed import all_reduce_sum_, world_size
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.ops import duplicate, remove, reset_opacities, split_gaussians
@@ -39,20 +38,21 @@ class DefaultConfig:
     # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
     RENAMED: ClassVar[dict[str, str]] = {"prune_opacity": "min_opacity"}
 
-    refine_start: int = 500  # first step (exclusive) at which Gaussians are grown and pruned
-    refine_stop: int = 15000  # no growing, pruning or opacity reset from this step on
-    refine_every: int = 100  # grow and prune every N steps
-    grow_grad2d: float = 0.0002  # grow Gaussians whose mean normalized image-space gradient exceeds this
-    grow_scale3d: float = 0.01  # ... by cloning when their largest scale is <= this x scene extent, else splitting
-    split_into: int = 2  # a split Gaussian becomes this many, sampled from itself
-    split_shrink: float = 1.6  # ... with scales divided by this
-    min_opacity: float = 0.005  # remove Gaussians less opaque than this
-    prune_scale3d: float = 0.1  # after the first opacity reset, remove Gaussians larger than this x extent
-    reset_every: int = 3000  # set every opacity to at most reset_opacity every N steps (0: never)
-    reset_opacity: float = 0.01  # the opacity cap of a reset (3DGS: 2 x min_opacity)
-    max_gaussians: int = 0  # stop growing at this many Gaussians (0: no cap)
+    refine_start: int = bounded(500, low=0)  # first step (exclusive) at which Gaussians are grown and pruned
+    refine_stop: int = bounded(15000, low=0)  # no growing, pruning or opacity reset from this step on
+    refine_every: int = bounded(100, low=1)  # grow and prune every N steps
+    grow_grad2d: float = bounded(0.0002, low=0)  # grow Gaussians whose mean normalized image-space gradient exceeds this
+    # ... by cloning when their largest scale is <= this x scene extent, else splitting
+    grow_scale3d: float = bounded(0.01, low=0)
+    split_into: int = bounded(2, low=2)  # a split Gaussian becomes this many, sampled from itself
+    split_shrink: float = bounded(1.6, above=0)  # ... with scales divided by this
+    min_opacity: float = bounded(0.005, low=0, high=1)  # remove Gaussians less opaque than this
+    prune_scale3d: float = bounded(0.1, above=0)  # after the first opacity reset, remove Gaussians larger than this x extent
+    reset_every: int = bounded(3000, low=0)  # set every opacity to at most reset_opacity every N steps (0: never)
+    reset_opacity: float = bounded(0.01, above=0, high=1)  # the opacity cap of a reset (3DGS: 2 x min_opacity)
+    max_gaussians: int = bounded(0, low=0)  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
-    grow_grad2d_abs: float = 0.0008  # ... whose threshold replaces grow_grad2d (gsplat's examples)
+    grow_grad2d_abs: float = bounded(0.0008, low=0)  # ... whose threshold replaces grow_grad2d (gsplat's examples)
 
 
 @register("densify-3dgs")
@@ -63,9 +63,6 @@ class DefaultStrategy(Strategy):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        check_minimums("system.densify", self.cfg, {"refine_start": (0, 500), "refine_stop": (0, 15000), "refine_every": (1, 100),
-                                                    "split_into": (2, 2), "split_shrink": (1e-6, 1.6), "reset_every": (0, 3000),
-                                                    "max_gaussians": (0, 0), "grow_grad2d_abs": (0.0, 0.0008)})
         self.grad2d: Tensor | None = None  # [N] sum of normalized gradient norms while visible
         self.count: Tensor | None = None  # [N] number of views each Gaussian was visible in
 

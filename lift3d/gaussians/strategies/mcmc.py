@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.config.checks import check_minimums
+from lift3d.config import bounded
 from lift3d.gaussians import ops
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategies.base import Strategy
@@ -43,16 +43,16 @@ class MCMCConfig:
     # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
     RENAMED: ClassVar[dict[str, str]] = {"cap_max": "max_gaussians"}
 
-    max_gaussians: int = 1_000_000  # the most Gaussians there will be (the budget)
-    refine_start: int = 500  # first step (exclusive) at which Gaussians are relocated and added
-    refine_stop: int = 25000  # no relocation or addition from this step on (the noise goes on)
-    refine_every: int = 100  # relocate and add every N steps
-    grow_rate: float = 0.05  # each refine step adds this fraction of the current count (up to max_gaussians)
-    min_opacity: float = 0.005  # Gaussians at or below this opacity are dead: relocated onto live ones
-    noise_lr: float = 5e5  # position noise = this x the current position learning rate x covariance x randn
-    opacity_reg: float = 0.01  # weight of the mean opacity added to the loss (as a gradient)
-    scale_reg: float = 0.01  # weight of the mean scale added to the loss (as a gradient)
-    max_copies: int = 51  # the relocation formula's binomial table covers a Gaussian drawn this many times
+    max_gaussians: int = bounded(1_000_000, low=1)  # the most Gaussians there will be (the budget)
+    refine_start: int = bounded(500, low=0)  # first step (exclusive) at which Gaussians are relocated and added
+    refine_stop: int = bounded(25000, low=0)  # no relocation or addition from this step on (the noise goes on)
+    refine_every: int = bounded(100, low=1)  # relocate and add every N steps
+    grow_rate: float = bounded(0.05, low=0)  # each refine step adds this fraction of the current count (up to max_gaussians)
+    min_opacity: float = bounded(0.005, low=0, high=1)  # Gaussians at or below this opacity are dead: relocated onto live ones
+    noise_lr: float = bounded(5e5, low=0)  # position noise = this x the current position learning rate x covariance x randn
+    opacity_reg: float = bounded(0.01, low=0)  # weight of the mean opacity added to the loss (as a gradient)
+    scale_reg: float = bounded(0.01, low=0)  # weight of the mean scale added to the loss (as a gradient)
+    max_copies: int = bounded(51, low=2)  # the relocation formula's binomial table covers a Gaussian drawn this many times
 
 
 def binomial_table(n_max: int) -> Tensor:
@@ -104,11 +104,6 @@ class MCMCStrategy(Strategy):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        check_minimums("system.densify", self.cfg, {"max_gaussians": (1, 1_000_000), "refine_start": (0, 500),
-                                                    "refine_stop": (0, 25000), "refine_every": (1, 100),
-                                                    "grow_rate": (0.0, 0.05), "min_opacity": (0.0, 0.005),
-                                                    "noise_lr": (0.0, 5e5), "opacity_reg": (0.0, 0.01),
-                                                    "scale_reg": (0.0, 0.01), "max_copies": (2, 51)})
         self.binoms = binomial_table(self.cfg.max_copies)
 
     @property

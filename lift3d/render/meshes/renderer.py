@@ -8,7 +8,7 @@ or RGBA vertex colors are drawn opaque (their RGB).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from torch import Tensor
 
 from lift3d.base import BaseModule
 from lift3d.cameras import Cameras, normalize
-from lift3d.config.checks import check_minimums
+from lift3d.config import ConfigError, bounded, choice
 from lift3d.meshes.mesh import Mesh, face_normals, vertex_normals
 from lift3d.meshes.topology import EdgeTopology, edge_topology
 from lift3d.registry import register
@@ -55,14 +55,14 @@ def _opaque(colors: Tensor) -> Tensor:
 
 @dataclass
 class MeshRendererConfig:
-    near: float = 0.01  # near clipping plane distance (scene units)
-    far: float = 100.0  # far clipping plane distance (scene units)
+    near: float = bounded(0.01, above=0)  # near clipping plane distance (scene units)
+    far: float = bounded(100.0, above=0)  # far clipping plane distance (scene units)
     antialias: bool = True  # blend colors across silhouette edges (gives gradients to vertex positions there)
-    normal_type: str = "vertex"  # shading normals: vertex (smooth, area-weighted) or face (flat)
-    background_color: list = field(default_factory=lambda: [1.0, 1.0, 1.0])  # background when none is passed
-    default_color: list = field(default_factory=lambda: [0.8, 0.8, 0.8])  # surface color with no texture/colors/color_fn
-    texture_filter: str = "bilinear"  # UV texture lookup: bilinear or nearest
-    max_candidates: int = 4194304  # (triangle, pixel) pairs tested per chunk: bounds rasterizer memory
+    normal_type: str = choice("vertex", "face")  # shading normals: vertex (smooth, area-weighted) or face (flat)
+    background_color: list = bounded([1.0, 1.0, 1.0], low=0, high=1)  # background when none is passed
+    default_color: list = bounded([0.8, 0.8, 0.8], low=0, high=1)  # surface color with no texture/colors/color_fn
+    texture_filter: str = choice("bilinear", "nearest")  # UV texture lookup: bilinear or nearest
+    max_candidates: int = bounded(4194304, low=1)  # (triangle, pixel) pairs tested per chunk: bounds rasterizer memory
 
 
 @register("mesh-rasterizer")
@@ -73,13 +73,9 @@ class MeshRenderer(BaseModule):
 
     def __init__(self, cfg=None) -> None:
         super().__init__(cfg)
-        if self.cfg.normal_type not in ("vertex", "face"):
-            raise ValueError(f"normal_type must be 'vertex' or 'face', got '{self.cfg.normal_type}'")
-        if self.cfg.texture_filter not in ("bilinear", "nearest"):
-            raise ValueError(f"texture_filter must be 'bilinear' or 'nearest', got '{self.cfg.texture_filter}'")
-        check_minimums("system.renderer", self.cfg, {"max_candidates": (1, 4194304)})
-        if not 0 < self.cfg.near < self.cfg.far:
-            raise ValueError(f"need 0 < near < far, got near={self.cfg.near}, far={self.cfg.far}")
+        if self.cfg.near >= self.cfg.far:
+            raise ConfigError(f"system.renderer.near must be below far ({self.cfg.far}), got {self.cfg.near}: "
+                              "e.g. system.renderer.near=0.01")
 
     def forward(
         self,

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from lift3d.base import Configurable
 from lift3d.cameras import Cameras
+from lift3d.config import ConfigError, bounded, choice
 from lift3d.registry import register
 from lift3d.render.splats.gsplat_backend import gsplat_available, rasterize_gsplat
 from lift3d.render.splats.torch_backend import rasterize_torch
@@ -176,15 +177,16 @@ def rasterize(
 class SplatRendererConfig:
     """Options of the Gaussian rasterizer."""
 
-    backend: str = "auto"  # auto (gsplat on CUDA when installed, else torch), torch or gsplat
-    near_plane: float = 0.01  # Gaussians with camera z below this are culled
-    far_plane: float = 1e10  # ... and above this
-    eps2d: float = 0.3  # low-pass dilation added to the 2D covariance (pixels^2), as 3DGS
-    tile_size: int = 16  # torch backend: tile side in pixels (results do not depend on it; 8 is faster on CPU)
-    chunk_elements: int = 4194304  # torch backend: pixel x Gaussian pairs processed at once (memory bound)
-    save_elements: int = 67108864  # torch backend: pairs whose intermediates are kept for backward
+    backend: str = choice("auto", among=BACKENDS)  # auto (gsplat on CUDA when installed, else torch), torch or gsplat
+    near_plane: float = bounded(0.01, low=0)  # Gaussians with camera z below this are culled
+    far_plane: float = bounded(1e10, above=0)  # ... and above this
+    eps2d: float = bounded(0.3, low=0)  # low-pass dilation added to the 2D covariance (pixels^2), as 3DGS
+    tile_size: int = bounded(16, low=1)  # torch backend: tile side in pixels (results do not depend on it; 8 is faster on CPU)
+    chunk_elements: int = bounded(4194304, low=1)  # torch backend: pixel x Gaussian pairs processed at once (memory bound)
+    save_elements: int = bounded(67108864, low=0)  # torch backend: pairs whose intermediates are kept for backward
     absgrad: bool = False  # also accumulate absolute image-space gradients (AbsGS; densify.absgrad turns it on for growing)
-    rasterize_mode: str = "classic"  # classic, or antialiased (Mip-Splatting's 2D filter: opacity compensated for eps2d)
+    # classic, or antialiased (Mip-Splatting's 2D filter: opacity compensated for eps2d)
+    rasterize_mode: str = choice("classic", among=RASTERIZE_MODES)
 
 
 @register("splat-rasterizer")
@@ -195,17 +197,9 @@ class SplatRenderer(Configurable):
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
-        from lift3d.config import ConfigError
-        from lift3d.config.checks import check_minimums
-
         c = self.cfg
-        check_minimums("system.renderer", c, {"tile_size": (1, 16), "chunk_elements": (1, 4194304),
-                                              "save_elements": (0, 67108864), "eps2d": (0.0, 0.3)})
-        if c.rasterize_mode not in RASTERIZE_MODES:
-            raise ConfigError(f"system.renderer.rasterize_mode must be classic or antialiased, got '{c.rasterize_mode}': "
-                              "e.g. system.renderer.rasterize_mode=antialiased")
-        if not 0 <= c.near_plane < c.far_plane:
-            raise ConfigError(f"system.renderer needs 0 <= near_plane < far_plane, got {c.near_plane} and {c.far_plane}: "
+        if c.near_plane >= c.far_plane:
+            raise ConfigError(f"system.renderer.near_plane must be below far_plane ({c.far_plane}), got {c.near_plane}: "
                               "e.g. system.renderer.near_plane=0.01")
 
     def __call__(self, gaussians: SplatSource, cameras: Cameras, background: Tensor | None = None,

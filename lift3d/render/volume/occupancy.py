@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from lift3d.config import bounded
 from lift3d.fields.contraction import check_contraction, from_unit_cube, to_unit_cube
 
 
@@ -25,12 +26,13 @@ class OccupancyGridConfig:
     """Empty-space skipping."""
 
     enabled: bool = True  # skip samples in empty cells (off: every step inside the box is evaluated)
-    resolution: int = 128  # cells per axis
-    update_every: int = 16  # training steps between updates
-    warmup_steps: int = 256  # until this step every cell is re-evaluated at each update
-    ema_decay: float = 0.95  # factor applied to a cell's stored opacity at each update
-    threshold: float = 0.01  # opacity (density * step size) above which a cell is occupied (or the mean, if lower)
-    eval_chunk: int = 262144  # cells evaluated per field call during updates
+    resolution: int = bounded(128, low=1, high=256)  # cells per axis
+    update_every: int = bounded(16, low=1)  # training steps between updates
+    warmup_steps: int = bounded(256, low=0)  # until this step every cell is re-evaluated at each update
+    ema_decay: float = bounded(0.95, low=0, high=1)  # factor applied to a cell's stored opacity at each update
+    # opacity (density * step size) above which a cell is occupied (or the mean, if lower)
+    threshold: float = bounded(0.01, low=0)
+    eval_chunk: int = bounded(262144, low=1)  # cells evaluated per field call during updates
 
 
 def cell_coordinates(resolution: int, device: torch.device | None = None) -> Tensor:
@@ -45,8 +47,6 @@ class OccupancyGrid(nn.Module):
 
     def __init__(self, cfg: OccupancyGridConfig, bbox: Tensor, contraction: str = "none") -> None:
         super().__init__()
-        if cfg.resolution < 1 or cfg.resolution**3 > 2**24:
-            raise ValueError(f"occupancy grid resolution must be in 1..256, got {cfg.resolution}")
         check_contraction(contraction)
         self.cfg, self.contraction = cfg, contraction
         n = cfg.resolution**3

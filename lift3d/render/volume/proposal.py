@@ -17,7 +17,6 @@ returns it per ray as "interlevel", and Mip-NeRF 360's distortion loss of the fi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import Updateable
+from lift3d.config import ConfigError, bounded
 from lift3d.fields.volume import ImplicitVolume
 from lift3d.render.volume.compositing import MAX_OPTICAL_THICKNESS
 from lift3d.render.volume.distortion import distortion_loss
@@ -36,16 +36,18 @@ from lift3d.render.volume.sampling import sample_pdf, step_distance, step_index
 class ProposalConfig:
     """Proposal networks and sample counts (renderer ``sampler: proposal``)."""
 
-    samples: list = dataclasses.field(default_factory=lambda: [256, 96])  # samples a ray of each proposal network, coarse to fine
-    n_samples: int = 48  # samples a ray where the field itself is evaluated
-    resolutions: list = dataclasses.field(default_factory=lambda: [128, 256])  # finest hash-grid cells per axis of each network
-    n_levels: int = 5  # hash-grid levels of each network, from 16 cells per axis up to its resolution
-    log2_hashmap_size: int = 17  # rows of each network's hashed levels: 2**this
-    hidden_dim: int = 16  # width of each network's MLP
+    samples: list = bounded([256, 96], low=1)  # samples a ray of each proposal network, coarse to fine
+    n_samples: int = bounded(48, low=1)  # samples a ray where the field itself is evaluated
+    resolutions: list = bounded([128, 256], low=16)  # finest hash-grid cells per axis of each network
+    n_levels: int = bounded(5, low=1)  # hash-grid levels of each network, from 16 cells per axis up to its resolution
+    log2_hashmap_size: int = bounded(17, low=1, high=30)  # rows of each network's hashed levels: 2**this
+    hidden_dim: int = bounded(16, low=1)  # width of each network's MLP
     # added to every bin of a proposal histogram before drawing from it (keeps every interval reachable)
-    histogram_padding: float = 0.01
-    anneal_steps: int = 1000  # proposal weights are raised to a power rising from 0 (uniform) to 1 over these training steps
-    anneal_slope: float = 10.0  # how fast that power rises (nerfacto's bias curve: slope x / ((slope - 1) x + 1))
+    histogram_padding: float = bounded(0.01, low=0)
+    # proposal weights are raised to a power rising from 0 (uniform) to 1 over these training steps
+    anneal_steps: int = bounded(1000, low=0)
+    # how fast that power rises (nerfacto's bias curve: slope x / ((slope - 1) x + 1))
+    anneal_slope: float = bounded(10.0, above=0)
 
 
 class ProposalSampler(nn.Module, Updateable):
@@ -54,11 +56,9 @@ class ProposalSampler(nn.Module, Updateable):
     def __init__(self, cfg: ProposalConfig, radius: float, contraction: str, step_size: float, disparity_from: float) -> None:
         super().__init__()
         if not cfg.samples or len(cfg.samples) != len(cfg.resolutions):
-            raise ValueError(f"renderer.proposal needs one resolution per proposal stage, got samples {list(cfg.samples)} and "
-                             f"resolutions {list(cfg.resolutions)}")
-        if min(cfg.samples) < 1 or cfg.n_samples < 1 or min(cfg.resolutions) < 16 or cfg.n_levels < 1:
-            raise ValueError(f"renderer.proposal needs samples and n_samples >= 1, resolutions >= 16 and n_levels >= 1, got "
-                             f"{list(cfg.samples)}, {cfg.n_samples}, {list(cfg.resolutions)}, {cfg.n_levels}")
+            raise ConfigError(f"system.renderer.proposal.resolutions needs one resolution per proposal stage (samples "
+                              f"{list(cfg.samples)}), got {list(cfg.resolutions)}: e.g. "
+                              "system.renderer.proposal.samples=[256,96] system.renderer.proposal.resolutions=[128,256]")
         self.cfg, self.step_size, self.disparity_from = cfg, step_size, disparity_from
         self.nets = nn.ModuleList(ImplicitVolume({
             "radius": radius, "contraction": contraction, "hidden_dim": cfg.hidden_dim, "n_feature_dims": 0,
