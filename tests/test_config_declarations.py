@@ -83,7 +83,7 @@ def bad_values(schema: type, name: str) -> list[Any]:
 def test_every_config_dataclass_is_walked():
     names = {schema.__qualname__ for schema in SCHEMAS}
     assert {"ExperimentConfig", "TrainerConfig", "CheckpointConfig", "ViewerConfig", "AppearanceConfig",
-            "PoseRefinementConfig", "ExportConfig", "GaussianModelConfig", "DensifyConfig", "HashGridConfig"} <= names
+            "PoseRefinementConfig", "ExportConfig", "GaussianModelConfig", "DefaultConfig", "HashGridConfig"} <= names
     assert len(DECLARED) > 400, len(DECLARED)
 
 

@@ -118,9 +118,9 @@ def test_sh_degree_is_the_highest_degree_and_out_of_range_is_a_config_error():
     assert material.mlp.layers[0].in_features == 4 + 16  # degree 3: (3 + 1)^2 values, as Gaussians' SH
     background = find("neural-environment")({"sh_degree": 0})
     assert background.encode(torch.randn(5, 3)).shape == (5, 1)
-    with pytest.raises(ConfigError, match="system.material.sh_degree must be 0..4"):
+    with pytest.raises(ConfigError, match="neural-radiance.sh_degree must be a number >= 0 and <= 4"):
         find("neural-radiance")({"sh_degree": 5})
-    with pytest.raises(ConfigError, match="system.background.sh_degree must be 0..4"):
+    with pytest.raises(ConfigError, match="neural-environment.sh_degree must be a number >= 0 and <= 4"):
         find("neural-environment")({"sh_degree": -1})
 
 
