@@ -10,7 +10,7 @@ from PIL import Image
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
-from lift3d.commands.generate import generate_overrides, prompt_tag
+from lift3d.api.generate import prompt_overrides, prompt_tag
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
@@ -74,17 +74,17 @@ def test_generate_writes_outputs_and_resumes(method, tmp_path):
         assert any(not torch.equal(lora_then[k], lora_now[k]) for k in lora_then if "lora_B" in k)
 
 
-def test_generate_overrides_quote_the_prompt_and_user_overrides_win():
-    overrides = generate_overrides('a "cube": red, #1', ["tag=mine"])
+def test_prompt_overrides_quote_the_prompt_and_user_overrides_win():
+    overrides = [*prompt_overrides('a "cube": red, #1'), "tag=mine"]
     cfg = load_config(recipe_config("gaussian-sds"), overrides=overrides)
     assert cfg.system["guidance"]["prompt"] == 'a "cube": red, #1'
     assert cfg.tag == "mine"
     assert prompt_tag("A DSLR photo of a hamburger!") == "A_DSLR_photo_of_a_hamburger"
     assert prompt_tag("???") == "prompt"
     with pytest.raises(ConfigError, match="give a prompt"):
-        generate_overrides("  ", [])
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
-        generate_overrides("a cube", ["oops"])
+        prompt_overrides("  ")
+    with pytest.raises(ConfigError, match="looks like an override"):
+        prompt_overrides("trainer.max_steps=5")
 
 
 def test_switching_the_guidance_type_drops_the_old_guidance_options(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
-from lift3d.commands.generate import _carries_to_refine
+from lift3d.api.generate import carries_to_other_model
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from tests.tiny_deepfloyd import tiny_if_path
@@ -42,10 +42,10 @@ def test_recipes_use_threestudio_if_defaults():
 
 
 def test_refine_stage_takes_prompts_but_not_the_if_guidance_settings():
-    assert _carries_to_refine("system.guidance.prompt=\"a cat\"") and _carries_to_refine("system.guidance.negative_prompt=x")
-    assert _carries_to_refine("seed=3") and _carries_to_refine("system.loss.lambda_sds=2")
-    assert not _carries_to_refine("system.guidance.pretrained_model_name_or_path=/if")
-    assert not _carries_to_refine("system.guidance.guidance_scale=20")
+    assert carries_to_other_model("system.guidance.prompt=\"a cat\"") and carries_to_other_model("system.guidance.negative_prompt=x")
+    assert carries_to_other_model("seed=3") and carries_to_other_model("system.loss.lambda_sds=2")
+    assert not carries_to_other_model("system.guidance.pretrained_model_name_or_path=/if")
+    assert not carries_to_other_model("system.guidance.guidance_scale=20")
 
 
 def test_generate_dreamfusion_if_exports(tmp_path):
