@@ -8,9 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
+from lift3d.api.generate import prompt_overrides, prompt_tag
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
-from lift3d.api.generate import prompt_overrides, prompt_tag
 from lift3d.config import ConfigError, load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find

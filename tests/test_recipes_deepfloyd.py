@@ -4,9 +4,9 @@ then the Stable Diffusion mesh stage from its checkpoint, ending in a textured .
 
 from __future__ import annotations
 
+from lift3d.api.generate import carries_to_other_model
 from lift3d.checkpoints import load_checkpoint
 from lift3d.cli import main
-from lift3d.api.generate import carries_to_other_model
 from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from tests.tiny_deepfloyd import tiny_if_path
