@@ -42,7 +42,8 @@ def test_recipes_use_threestudio_if_defaults():
 
 
 def test_refine_stage_takes_prompts_but_not_the_if_guidance_settings():
-    assert carries_to_other_model("system.guidance.prompt=\"a cat\"") and carries_to_other_model("system.guidance.negative_prompt=x")
+    assert carries_to_other_model("system.guidance.prompt=\"a cat\"")
+    assert carries_to_other_model("system.guidance.negative_prompt=x")
     assert carries_to_other_model("seed=3") and carries_to_other_model("system.loss.lambda_sds=2")
     assert not carries_to_other_model("system.guidance.pretrained_model_name_or_path=/if")
     assert not carries_to_other_model("system.guidance.guidance_scale=20")
