@@ -161,6 +161,8 @@ def test_weights_are_found_where_they_are_named_and_in_the_hub_cache(tmp_path, m
     (snapshot.parent.parent / "refs" / "main").write_text("abc123")
     found = find_weights()
     assert found == snapshot / "model.pt" and "CC-BY-NC-4.0" in license_of(found)
+    monkeypatch.setenv("LIFT3D_VGGT_WEIGHTS", "off")  # never VGGT unless named
+    assert find_weights() is None and pose_method("auto") == ("sfm", None) and find_weights(weights) == weights
     with pytest.raises(VggtWeightsError, match="does not exist"):
         find_weights(tmp_path / "absent.pt")
 

@@ -31,13 +31,13 @@ from tests.sfm_scene import pose_errors, write_photos
 CASES = ("true", "learned", "sfm")
 
 
-def training_overrides(steps: int, root: Path) -> list[str]:
+def training_overrides(steps: int, root: Path, max_gaussians: int) -> list[str]:
     """The CPU recipe's schedules compressed to ``steps`` (as reconstruct-gaussians-cpu compresses 30k into 1000)."""
     return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "trainer.run_test_after_fit=false",
             "trainer.enable_progress_bar=false", "system.export.formats=[]", f"output_root={root}", "use_timestamp=false",
             "system.appearance.enabled=false", "checkpoint.every_n_minutes=0",
             f"system.densify.refine_start={steps // 5}", f"system.densify.refine_stop={steps * 4 // 5}",
-            f"system.densify.refine_every={max(10, steps // 10)}",
+            f"system.densify.refine_every={max(10, steps // 10)}", f"system.densify.max_gaussians={max_gaussians}",
             f"system.pose_refinement.lr=[[0,0],[{steps // 5},3.0e-4],[{steps},3.0e-6]]",
             f"system.optimizer.params.gaussians\\.means.lr=[0,1.6e-4,1.6e-6,{steps},log]"]
 
@@ -81,7 +81,7 @@ def run_case(case: str, photos: Path, work: Path, cameras, names: list[str], arg
         return {**record, "error": str(error)}
     record["pose_s"] = round(time.perf_counter() - start, 2)
     record.update(pose_accuracy(scene, cameras, names))
-    overrides = training_overrides(args.steps, work / "runs" / case)
+    overrides = training_overrides(args.steps, work / "runs" / case, args.max_gaussians)
     if case == "true":
         overrides.append("system.pose_refinement.enabled=false")
     start = time.perf_counter()
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="learned: camera position noise, share of the extent (default 0.005)")
     parser.add_argument("--depth", type=float, default=0.02, help="learned: relative depth noise (default 0.02)")
     parser.add_argument("--points", type=int, default=None, help="the dense start's points (default 20000; --tiny: 2000)")
+    parser.add_argument("--max-gaussians", type=int, default=40000, help="the Gaussians' cap (default 40000, the CPU recipe's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 10 photos at 64 px, 20 steps")

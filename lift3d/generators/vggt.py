@@ -74,6 +74,12 @@ class VggtPredictor:
             self.seconds["load"] = time.perf_counter() - start
         return self._network
 
+    def release(self) -> None:
+        """Drop the network (and on CUDA the memory it held), so that training after it has the GPU to itself."""
+        self._network = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def record(self) -> dict[str, Any]:
         return {"method": "vggt", "weights": str(self.weights), "license": license_of(self.weights), "mode": self.mode}
 
@@ -133,4 +139,8 @@ def prepare_with_poses(path: Path, method: str = "auto", weights: str | Path | N
         return prepare_capture(path, sfm_options, video_frames)
     from lift3d.data.learned_poses import run_learned_poses
 
-    return run_learned_poses(path, VggtPredictor(found, **predictor_options), learned_options, video_frames)
+    predictor = VggtPredictor(found, **predictor_options)
+    try:
+        return run_learned_poses(path, predictor, learned_options, video_frames)
+    finally:
+        predictor.release()

@@ -25,6 +25,7 @@ from lift3d.generators.vggt_model import VggtArchitecture, VggtNetwork
 log = logging.getLogger(__name__)
 
 ENV_VAR = "LIFT3D_VGGT_WEIGHTS"
+OFF = ("off", "none", "false", "0")  # $LIFT3D_VGGT_WEIGHTS values that keep auto from picking VGGT
 WEIGHT_FILES = ("model.safetensors", "model.pt")
 # the released weights, in the order the Hugging Face cache is searched, and the license each one carries
 RELEASES = {
@@ -73,11 +74,15 @@ def _weights_in(path: Path, source: str) -> Path:
 
 def find_weights(given: str | Path | None = None) -> Path | None:
     """The weights file to load: ``given``, else ``$LIFT3D_VGGT_WEIGHTS``, else a cached release; None when none is
-    named or cached. A named path that holds no weights is an error (never a silent fall back)."""
+    named or cached, or the variable says ``off`` (never VGGT unless asked by path). A named path that holds no weights
+    is an error (never a silent fall back)."""
     if given:
         return _weights_in(Path(given).expanduser(), "--vggt-weights")
-    if os.environ.get(ENV_VAR, "").strip():
-        return _weights_in(Path(os.environ[ENV_VAR].strip()).expanduser(), ENV_VAR)
+    named = os.environ.get(ENV_VAR, "").strip()
+    if named.lower() in OFF:
+        return None
+    if named:
+        return _weights_in(Path(named).expanduser(), ENV_VAR)
     cached = cached_release()
     return cached[0] if cached is not None else None
 
