@@ -53,7 +53,7 @@ def test_photos_posed_by_vggt_train_with_refined_poses(photos, tmp_path, capsys)
     assert main(["poses", str(photos), "--method", "vggt", "--vggt-weights", str(weights), "--vggt-size", str(SIZE),
                  "--points", "3000"]) == 0
     out = capsys.readouterr()
-    assert "poses by VGGT written to" in out.out and "license: a local file" in out.err
+    assert "poses written to" in out.out and "by VGGT" in out.out and "license: a local file" in out.err
     model = read_model(photos / "sparse" / "0")
     sizes = {image.name: (model.cameras[image.camera_id].width, model.cameras[image.camera_id].height)
              for image in model.images.values()}

@@ -73,5 +73,5 @@ def run(args: argparse.Namespace) -> int:
         raise SceneFormatError(f"{scene} holds {found}: give a folder of .jpg/.png photos (or one with images/) or a video")
     times = ", ".join(f"{stage} {value:.1f} s" for stage, value in seconds.items())
     how = "structure from motion" if sfm.stage_seconds else "VGGT"
-    print(f"lift3d: poses by {how} written to {scene / 'sparse' / '0'} ({times}); next: lift3d reconstruct {scene}")
+    print(f"lift3d: poses written to {scene / 'sparse' / '0'} by {how} ({times}); next: lift3d reconstruct {scene}")
     return 0
