@@ -43,7 +43,11 @@ def photos(tmp_path):
     return tmp_path / "scene"
 
 
-def test_the_commands_constants_are_the_models(capsys):
+def test_the_commands_constants_are_the_models():
+    from lift3d.data.learned_poses import POSE_METHODS
+    from lift3d.data.sfm import MATCHERS
+
+    assert poses_command.POSE_METHODS == POSE_METHODS and poses_command.MATCHERS == MATCHERS
     assert poses_command.ENV_VAR == vggt_files.ENV_VAR
     assert poses_command.MODES == vggt_images.MODES and poses_command.TARGET == vggt_images.TARGET
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# VGGT's settings as lift3d.generators.vggt_files / vggt_images name them (not imported here: the CLI parses its
-# arguments before it imports the models)
+# as lift3d.data.sfm, lift3d.data.learned_poses and lift3d.generators.vggt_files / vggt_images name them, here so
+# --help imports no torch
+MATCHERS = ("auto", "exhaustive", "sequential")
+POSE_METHODS = ("auto", "sfm", "vggt")
 ENV_VAR, MODES, TARGET = "LIFT3D_VGGT_WEIGHTS", ("crop", "pad"), 518
 HELP = ("recover camera poses of a folder of photos or a video, by structure from motion (pycolmap) or predicted by VGGT "
         "in seconds; the COLMAP model goes beside the photos (sparse/0) and `lift3d reconstruct` reuses it")
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    from lift3d.data.learned_poses import POSE_METHODS
-    from lift3d.data.sfm import MATCHERS
-
     parser.add_argument("path", help="a folder of photos (or with an images/ folder of photos), or a video file")
     parser.add_argument("--method", choices=POSE_METHODS, default="auto",
                         help="sfm: structure from motion (minutes on a CPU; needs overlap and texture); vggt: the VGGT "
