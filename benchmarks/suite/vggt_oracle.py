@@ -9,7 +9,7 @@ cameras and depth; the record beside the model turns pose refinement on), ``sfm`
 ``lift3d poses --method sfm``). Held-out photos (every 8th) keep their true cameras in the oracle cases, so their
 PSNR measures the scene. One JSON line per case, then a summary: ``learned`` minus ``true`` and minus ``sfm``, in dB.
 
-    python -m benchmarks vggt_oracle                       # 24 photos at 200 px, 400 steps each (minutes on a CPU)
+    python -m benchmarks vggt_oracle                       # 20 photos at 128 px, 150 steps each (half an hour on 2 CPU cores)
     python -m benchmarks vggt_oracle --rotation-deg 1 --position 0.01
     python -m benchmarks vggt_oracle --tiny                # a smoke run: 10 photos at 64 px, 20 steps
 """
@@ -95,21 +95,21 @@ def run_case(case: str, photos: Path, work: Path, cameras, names: list[str], arg
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks vggt_oracle", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--views", type=int, default=None, help="photos of the toy (default 24; --tiny: 10)")
-    parser.add_argument("--resolution", type=int, default=None, help="photo side in pixels (default 200; --tiny: 64)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps of each case (default 400; --tiny: 20)")
+    parser.add_argument("--views", type=int, default=None, help="photos of the toy (default 20; --tiny: 10)")
+    parser.add_argument("--resolution", type=int, default=None, help="photo side in pixels (default 128; --tiny: 64)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of each case (default 150; --tiny: 20)")
     parser.add_argument("--rotation-deg", type=float, default=0.5, help="learned: camera rotation noise (default 0.5)")
     parser.add_argument("--position", type=float, default=0.005,
                         help="learned: camera position noise, share of the extent (default 0.005)")
     parser.add_argument("--depth", type=float, default=0.02, help="learned: relative depth noise (default 0.02)")
-    parser.add_argument("--points", type=int, default=None, help="the dense start's points (default 20000; --tiny: 2000)")
-    parser.add_argument("--max-gaussians", type=int, default=40000, help="the Gaussians' cap (default 40000, the CPU recipe's)")
+    parser.add_argument("--points", type=int, default=None, help="the dense start's points (default 4000; --tiny: 2000)")
+    parser.add_argument("--max-gaussians", type=int, default=8000, help="the Gaussians' cap (default 8000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 10 photos at 64 px, 20 steps")
     parser.add_argument("--work", default=None, help="folder for the photos and runs (default: a temporary one)")
     args = parser.parse_args(argv)
-    for key, full, tiny in (("views", 24, 10), ("resolution", 200, 64), ("steps", 400, 20), ("points", 20000, 2000)):
+    for key, full, tiny in (("views", 20, 10), ("resolution", 128, 64), ("steps", 150, 20), ("points", 4000, 2000)):
         if getattr(args, key) is None:
             setattr(args, key, tiny if args.tiny else full)
     cases = [c for c in args.cases.split(",") if c]
