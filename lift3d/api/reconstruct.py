@@ -21,14 +21,15 @@ def cuda_available() -> bool:
 
 
 def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gpus: Iterable[int] | str | None = None,
-                overrides: Sequence[str] = (), callbacks: Callable[..., Any] | None = None, **settings: Any) -> Run:
+                overrides: Sequence[str] = (), callbacks: Callable[..., Any] | None = None, poses: str = "auto",
+                **settings: Any) -> Run:
     """Reconstruct a scene and return its run.
 
     ``path``: a posed capture (COLMAP, nerfstudio / instant-ngp ``transforms.json``, Blender), a folder of photos or a
-    video (posed first by structure from motion), or None for the built-in sample scene. ``method``: a photos method of
-    ``lift3d.methods()`` (``gaussians``, ``nerf``). Without a CUDA GPU the method's CPU recipe runs. ``gpus``: GPU ids to
-    train on. Config overrides come as ``settings`` by dotted key (``**{"trainer.max_steps": 500}`` or
-    ``trainer__max_steps=500``) or as ``key=value`` strings in ``overrides``.
+    video (posed first by ``poses``: sfm, vggt or auto, as ``lift3d poses --method``), or None for the built-in sample
+    scene. ``method``: a photos method of ``lift3d.methods()`` (``gaussians``, ``nerf``). Without a CUDA GPU the method's
+    CPU recipe runs. ``gpus``: GPU ids to train on. Config overrides come as ``settings`` by dotted key
+    (``**{"trainer.max_steps": 500}`` or ``trainer__max_steps=500``) or as ``key=value`` strings in ``overrides``.
 
     >>> run = lift3d.reconstruct()            # doctest: +SKIP
     >>> run.psnr, run.export("spz")           # doctest: +SKIP
@@ -36,9 +37,10 @@ def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gp
     from lift3d.config import load_config
     from lift3d.data import formats
     from lift3d.data.capture import SceneFormatError
+    from lift3d.data.learned_poses import learned_pose_overrides
     from lift3d.data.sample_scene import sample_scene_path
     from lift3d.data.scene import detect
-    from lift3d.data.sfm import prepare_capture
+    from lift3d.generators.vggt import prepare_with_poses
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
     from lift3d.runs.trainer_checks import check_devices
@@ -55,7 +57,7 @@ def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gp
     scene = Path(path).expanduser().resolve() if path is not None else sample_scene_path()
     found = formats.detect(scene)
     if found is None or not found.posed:  # a video or a folder of photos without poses: structure from motion first
-        scene = prepare_capture(scene)
+        scene = prepare_with_poses(scene, poses)
         found = detect(scene)  # a folder lift3d cannot read fails here, with the formats it accepts
     if path is None:
         log.info("no scene given; reconstructing the built-in sample scene (%s)", scene)
@@ -65,6 +67,6 @@ def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gp
     if on_cpu and recipe != chosen.stages[0]:
         log.info("no CUDA GPU: using the CPU budget of %s (smaller images, fewer steps); override it like any config key, "
                  "e.g. trainer.max_steps=...", config.name)
-    extra = [f"data.root={scene}", f"tag={scene.name}", *devices, *user]
+    extra = [f"data.root={scene}", f"tag={scene.name}", *learned_pose_overrides(scene, config), *devices, *user]
     cfg = load_config(config, overrides=extra)
     return Run(run_experiment("train", cfg, [config], extra, callbacks=callbacks))

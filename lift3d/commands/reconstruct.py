@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lift3d.commands.poses import POSE_METHODS
 from lift3d.method_table import PHOTOS, default_method, method_names, methods
 
 
@@ -27,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--method", choices=method_names(PHOTOS), default=default_method(PHOTOS).name,
                         help="; ".join(f"{m.name}: {m.description}" for m in methods(PHOTOS))
                         + f" (default: {default_method(PHOTOS).name})")
+    parser.add_argument("--poses", choices=POSE_METHODS, default="auto",
+                        help="photos without poses: sfm (structure from motion), vggt (predicted; needs its weights: "
+                             "lift3d poses --help) or auto (default: vggt where its weights are, else sfm)")
     parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
     add_viewer_arguments(parser)
 
@@ -54,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if len(paths) > 1:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
     result = reconstruct(paths[0] if paths else None, args.method, gpus=args.gpus,
-                         overrides=[*viewer_overrides(args), *overrides], callbacks=training_callbacks)
+                         overrides=[*viewer_overrides(args), *overrides], callbacks=training_callbacks,
+                         poses=args.poses)
     print("\n".join(summary(result)))
     return 0

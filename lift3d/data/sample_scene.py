@@ -142,18 +142,24 @@ def _shade(p: Tensor, kind: Tensor) -> Tensor:
     return albedo * (0.35 + 0.65 * (normal @ light).clamp_min(0))[:, None]
 
 
-def render_toy(cameras: Cameras, supersample: int = 4) -> Tensor:
-    """Straight-alpha RGBA [C, H, W, 4] in 0..1 of the toy, antialiased with ``supersample``^2 rays a pixel."""
-    big = cameras.resized(cameras.width * supersample, cameras.height * supersample)
-    origins, directions = big.rays()
-    o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
+def toy_distance(o: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """Distance [M] along unit rays (origins ``o``, directions ``d`` [M, 3]) to the toy (inf: missed) and the part
+    hit [M] (0 box, 1 ball, 2 post, 3 bead)."""
     hits = torch.stack([
         _box(o, d, (-0.8, -0.8, -0.9), (0.8, 0.8, -0.5)),
         _sphere(o, d, (0.0, 0.0, 0.05), 0.55),
         _cylinder(o, d, (-0.55, 0.5), 0.12, -0.5, 0.4),
         _sphere(o, d, (0.5, -0.5, -0.35), 0.15),
     ], -1)  # fmt: skip
-    t, kind = hits.min(-1)
+    return hits.min(-1)
+
+
+def render_toy(cameras: Cameras, supersample: int = 4) -> Tensor:
+    """Straight-alpha RGBA [C, H, W, 4] in 0..1 of the toy, antialiased with ``supersample``^2 rays a pixel."""
+    big = cameras.resized(cameras.width * supersample, cameras.height * supersample)
+    origins, directions = big.rays()
+    o, d = origins.reshape(-1, 3), directions.reshape(-1, 3)
+    t, kind = toy_distance(o, d)
     hit = torch.isfinite(t)
     color = torch.zeros_like(o)
     color[hit] = _shade(o[hit] + t[hit, None] * d[hit], kind[hit])
