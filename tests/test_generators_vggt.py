@@ -12,7 +12,7 @@ from PIL import Image
 
 from lift3d.generators.vggt import VggtPredictor, pose_method
 from lift3d.generators.vggt_files import VggtWeightsError, find_weights, license_of, load_network, require_weights
-from lift3d.generators.vggt_heads import pose_to_cameras, quaternion_to_matrix
+from lift3d.generators.vggt_heads import pose_to_cameras
 from lift3d.generators.vggt_images import prepare_photos
 from lift3d.generators.vggt_layers import apply_rotary, patch_positions, rotary_tables
 from lift3d.generators.vggt_model import VggtNetwork
@@ -72,7 +72,8 @@ def test_pose_encoding_decodes_to_opencv_cameras():
     assert torch.allclose(w2c[0, :, :3], expected, atol=1e-6) and torch.allclose(w2c[0, :, 3], pose[0, :3])
     assert K[0, 0, 0] == pytest.approx(259 / math.tan(0.5)) and K[0, 1, 1] == pytest.approx(140 / math.tan(0.4))
     assert (K[0, 0, 2], K[0, 1, 2]) == (259, 140)
-    assert torch.allclose(quaternion_to_matrix(torch.tensor([0.0, 0.0, 0.0, 2.0])), torch.eye(3))  # normalized first
+    unnormalized = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.8, 1.0]])  # x y z w = (0, 0, 0, 2): no rotation
+    assert torch.allclose(pose_to_cameras(unnormalized, height=280, width=518)[0][0, :, :3], torch.eye(3))
 
 
 def _photo(path, width, height, seed, mode="RGB", orientation=1):
