@@ -22,7 +22,7 @@ def test_every_config_key_has_a_one_line_description():
     assert missing == []
 
 
-def test_descriptions_come_from_the_comment_beside_or_above_the_field(tmp_path):
+def test_descriptions_come_from_the_comment_beside_or_above_the_field(tmp_path, monkeypatch):
     import importlib.util
 
     (tmp_path / "sample_config.py").write_text(
@@ -30,6 +30,7 @@ def test_descriptions_come_from_the_comment_beside_or_above_the_field(tmp_path):
         '    # the second,\n    # on two lines\n    b: str = "#not a comment"\n    c: list = None\n')
     spec = importlib.util.spec_from_file_location("sample_config", tmp_path / "sample_config.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "sample_config", module)  # where inspect finds a class's source file
     spec.loader.exec_module(module)
     assert field_comments(module.Sample) == {"a": "the first", "b": "the second, on two lines", "c": ""}
 
