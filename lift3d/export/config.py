@@ -7,6 +7,8 @@ from typing import ClassVar
 
 import torch
 
+from lift3d.export.tsdf import TSDFConfig
+
 # field -> (on a GPU, on the CPU): what an ExportConfig field left at None takes where the export runs. The CPU values
 # are smaller because the density grid costs resolution^3, the UV atlas grows with the faces, and a turntable frame
 # costs a full CPU rasterization.
@@ -37,6 +39,10 @@ class ExportConfig:
     bbox: list | None = None  # mesh: [[x0, y0, z0], [x1, y1, z1]] to mesh (None: the representation's own box)
     fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
     keep_components: int = 1  # mesh: keep the k largest connected parts (0: all)
+    # mesh: auto (the representation's own: TSDF for surfels, density for Gaussians and NeRFs), density, or tsdf (rendered
+    # depths fused: Gaussian and surfel runs)
+    mesh_method: str = "auto"
+    tsdf: TSDFConfig = field(default_factory=TSDFConfig)  # mesh_method tsdf: how rendered depths are fused
     target_faces: int | None = None  # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
     texture_size: int = 1024  # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)
     texture_padding: int = 2  # mesh: texels between UV charts
@@ -80,6 +86,8 @@ class ExportConfig:
         check_video_size(width, height, "system.export.video_width", "system.export.video_height")
         from lift3d.config import ConfigError
 
+        if self.mesh_method not in ("auto", "density", "tsdf"):
+            raise ConfigError(f"system.export.mesh_method must be auto, density or tsdf, got {self.mesh_method!r}")
         if self.video_framing not in ("content", "fixed"):
             raise ConfigError(f"system.export.video_framing must be content or fixed, got {self.video_framing!r}")
         if not 0.0 < self.video_fill <= 1.0:
