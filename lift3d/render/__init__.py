@@ -1,5 +1,5 @@
-"""Renderers, one folder each: ``volume/`` (NeRF fields), ``splats/`` (3D Gaussians), ``meshes/``; beside them the
-pieces they share: materials, backgrounds, per-photo appearance and pose refinement."""
+"""Renderers, one folder each: ``volume/`` (NeRF fields), ``splats/`` (3D Gaussians), ``surfels/`` (2D Gaussian surfels),
+``meshes/``; beside them the pieces they share: materials, backgrounds, per-photo appearance and pose refinement."""
 
 from lift3d.render import backgrounds, materials  # noqa: F401  (register the parts)
 from lift3d.render.meshes import renderer as mesh_renderer  # noqa: F401

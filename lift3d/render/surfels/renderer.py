@@ -27,6 +27,7 @@ from lift3d.render.surfels.torch_backend import rasterize_surfels_torch
 log = logging.getLogger("lift3d.render.surfels")
 BACKENDS = ("auto", "torch", "gsplat")
 SURFACE_DEPTHS = ("expected", "median")
+GSPLAT_TILE_SIZE = 16  # the tile side gsplat's 2DGS kernels are written and tested for (the torch one is free)
 _logged: set[str] = set()
 _gsplat_broken: list[str] = []  # the error of a failed gsplat build, once seen
 
@@ -114,11 +115,11 @@ def rasterize_surfels(
     args = (means, surfels.quats, surfels.scales, surfels.opacities, features, cameras.w2c_opencv(), cameras.intrinsics,
             cameras.width, cameras.height, bg_colors)
     options: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane,
-                               "radius_clip": radius_clip, "tile_size": tile_size}
+                               "radius_clip": radius_clip}
     out = None
     if choose_backend(backend, device) == "gsplat":
         try:
-            out = rasterize_surfels_gsplat(*args, **options)
+            out = rasterize_surfels_gsplat(*args, **options, tile_size=GSPLAT_TILE_SIZE)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization_2dgs failed: {error}") from error
@@ -126,7 +127,8 @@ def rasterize_surfels(
             _log_once(f"surfel rasterizer: gsplat failed ({str(error).splitlines()[0][:200]}); using pure PyTorch",
                       logging.WARNING)
     if out is None:
-        out = rasterize_surfels_torch(*args, **options, chunk_elements=chunk_elements, save_elements=save_elements)
+        out = rasterize_surfels_torch(*args, **options, tile_size=tile_size, chunk_elements=chunk_elements,
+                                      save_elements=save_elements)
     alpha = out["alpha"]
     rgb = out["render"] if bg_image is None else out["render"] + (1 - alpha) * bg_image
     depth = out["depth_sum"] / alpha.clamp_min(1e-6)
@@ -144,7 +146,7 @@ class SurfelRendererConfig:
     near_plane: float = 0.01  # surfels with camera z below this are culled
     far_plane: float = 1e10  # ... and above this
     radius_clip: float = 0.0  # surfels whose screen box is no larger than this many pixels are skipped
-    tile_size: int = 16  # tile side in pixels (torch: 8 is faster on a CPU; gsplat's kernels are tested at 16)
+    tile_size: int = 16  # torch backend: tile side in pixels (4 or 8 is faster on a CPU; gsplat always uses 16)
     chunk_elements: int = 4194304  # torch backend: pixel x surfel pairs processed at once (memory bound)
     save_elements: int = 67108864  # torch backend: renders with more pairs recompute each chunk in the backward pass
     # the depth map whose normals (surface_normal) the normal-consistency term compares the surfels' with: expected or median
