@@ -11,7 +11,15 @@ import torch
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError
 from lift3d.export.config import ExportConfig
-from lift3d.export.tsdf import TSDFConfig, bounded_grid, contracted_grid, fuse_depths, solid_and_masked, tsdf_mesh
+from lift3d.export.tsdf import (
+    TSDFConfig,
+    bounded_grid,
+    contracted_grid,
+    fuse_depths,
+    fuse_narrow_band,
+    solid_and_masked,
+    tsdf_mesh,
+)
 from lift3d.export.tsdf_sources import sphere_cameras, tsdf_mesh_from_renders
 
 RADIUS = 0.5
@@ -75,6 +83,16 @@ def test_a_sphere_seen_from_around_fuses_onto_the_sphere(around):
     assert solid_and_masked(volume, fill_holes=False)[1][middle]
     open_mesh = tsdf_mesh(volume, fill_holes=False)
     assert abs(len(open_mesh.faces) - len(mesh.faces)) < 0.01 * len(mesh.faces)  # no inner wall either way
+
+
+def test_fusing_near_surfaces_only_gives_the_whole_grid_s_mesh(around):
+    grid = bounded_grid(np.array([[-0.6, -0.7, -0.5], [0.8, 0.6, 0.9]]), 68)
+    frames = list(_frames(around))
+    whole, band = fuse_depths(grid, frames), fuse_narrow_band(grid, frames, coarse=4)
+    assert torch.equal(band.weight > 0, whole.weight > 0)  # the same voxels observed, the same left unknown
+    a, b = tsdf_mesh(whole), tsdf_mesh(band)
+    assert len(a.faces) == len(b.faces)
+    np.testing.assert_allclose(np.sort(a.vertices, axis=0), np.sort(b.vertices, axis=0), atol=1e-6)
 
 
 def test_the_contracted_grid_fuses_the_sphere_in_its_inner_box(around):

@@ -17,7 +17,7 @@ unknown voxel), so unseen space leaves openings, not walls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import mcubes
@@ -144,14 +144,16 @@ def incidence(cameras: Cameras, depth: Tensor, solid: Tensor) -> Tensor:
 @torch.no_grad()
 def fuse_depths(grid: VoxelGrid, frames: Iterable[tuple[Cameras, Tensor, Tensor]], truncation: float = 4.0,
                 min_alpha: float = 0.5, max_depth: float = 0.0, chunk: int = 1 << 22,
-                device: torch.device | str = "cpu", min_cos: float = 0.2) -> FusedVolume:
+                device: torch.device | str = "cpu", min_cos: float = 0.2, voxels: Tensor | None = None) -> FusedVolume:
     """Fuse ``frames`` (cameras [B], z-depth [B, H, W], opacity [B, H, W]) into ``grid``. A voxel's signed distance in
     a view is its distance in grid space to the surface point its pixel shows on its ray (positive in front), truncated
     at ``truncation`` voxels, weighted by the cosine of the angle at which the view sees that surface (views more
     grazing than ``min_cos``, and pixels on silhouettes, do not count). Depths beyond ``max_depth`` (> 0) count as no
-    surface, and only the voxels in front of it are observed empty."""
+    surface, and only the voxels in front of it are observed empty. ``voxels``: the flat indices to fuse (the others
+    stay unknown; None: all)."""
     shape = grid.shape
     total = shape[0] * shape[1] * shape[2]
+    voxels = torch.arange(total, device=device) if voxels is None else voxels.to(device)
     tau = truncation * float(grid.step.max())
     tsdf_sum = torch.zeros(total, device=device)
     weight = torch.zeros(total, device=device)
@@ -166,8 +168,8 @@ def fuse_depths(grid: VoxelGrid, frames: Iterable[tuple[Cameras, Tensor, Tensor]
         flat_depth, flat_alpha, flat_cos = depth.reshape(B, -1), alpha.reshape(B, -1), cos.reshape(B, -1)
         flat_clear = (~near_solid).reshape(B, -1)
         step = max(1, chunk // B)
-        for start in range(0, total, step):
-            ids = torch.arange(start, min(start + step, total), device=device)
+        for start in range(0, len(voxels), step):
+            ids = voxels[start : start + step]
             index = torch.stack([ids // (shape[1] * shape[2]), (ids // shape[2]) % shape[1], ids % shape[2]], dim=-1)
             local = grid.grid_points(index.float())  # [n, 3]
             points = grid.to_world(local)
@@ -193,6 +195,28 @@ def fuse_depths(grid: VoxelGrid, frames: Iterable[tuple[Cameras, Tensor, Tensor]
             weight[ids] += w.sum(0)
     tsdf = torch.where(weight > 0, tsdf_sum / weight.clamp_min(1e-12), torch.ones_like(tsdf_sum))
     return FusedVolume(grid, tsdf.reshape(shape), weight.reshape(shape))
+
+
+@torch.no_grad()
+def fuse_narrow_band(grid: VoxelGrid, frames: Sequence[tuple[Cameras, Tensor, Tensor]], truncation: float = 4.0,
+                     coarse: int = 4, device: torch.device | str = "cpu", **options) -> FusedVolume:
+    """``fuse_depths`` of a fine grid computed near surfaces only: a grid ``coarse`` times coarser (truncation two of its
+    voxels) finds them; fine voxels within one coarse voxel of where it is not observed empty are fused, the others
+    take its state (observed empty, or unknown). Grids under 64 voxels a side are fused whole."""
+    if min(grid.shape) < 16 * coarse:
+        return fuse_depths(grid, frames, truncation, device=device, **options)
+    rough_grid = VoxelGrid([a[::coarse] for a in grid.axes], grid.space, grid.center, grid.half)
+    rough = fuse_depths(rough_grid, frames, 2.0, device=device, **options)
+    near = ((rough.weight > 0) & (rough.tsdf < 1)).float()[None, None]
+    near = torch.nn.functional.max_pool3d(near, 3, stride=1, padding=1)[0, 0] > 0
+    index = [torch.clamp(torch.round(torch.arange(n, device=device) / coarse).long(), max=m - 1)
+             for n, m in zip(grid.shape, rough_grid.shape)]
+    nearest = torch.meshgrid(*index, indexing="ij")  # each fine voxel's nearest coarse voxel
+    active = near[nearest].reshape(-1)
+    fine = fuse_depths(grid, frames, truncation, device=device, voxels=torch.nonzero(active)[:, 0], **options)
+    seen_empty = (~active & (rough.weight[nearest].reshape(-1) > 0)).reshape(grid.shape)
+    weight = torch.where(seen_empty, torch.ones_like(fine.weight), fine.weight)
+    return FusedVolume(grid, torch.where(seen_empty, torch.ones_like(fine.tsdf), fine.tsdf), weight)
 
 
 def enclosed_inside(unknown: np.ndarray, tsdf: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from lift3d.export.backproject import RenderedColors, RenderFn
 from lift3d.export.config import ExportConfig, for_device
 from lift3d.export.grid import ColorFn
 from lift3d.export.mesh import Mesh, decimate, keep_largest_components, remove_degenerate, with_colors
-from lift3d.export.tsdf import FusedVolume, bounded_grid, contracted_grid, fuse_depths, tsdf_mesh
+from lift3d.export.tsdf import FusedVolume, bounded_grid, contracted_grid, fuse_narrow_band, tsdf_mesh
 from lift3d.export.video import framed_orbit_cameras
 from lift3d.progress import Stage
 
@@ -73,10 +73,10 @@ def fuse_renders(render_fn: RenderFn, cameras: Cameras, box: np.ndarray, cfg: Ex
     [2, 3] (bounded) or over the contracted space around it."""
     t, chosen = cfg.tsdf, for_device(cfg, device)
     grid = (bounded_grid if t.space == "bounded" else contracted_grid)(box, chosen.resolution)
-    with Stage(f"meshing: fusing {len(cameras)} rendered depths into a {'x'.join(map(str, grid.shape))} grid",
-               len(cameras), "views") as stage:
-        frames = _frames(render_fn, cameras, t.depth, cfg.render_batch, stage)
-        return fuse_depths(grid, frames, t.truncation, t.min_alpha, t.max_depth, device=device)
+    with Stage(f"meshing: rendering the depths of {len(cameras)} views", len(cameras), "views") as stage:
+        frames = list(_frames(render_fn, cameras, t.depth, cfg.render_batch, stage))
+    with Stage(f"meshing: fusing {len(cameras)} rendered depths into a {'x'.join(map(str, grid.shape))} grid"):
+        return fuse_narrow_band(grid, frames, t.truncation, device=device, min_alpha=t.min_alpha, max_depth=t.max_depth)
 
 
 def tsdf_mesh_from_renders(render_fn: RenderFn, cameras: Cameras, box: np.ndarray, cfg: ExportConfig,
