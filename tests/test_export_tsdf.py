@@ -135,6 +135,27 @@ def test_a_mesh_from_renders_is_cleaned_decimated_and_colored(around):
     assert _distance_to_sphere(mesh.vertices).max() < 0.02
 
 
+def test_meshes_go_back_into_the_capture_s_frame():
+    """A capture the data module normalized (scaled, turned, moved): the mesh is written in the capture's own frame, and
+    the colors (baked at the mesh's points) are looked up where those points are in the run's world."""
+    from lift3d.export.formats import ExportSources
+    from lift3d.export.mesh import Mesh
+    from lift3d.export.tsdf_sources import in_capture_frame
+
+    angle = 0.7
+    matrix = np.eye(4)
+    matrix[:3, :3] = 2.5 * np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
+    matrix[:3, 3] = [0.3, -1.0, 2.0]
+    world = Mesh(np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]]), np.array([[0, 1, 2]])).with_normals()
+    sources = in_capture_frame(ExportSources(mesh=lambda: world, color_fn=lambda p: p), matrix)
+    mesh = sources.mesh()
+    back = mesh.vertices.astype(np.float64) @ matrix[:3, :3].T + matrix[:3, 3]  # capture -> world by the similarity
+    np.testing.assert_allclose(back, world.vertices, atol=1e-5)
+    np.testing.assert_allclose(sources.color_fn(torch.as_tensor(mesh.vertices)).numpy(), world.vertices, atol=1e-5)
+    np.testing.assert_allclose(mesh.normals @ matrix[:3, :3].T / 2.5, world.normals, atol=1e-5)
+    assert in_capture_frame(sources, np.eye(4)) is sources
+
+
 def test_tsdf_config_errors():
     with pytest.raises(ConfigError, match="tsdf.depth must be one of median, expected"):
         TSDFConfig(depth="mean")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ import torch
 from lift3d.cameras import Cameras
 from lift3d.export.backproject import RenderedColors, RenderFn
 from lift3d.export.config import ExportConfig, for_device
+from lift3d.export.formats import ExportSources
 from lift3d.export.grid import ColorFn
 from lift3d.export.mesh import Mesh, decimate, keep_largest_components, remove_degenerate, with_colors
 from lift3d.export.tsdf import FusedVolume, bounded_grid, contracted_grid, fuse_narrow_band, tsdf_mesh
@@ -138,3 +140,29 @@ def tsdf_builders(render_fn: RenderFn | None, cfg: ExportConfig, device: torch.d
         return made["colors"](points)  # type: ignore[operator]
 
     return (lambda: tsdf_mesh_from_renders(render_fn, views(), box(), cfg, color_fn, device)), color_fn
+
+
+def in_capture_frame(sources: ExportSources, world_from_capture: np.ndarray) -> ExportSources:
+    """``sources`` whose mesh is in a capture's own frame and units: ``world_from_capture`` [4, 4] is the similarity
+    (scale, rotation, translation) that the data module applied to the capture's poses; its color function takes
+    points in that frame too (textures are baked at the mesh's points). Files then turn +z up to glTF's +y up as every
+    mesh's do (``system.export.up_axis=z`` writes the capture's numbers as they are)."""
+    matrix = np.asarray(world_from_capture, dtype=np.float64)
+    if np.allclose(matrix, np.eye(4)) or sources.mesh is None:
+        return sources
+    scale = float(np.cbrt(np.linalg.det(matrix[:3, :3])))
+    rotation, shift = matrix[:3, :3] / scale, matrix[:3, 3]
+    build, color = sources.mesh, sources.color_fn
+
+    def mesh() -> Mesh:
+        world = build()
+        vertices = (world.vertices.astype(np.float64) - shift) @ rotation / scale  # R^T (x - t) / s, as rows
+        normals = None if world.normals is None else world.normals.astype(np.float64) @ rotation
+        return Mesh(vertices, world.faces, world.vertex_colors, normals, world.uvs, world.texture)
+
+    def color_fn(points: torch.Tensor) -> torch.Tensor:
+        world = points.double() @ torch.as_tensor(rotation.T * scale, device=points.device) + torch.as_tensor(
+            shift, device=points.device)
+        return color(world.to(points.dtype))
+
+    return replace(sources, mesh=mesh, color_fn=None if color is None else color_fn)

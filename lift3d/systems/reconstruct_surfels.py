@@ -20,6 +20,7 @@ from torch import Tensor
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, scheduled
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
+from lift3d.export.tsdf_sources import in_capture_frame
 from lift3d.gaussians.formats.ply import save_ply
 from lift3d.gaussians.formats.splat import rgb_from_sh_dc
 from lift3d.registry import register
@@ -84,6 +85,8 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
         self.register_buffer("train_c2w", torch.zeros(0, 4, 4))
         self.register_buffer("train_intrinsics", torch.zeros(0, 3, 3))
         self.register_buffer("train_size", torch.zeros(2, dtype=torch.long))
+        # the similarity the data module applied to the capture's poses: meshes are written back in the capture's frame
+        self.register_buffer("world_from_capture", torch.eye(4, dtype=torch.float64))
 
     # ----------------------------------------------------------------------------------- set-up
     def setup(self, stage: str) -> None:
@@ -95,6 +98,9 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
             self.train_c2w = cameras.c2w.detach().float().to(self.train_c2w.device)
             self.train_intrinsics = cameras.intrinsics.detach().float().to(self.train_c2w.device)
             self.train_size = torch.tensor([cameras.width, cameras.height], device=self.train_c2w.device)
+            normalization = getattr(datamodule, "normalization", None)
+            if normalization is not None:
+                self.world_from_capture = torch.as_tensor(normalization, dtype=torch.float64, device=self.train_c2w.device)
 
     def training_cameras(self) -> Cameras | None:
         """The views the surfels were fitted to (None for a run that has not trained)."""
@@ -143,11 +149,12 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
 
     def export_sources(self) -> ExportSources:
         """The surfels as Gaussian files, and a mesh fused from their rendered depths (export.tsdf) over the training
-        views, colored from the renders (glb, obj, mesh-ply); turntables."""
+        views, colored from the renders, in the capture's frame and units (glb, obj, mesh-ply); turntables."""
         g = self.gaussians
         tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
                                   colors=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
-        return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
-                                gaussian_params=g.parameters_dict,
-                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,
-                                own_mesh_method="tsdf", fusion_cameras=self.training_cameras())
+        sources = gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
+                                   gaussian_params=g.parameters_dict,
+                                   render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,
+                                   own_mesh_method="tsdf", fusion_cameras=self.training_cameras())
+        return in_capture_frame(sources, self.world_from_capture.cpu().numpy())
