@@ -38,10 +38,12 @@ TINY_OVERRIDES = [
 
 
 def _recipes_file(tmp_path: Path) -> Path:
-    """An app recipes file that re-declares the built-in entry (same label, configs, options) with tiny overrides."""
+    """An app recipes file that re-declares the built-in entry (same label, configs, options) with tiny overrides, as an
+    operator's entry (no method-table method: the page offers it on a CPU)."""
     builtin = next(r for r in default_recipes() if r.label == RECIPE_LABEL)
     entry = {field.name: getattr(builtin, field.name) for field in dataclasses.fields(builtin)}
     entry["options"] = {option: list(keys) for option, keys in builtin.options.items()}
+    entry["method"] = None  # an operator's entry: it trains its configs as given (the tiny overrides run on a CPU)
     entry["overrides"] = [*builtin.overrides, *TINY_OVERRIDES, f"system.guidance.prompt_cache_dir={tmp_path / 'prompt-cache'}"]
     path = tmp_path / "recipes.yaml"
     path.write_text(json.dumps([entry], default=list, indent=1))  # JSON is YAML

@@ -7,7 +7,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from lift3d.app.jobs import FINISHED, RUNNING, Job, JobSpec
+from lift3d.app.jobs import FINISHED, RUNNING, Job, JobSpec, job_command
 from lift3d.app.recipes import PHOTOS, AppRecipe, probe_recipe
 from lift3d.app.ui import AppState
 from lift3d.config import load_config
@@ -138,7 +138,8 @@ def test_an_image_run_gets_the_uploaded_photo(tmp_path):
     from lift3d.app.recipes import IMAGE, default_recipes, offered_recipes
 
     image_recipes = [r for r in offered_recipes(default_recipes()) if r.recipe.input == IMAGE]
-    assert {r.label for r in image_recipes} >= {"Image to 3D: DreamGaussian (Gaussians + Zero123)", "Image to 3D: Zero123 NeRF"}
+    assert {r.label for r in image_recipes} >= {"Image to 3D: DreamGaussian (Gaussians, then a mesh)",
+                                                "Image to 3D: Zero123 NeRF"}
     queue = FakeQueue()
     state = AppState(queue, image_recipes, tmp_path)
     owner = state.new_owner()
@@ -150,5 +151,7 @@ def test_an_image_run_gets_the_uploaded_photo(tmp_path):
     assert job_id == "job0"
     [spec] = queue.submitted
     cfg = load_config(spec.config, overrides=spec.overrides)
-    assert cfg.data["image"].endswith("mug.png") and Path(cfg.data["image"]).is_file() and cfg.trainer.max_steps == 7
+    assert spec.input.endswith("mug.png") and Path(spec.input).is_file() and cfg.trainer.max_steps == 7
+    command = job_command(spec)  # the method runs through its front end, the photo as its --image
+    assert command[0] == "generate" and command[command.index("--image") + 1] == spec.input
     assert "upload one photo" in _message(state.start(owner, None, label, "", [str(photo), str(photo)], *NO_OPTIONS))

@@ -75,11 +75,11 @@ def test_a_table_written_as_code_is_read_by_importing_it(monkeypatch, tmp_path):
     (tmp_path / "data" / "formats").mkdir(parents=True)
     (tmp_path / "data" / "formats" / "odd.py").write_text('FORMAT = CaptureFormat(name="odd", description=describe())\n')
     monkeypatch.setattr(tables, "PACKAGE", tmp_path)
-    tables.capture_format_lists.cache_clear()
+    tables._declared_capture_format_lists.cache_clear()
     try:
         assert tables.capture_format_lists() == (formats.posed_list(), formats.unposed_list())
     finally:
-        tables.capture_format_lists.cache_clear()
+        tables._declared_capture_format_lists.cache_clear()
 
 
 def test_poses_offers_the_matchers_structure_from_motion_knows():

@@ -16,7 +16,8 @@ from tests.conftest import REPO
 def test_every_config_key_has_a_one_line_description():
     keys = list(describe(ExperimentConfig))
     for name, schema in part_schemas().items():
-        keys += list(describe(schema, f"{name}:"))
+        if schema.__module__.startswith("lift3d."):  # not the parts other tests register
+            keys += list(describe(schema, f"{name}:"))
     assert len(keys) > 1000  # every registered part was walked
     missing = [k.key for k in keys if not k.description]
     assert missing == []

@@ -74,7 +74,7 @@ def test_unknown_rasterize_mode_is_refused():
 
     with pytest.raises(ValueError, match="rasterize_mode"):
         rasterize(_scene(4), _cameras(8, 8), backend="torch", rasterize_mode="mip")
-    with pytest.raises(ConfigError, match="rasterize_mode=antialiased"):
+    with pytest.raises(ConfigError, match="rasterize_mode must be one of classic, antialiased"):
         SplatRenderer({"rasterize_mode": "aa"})
 
 

@@ -66,10 +66,28 @@ def _or_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + ", or " + items[-1]
 
 
-@cache
+def plugins_installed() -> bool:
+    """Whether a package adds modules through the ``lift3d.modules`` entry point: then the tables are imported (they
+    hold the plugins' entries too), not read from lift3d's own source."""
+    import importlib.metadata
+
+    from lift3d.registry import ENTRY_POINT_GROUP
+
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def capture_format_lists() -> tuple[str, str]:
     """(the posed formats, the formats that need structure from motion) for a sentence, as
-    ``lift3d.data.formats.posed_list()`` and ``unposed_list()`` say them."""
+    ``lift3d.data.formats.posed_list()`` and ``unposed_list()`` say them (imported where plugins add formats)."""
+    if plugins_installed():
+        from lift3d.data import formats
+
+        return formats.posed_list(), formats.unposed_list()
+    return _declared_capture_format_lists()
+
+
+@cache
+def _declared_capture_format_lists() -> tuple[str, str]:
     try:
         records = _capture_records()
         return (_or_list([r[2] for r in records if r[3]]), _or_list([r[2] for r in records if not r[3]]))
@@ -85,11 +103,23 @@ def _export_declarations(tree: ast.Module) -> list[ast.Call]:
             if isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Name) and decorator.func.id == "export_format"]
 
 
-@cache
 def export_formats() -> tuple[dict[str, tuple[str, str]], dict[str, Callable[[], None]]]:
-    """The built-in export formats (name -> (the ``ExportSources`` field it writes from, what it is)) and their tool
-    checks (name -> the check raising ``WriterUnavailable`` where its writer is missing), as the ``@export_format``
-    declarations of ``lift3d.export.formats`` register them."""
+    """The export formats (name -> (the ``ExportSources`` field it writes from, what it is)) and their tool checks
+    (name -> the check raising ``WriterUnavailable`` where its writer is missing): the ``@export_format`` declarations
+    of ``lift3d.export.formats``, or the imported table where plugins add formats."""
+    return _imported_export_formats() if plugins_installed() else _declared_export_formats()
+
+
+def _imported_export_formats() -> tuple[dict[str, tuple[str, str]], dict[str, Callable[[], None]]]:
+    from lift3d.export.formats import export_table
+
+    records = export_table()
+    return ({name: (r.source, r.description) for name, r in records.items()},
+            {name: r.check_tool for name, r in records.items() if r.check_tool is not None})
+
+
+@cache
+def _declared_export_formats() -> tuple[dict[str, tuple[str, str]], dict[str, Callable[[], None]]]:
     from lift3d import aftercare
 
     try:
@@ -107,11 +137,7 @@ def export_formats() -> tuple[dict[str, tuple[str, str]], dict[str, Callable[[],
             raise _NotLiteral("no @export_format declarations")
         return table, needs
     except (_NotLiteral, OSError, SyntaxError, ValueError):
-        from lift3d.export.formats import export_table
-
-        records = export_table()
-        return ({name: (r.source, r.description) for name, r in records.items()},
-                {name: r.check_tool for name, r in records.items() if r.check_tool is not None})
+        return _imported_export_formats()
 
 
 def export_format_status() -> dict[str, str]:

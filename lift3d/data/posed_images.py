@@ -218,7 +218,8 @@ class PosedImagesDataModule(TrainingBatches, BaseDataModule):
                             background=self.background, capture_format=self.capture.format,
                             object_centric=formats.is_object_centric(self.capture.format),
                             batches_name_their_photos=self.cfg.batch_mode != "rays" or self.rays_carry_index,
-                            edit_targets=self.editable_targets)
+                            edit_targets=self.editable_targets,
+                            world_from_capture=torch.as_tensor(self.normalization, dtype=torch.float64))
 
     def val_scene(self) -> PosedScene:
         if self._val is None:

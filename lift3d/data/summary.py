@@ -52,6 +52,8 @@ class SceneSummary:
     # from then on); None: the data module trains on fixed targets
     edit_targets: Callable[[], EditedTargets] | None = None
     reference: ReferenceView | None = None  # image-to-3D: the reference photo and its camera
+    # [4, 4] float64 the similarity taking the capture's poses into the training frame (None: the capture's own frame)
+    world_from_capture: Tensor | None = None
 
     @property
     def n_photos(self) -> int:

@@ -9,7 +9,9 @@ system. Options live in ``ExportConfig``, which a system's config embeds as ``ex
 
 Modules: ``config`` (ExportConfig, device defaults), ``formats`` (every export format, each registered in
 ``lift3d.registry`` as kind ``export-format``; ``export_formats``), ``job`` (ExportSources, and the ExportJob a format's
-writer gets), ``sources`` (mesh_from_field, gaussian_sources), ``views`` (turntable and back-projection cameras).
+writer gets), ``sources`` (mesh_from_field, gaussian_sources), ``views`` (turntable and back-projection cameras),
+``tsdf`` (fusion of rendered depths into a voxel grid, its mesh) and ``tsdf_sources`` (the views, renders and clean-up of
+``export.mesh_method=tsdf``).
 
 A NeRF system::
 

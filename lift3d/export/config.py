@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import torch
 
 from lift3d.config import bounded, choice
+from lift3d.export.tsdf import TSDFConfig
 
 # field -> (on a GPU, on the CPU): what an ExportConfig field left at None takes where the export runs. The CPU values
 # are smaller because the density grid costs resolution^3, the UV atlas grows with the faces, and a turntable frame
@@ -51,6 +52,10 @@ class ExportConfig:
     bbox: list | None = None  # mesh: [[x0, y0, z0], [x1, y1, z1]] to mesh (None: the representation's own box)
     fill_holes: bool = True  # mesh: fill enclosed empty pockets, so shells mesh as one outer surface
     keep_components: int = bounded(1, low=0)  # mesh: keep the k largest connected parts (0: all)
+    # mesh: auto (the representation's own: TSDF for surfels, density for Gaussians and NeRFs), density, or tsdf (rendered
+    # depths fused: Gaussian and surfel runs)
+    mesh_method: str = choice("auto", "density", "tsdf")
+    tsdf: TSDFConfig = field(default_factory=TSDFConfig)  # mesh_method tsdf: how rendered depths are fused
     # mesh: decimate to about this many faces (0: off; None: DEVICE_DEFAULTS)
     target_faces: int | None = bounded(None, low=0, example=100000)
     # mesh: side of the baked albedo texture (0: vertex colors in .glb/.obj)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lift3d.cameras import Cameras
 from lift3d.export.backproject import RenderedColors, RenderFn
 from lift3d.export.config import ExportConfig, for_device
 from lift3d.export.formats import ExportSources
@@ -26,6 +27,7 @@ from lift3d.export.grid import (
     voxel_size,
 )
 from lift3d.export.mesh import extract_mesh
+from lift3d.export.tsdf_sources import mesh_method, tsdf_builders
 from lift3d.export.views import backproject_cameras
 from lift3d.meshes.mesh import Mesh
 
@@ -42,6 +44,9 @@ def mesh_from_field(
     ``device`` (None: the device of ``bbox`` when it is a tensor, else the CPU)."""
     if device is None:
         device = bbox.device if isinstance(bbox, torch.Tensor) else "cpu"
+    if cfg.mesh_method == "tsdf":
+        raise ValueError("export.mesh_method=tsdf fuses rendered depths of Gaussian and surfel runs; a field's mesh "
+                         "comes from its density: set system.export.mesh_method=density (or auto)")
     cfg = for_device(cfg, device)
     return extract_mesh(
         density_fn, cfg.bbox if cfg.bbox is not None else bbox, cfg.resolution, cfg.threshold, cfg.chunk,
@@ -101,13 +106,16 @@ def gaussian_sources(
     gaussians: GaussianTensors, cfg: ExportConfig, write_3dgs_ply: Callable[[Path], Any] | None = None,
     render_fn: RenderFn | None = None, device: torch.device | str | None = None, field: GaussianField | None = None,
     gaussian_params: Callable[[], dict[str, torch.Tensor]] | None = None, antialiased: bool = False,
+    own_mesh_method: str = "density", fusion_cameras: Cameras | None = None,
 ) -> ExportSources:
     """Everything a Gaussian system exports: the Gaussians themselves, and a mesh of their density
     colored by querying them or (cfg.gaussian_colors=render) from renders around the object.
     Queries run on ``device`` (None: where the Gaussians are); ``field``: their density field if the
     caller already built it (with cfg.gaussian_cutoff_sigma); ``gaussian_params``: the model's pre-activation
     parameters (``parameters_dict``), for the formats that keep every SH band (spz, sog, gltf-splat);
-    ``antialiased``: trained with the 2D (Mip-Splatting) filter, which the .spz header records."""
+    ``antialiased``: trained with the 2D (Mip-Splatting) filter, which the .spz header records. ``own_mesh_method``:
+    the mesh of export.mesh_method=auto (density, or tsdf: depths of ``render_fn`` fused over ``fusion_cameras``, the
+    run's training views, or a sphere of views; colored from renders of those views)."""
     device = gaussians.means.device if device is None else torch.device(device)
     if cfg.gaussian_colors == "render" and render_fn is None:
         raise ValueError("export.gaussian_colors=render needs the system's render function")
@@ -143,6 +151,9 @@ def gaussian_sources(
             opacity_scale=GaussianField.opacity_scale, device=device,
         )
 
+    if mesh_method(cfg, own_mesh_method) == "tsdf":  # the mesh fused from rendered depths, colored from the renders
+        mesh, color_fn = tsdf_builders(render_fn, cfg, device, mesh_box, lambda: gaussians.means, fusion_cameras,
+                                       fallback=lambda points: density_field().color(points))
     return ExportSources(mesh=mesh, color_fn=color_fn, gaussians=gaussians, write_3dgs_ply=write_3dgs_ply,
                          gaussian_params=gaussian_params, render_fn=render_fn, device=device,
                          content_points=lambda: gaussians.means, antialiased=antialiased)

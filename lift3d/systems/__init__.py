@@ -9,4 +9,5 @@ from lift3d.systems import (  # noqa: F401  (register the recipes)
     mesh_stages,
     reconstruct_gaussians,
     reconstruct_nerf,
+    reconstruct_surfels,
 )

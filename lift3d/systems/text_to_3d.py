@@ -178,25 +178,36 @@ class TextTo3DSystem(BaseSystem):
             return None
 
     def guidance_estimate(self, rgb: Tensor, batch: dict[str, Any]) -> Tensor | None:
-        """The guidance's denoised estimate [B, H, W, 3] of renders ``rgb`` noised to ``guidance_panel_t``."""
+        """The guidance's denoised estimate [B, H, W, 3] of renders ``rgb`` noised to ``guidance_panel_t`` (None where
+        the guidance gives none: a prior without a noise schedule or denoised images, e.g. a user's own)."""
         guidance = self._panel_guidance()
         if guidance is None:
             return None
+        try:
+            image = self._denoised(guidance, rgb, batch)
+        except (AttributeError, KeyError, TypeError) as error:  # a guidance without the panel's interface
+            self._guidance_failed = True
+            log.warning("validation grids leave out the guidance panel: %s gives no denoised estimate (%s)",
+                        type(guidance).__name__, str(error).splitlines()[0] if str(error) else type(error).__name__)
+            return None
+        height, width = rgb.shape[1:3]
+        if image.shape[-2:] != (height, width):
+            image = F.interpolate(image, (height, width), mode="bilinear", align_corners=False, antialias=True)
+        return image.permute(0, 2, 3, 1).clamp(0, 1).to(rgb.device)
+
+    def _denoised(self, guidance: Any, rgb: Tensor, batch: dict[str, Any]) -> Tensor:
+        """[B, 3, H', W'] the guidance's one-step denoised estimate of ``rgb`` noised to ``guidance_panel_t``."""
         with torch.inference_mode():  # never trains anything (VSD's LoRA steps only outside inference mode)
-            n, height, width = rgb.shape[:3]
             t = round(self.cfg.guidance_panel_t * (guidance.num_train_timesteps - 1))
             latent = getattr(guidance, "latent_input", False)
             if latent:
                 guidance.latent_input = False  # evaluation renders are RGB
             try:
-                out = guidance(rgb.float(), batch, return_images=True, timesteps=torch.full((n,), t, device=rgb.device))
+                out = guidance(rgb.float(), batch, return_images=True, timesteps=torch.full((len(rgb),), t, device=rgb.device))
             finally:
                 if latent:
                     guidance.latent_input = True
-            image = out["images"]["denoised"].permute(0, 3, 1, 2).float()
-        if image.shape[-2:] != (height, width):
-            image = F.interpolate(image, (height, width), mode="bilinear", align_corners=False, antialias=True)
-        return image.permute(0, 2, 3, 1).clamp(0, 1).to(rgb.device)
+            return out["images"]["denoised"].permute(0, 3, 1, 2).float()
 
     def grid_panels(self, out: dict[str, Tensor], batch: dict[str, Any], i: int) -> list[tuple[str, Tensor, str]]:
         panels = super().grid_panels(out, batch, i)

@@ -1,0 +1,214 @@
+"""Surfaces from photos against the truth: a known mesh rendered into a Blender-layout capture, reconstructed by each
+photo method, its mesh measured against the mesh it came from.
+
+Each case renders ``--views`` training views (a Fibonacci sphere around the mesh, so every side is seen) and 8 held-out
+views of ``--size`` pixels with lift3d's mesh rasterizer (spot with its texture, suzanne with a procedural albedo; a
+baked light shades both), writes them as ``transforms_train/val.json`` + RGBA PNGs, runs ``lift3d reconstruct
+--method M`` on them (the CPU recipes on a machine without CUDA) and meshes the run at ``--resolution`` voxels (3DGS:
+density and marching cubes, NeRF: density and marching cubes, surfels: TSDF fusion of the median depth of the training
+views). Prints one JSON line per (mesh, method): Chamfer distance (the mean of the two one-sided mean distances between
+``--points`` area-uniform samples of each surface), accuracy and completeness, all as % of the true mesh's bounding-box
+diagonal; normal consistency (mean |cos| between each sample's normal and its nearest neighbor's on the other surface,
+both ways); faces; training and meshing seconds.
+
+    python -m benchmarks surface_meshes --views 40 --size 128                  # CPU, the CPU recipes
+    python -m benchmarks surface_meshes --views 100 --size 400 --resolution 512  # GPU, the full recipes
+    python -m benchmarks surface_meshes --methods surfels --meshes spot trainer.max_steps=300   # overrides pass on
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lift3d.cameras import Cameras, intrinsics_matrix, look_at
+
+REPO = Path(__file__).resolve().parents[2]
+
+MESHES = ("spot", "suzanne")
+METHODS = ("gaussians", "nerf", "surfels")
+FOVY_DEG = 40.0
+DISTANCE = 2.2  # camera distance from the mesh's center (the mesh fits the unit box)
+LIGHT = torch.nn.functional.normalize(torch.tensor([0.4, -0.5, 0.75]), dim=0)  # towards the baked light
+
+
+def default_data() -> Path:
+    for root in (REPO.parent / "shared", REPO / "shared", Path("/work/shared")):
+        if (root / "data" / "meshes" / "spot" / "spot.obj").is_file():
+            return root / "data" / "meshes"
+    return REPO.parent / "shared" / "data" / "meshes"
+
+
+def load_truth(name: str, data: Path):
+    """The true mesh in lift3d's frame (+z up, in the unit box), as lift3d reads it."""
+    from lift3d.meshes.io import load_mesh
+
+    if name == "spot":
+        return load_mesh(data / "spot" / "spot.obj", texture_path=data / "spot" / "spot_texture.png")
+    return load_mesh(data / name / f"{name}.obj")
+
+
+def sphere_views(n: int, size: int, offset: float = 0.5) -> Cameras:
+    """``n`` views of ``size`` pixels looking at the origin from a Fibonacci sphere (every side seen)."""
+    i = torch.arange(n, dtype=torch.float64) + offset
+    z = 1 - 2 * i / n
+    azimuth = math.pi * (1 + 5**0.5) * i
+    r = torch.sqrt((1 - z * z).clamp_min(0))
+    eye = (DISTANCE * torch.stack([r * torch.cos(azimuth), r * torch.sin(azimuth), z], -1)).float()
+    up = torch.where(z.abs()[:, None] > 0.99, torch.tensor([0.0, 1.0, 0.0]), torch.tensor([0.0, 0.0, 1.0])).float()
+    c2w = look_at(eye, torch.zeros_like(eye), up)
+    focal = torch.full((n,), 0.5 * size / math.tan(math.radians(FOVY_DEG) / 2))
+    return Cameras(c2w, intrinsics_matrix(focal, focal, torch.full((n,), size / 2), torch.full((n,), size / 2)), size, size)
+
+
+def shaded_albedo(mesh, name: str):
+    """The color function of the renders: the mesh's albedo (spot's texture; a procedural pattern on suzanne) lit by
+    one baked light, the same from every view."""
+    from lift3d.render.meshes.renderer import sample_texture
+
+    def color(surface: dict[str, torch.Tensor]) -> torch.Tensor:
+        if name == "spot":
+            albedo = sample_texture(mesh.texture[..., :3], surface["uv"])
+        else:
+            p = surface["points"] * 9.0
+            pattern = 0.5 + 0.5 * torch.sin(p[:, 0]) * torch.sin(p[:, 1]) * torch.sin(p[:, 2])
+            albedo = torch.stack([0.35 + 0.55 * pattern, 0.3 + 0.3 * (surface["points"][:, 2] + 0.5), 0.8 - 0.5 * pattern], -1)
+        light = 0.35 + 0.65 * (surface["normals"] * LIGHT).sum(-1, keepdim=True).clamp_min(0)
+        return (albedo * light).clamp(0, 1)
+
+    return color
+
+
+def write_capture(name: str, data: Path, folder: Path, views: int, size: int) -> Path:
+    """Render the mesh into ``folder`` in the Blender layout (transforms_train/val.json, straight-alpha RGBA PNGs)."""
+    from PIL import Image
+
+    from lift3d.registry import find
+
+    mesh = load_truth(name, data)
+    renderer = find("mesh-rasterizer")({"normal_type": "vertex" if name == "spot" else "face"})
+    color = shaded_albedo(mesh, name)
+    for split, cameras in (("train", sphere_views(views, size)), ("val", sphere_views(8, size, offset=0.23))):
+        (folder / split).mkdir(parents=True, exist_ok=True)
+        frames = []
+        for i in range(len(cameras)):
+            with torch.no_grad():
+                out = renderer(mesh, cameras[i], background=torch.zeros(3), color_fn=color)
+            alpha = out["alpha"][0].clamp(0, 1)
+            rgb = torch.where(alpha > 1e-6, out["rgb"][0] / alpha.clamp_min(1e-6), torch.zeros_like(out["rgb"][0]))
+            rgba = (torch.cat([rgb.clamp(0, 1), alpha], -1) * 255 + 0.5).to(torch.uint8).numpy()
+            Image.fromarray(rgba, "RGBA").save(folder / split / f"r_{i}.png")
+            frames.append({"file_path": f"./{split}/r_{i}", "transform_matrix": cameras.c2w[i].double().tolist()})
+        meta = {"camera_angle_x": math.radians(FOVY_DEG), "frames": frames}
+        (folder / f"transforms_{split}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return folder
+
+
+def train(method: str, scene: Path, output_root: Path, overrides: list[str]) -> tuple[Path, float]:
+    """``lift3d reconstruct`` of ``scene`` with ``method`` in a fresh process: (its run folder, wall seconds)."""
+    command = [sys.executable, "-m", "lift3d", "reconstruct", str(scene), "--method", method, f"output_root={output_root}",
+               "use_timestamp=false", "trainer.enable_progress_bar=false", "trainer.run_test_after_fit=false",
+               "system.export.formats=[]", "data.n_orbit_views=4", *overrides]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    runs = [p for p in output_root.glob(f"*/{scene.name}") if (p / "ckpts" / "last.ckpt").is_file()]
+    return max(runs, key=lambda p: p.stat().st_mtime), seconds
+
+
+def mesh_of_run(run_dir: Path, resolution: int, export_overrides: list[str]):
+    """The run's mesh in lift3d's frame, as ``lift3d export --format glb`` makes it (vertex colors only)."""
+    from lift3d.config import load_config
+    from lift3d.runs.run_dirs import load_system
+
+    overrides = [f"system.export.resolution={resolution}", "system.export.texture_size=0", *export_overrides]
+    cfg = load_config(str(run_dir / "configs" / "parsed.yaml"), overrides=overrides)
+    system = load_system(cfg, run_dir / "ckpts" / "last.ckpt")
+    system.eval()
+    with torch.no_grad():
+        return system.export_sources().mesh()
+
+
+def surface_samples(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(points [n, 3], unit face normals [n, 3]) drawn uniformly by area from a triangle mesh."""
+    rng = np.random.default_rng(seed)
+    tri = vertices[faces].astype(np.float64)
+    cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    area = np.linalg.norm(cross, axis=1)
+    pick = rng.choice(len(faces), size=n, p=area / area.sum())
+    u, v = rng.random(n), rng.random(n)
+    flip = u + v > 1
+    u, v = np.where(flip, 1 - u, u), np.where(flip, 1 - v, v)
+    t = tri[pick]
+    points = t[:, 0] + u[:, None] * (t[:, 1] - t[:, 0]) + v[:, None] * (t[:, 2] - t[:, 0])
+    return points, cross[pick] / np.maximum(area[pick, None], 1e-20)
+
+
+def compare(vertices: np.ndarray, faces: np.ndarray, truth_vertices: np.ndarray, truth_faces: np.ndarray,
+            n: int) -> dict[str, float]:
+    """Chamfer distance, accuracy, completeness (% of the true bounding-box diagonal) and normal consistency."""
+    from scipy.spatial import cKDTree
+
+    diagonal = float(np.linalg.norm(truth_vertices.max(0) - truth_vertices.min(0)))
+    ours, our_normals = surface_samples(vertices, faces, n, seed=1)
+    true, true_normals = surface_samples(truth_vertices, truth_faces, n, seed=2)
+    to_true, nearest_true = cKDTree(true).query(ours)
+    to_ours, nearest_ours = cKDTree(ours).query(true)
+    consistency = 0.5 * (np.abs((our_normals * true_normals[nearest_true]).sum(-1)).mean()
+                         + np.abs((true_normals * our_normals[nearest_ours]).sum(-1)).mean())
+    accuracy, completeness = 100 * to_true.mean() / diagonal, 100 * to_ours.mean() / diagonal
+    return {"chamfer_pct": round(0.5 * (accuracy + completeness), 4), "accuracy_pct": round(accuracy, 4),
+            "completeness_pct": round(completeness, 4), "normal_consistency": round(float(consistency), 4)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks surface_meshes", description=__doc__.splitlines()[0])
+    parser.add_argument("--meshes", nargs="+", default=list(MESHES), choices=MESHES)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--views", type=int, default=40, help="training views (8 more are held out)")
+    parser.add_argument("--size", type=int, default=128, help="image side in pixels")
+    parser.add_argument("--resolution", type=int, default=256, help="meshing grid: voxels along the box's longest side")
+    parser.add_argument("--points", type=int, default=200000, help="surface samples per mesh for the distances")
+    parser.add_argument("--data", type=Path, default=default_data(), help="the folder holding spot/ and suzanne/")
+    parser.add_argument("--work", type=Path, default=REPO / "outputs" / "surface_meshes", help="captures and runs")
+    parser.add_argument("--export", nargs="*", default=[], help="system.export overrides for the meshing")
+    parser.add_argument("--save-glb", action="store_true", help="also write each mesh as <work>/<mesh>-<method>.glb")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every training run (KEY=VALUE)")
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name in args.meshes:
+        truth = load_truth(name, args.data)
+        truth_vertices, truth_faces = truth.vertices.double().numpy(), truth.faces.numpy()
+        scene = write_capture(name, args.data, args.work / f"{name}-{args.views}x{args.size}" / name, args.views, args.size)
+        for method in args.methods:
+            run_dir, train_s = train(method, scene, args.work / f"runs-{args.views}x{args.size}-{method}", args.overrides)
+            start = time.perf_counter()
+            mesh = mesh_of_run(run_dir, args.resolution, args.export)
+            mesh_s = time.perf_counter() - start
+            if args.save_glb:
+                from lift3d.export.writers import write_glb
+
+                write_glb(mesh, args.work / f"{name}-{method}.glb")
+            record = {"name": "surface_meshes", "mesh": name, "method": method, "views": args.views, "size": args.size,
+                      "resolution": args.resolution, "device": device, "faces": len(mesh.faces),
+                      **compare(mesh.vertices, mesh.faces, truth_vertices, truth_faces, args.points),
+                      "train_s": round(train_s, 1), "mesh_s": round(mesh_s, 1), "host": platform.node(),
+                      "overrides": args.overrides}
+            print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""2D Gaussian surfels (2DGS) as a Gaussian model: the same parameters and file layout, the third scale kept flat.
+
+The surfel rasterizer reads only the first two scales (a disk's axes); the third is held at ``flat_ratio`` times the
+smaller of them (set again every training step, as densification and the optimizer move the others), so files written
+from a surfel run (3DGS .ply, .splat, ...) hold flat disks that splat viewers show as such. Surfels start with random
+orientations (an identity rotation would turn every disk to face +z).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lift3d.config import ConfigError
+from lift3d.gaussians.model import GaussianModel, GaussianModelConfig
+from lift3d.registry import register
+
+
+@dataclass
+class SurfelModelConfig(GaussianModelConfig):
+    """The Gaussian model's options, and how flat the surfels' third scale is."""
+
+    flat_ratio: float = 0.001  # the third scale as a share of the smaller of the other two (files written keep disks flat)
+
+
+def random_rotations(n: int, generator: torch.Generator | None = None) -> Tensor:
+    """[n, 4] wxyz unit quaternions drawn uniformly over rotations (normalized 4D Gaussians)."""
+    q = torch.randn(n, 4, generator=generator)
+    return q / q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+@register("surfels")
+class SurfelModel(GaussianModel):
+    """N surfels: ``GaussianModel`` whose third scale is flat and whose rotations start random."""
+
+    Config = SurfelModelConfig
+
+    def __init__(self, cfg: Any = None) -> None:
+        super().__init__(cfg)
+        if not 0 < self.cfg.flat_ratio <= 1:
+            raise ConfigError(f"system.gaussians.flat_ratio must be in (0, 1], got {self.cfg.flat_ratio}: "
+                              "e.g. system.gaussians.flat_ratio=0.001")
+
+    @torch.no_grad()
+    def flatten_(self) -> None:
+        """Set every third log-scale to log(flat_ratio x the smaller of the other two) (in place: no optimizer state
+        changes; the rasterizer gives that scale no gradient)."""
+        if len(self):
+            self.log_scales[:, 2] = self.log_scales[:, :2].min(dim=-1).values + math.log(self.cfg.flat_ratio)
+
+    def update_step(self, epoch: int, global_step: int) -> None:
+        super().update_step(epoch, global_step)
+        self.flatten_()
+
+    @torch.no_grad()
+    def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None) -> None:
+        """Surfels at ``points`` with nearest-neighbor sizes, random orientations and the configured opacity."""
+        super().initialize(points, colors, generator)
+        self.quats.copy_(random_rotations(len(self), generator).to(self.quats))
+        self.flatten_()
+
+    def load_gaussian_file(self, path: Any) -> int:
+        degree = super().load_gaussian_file(path)
+        self.flatten_()
+        return degree
