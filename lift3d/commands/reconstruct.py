@@ -20,14 +20,14 @@ HELP = _help()
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    from lift3d.commands.common import add_viewer_arguments
+    from lift3d.commands.common import add_device_arguments, add_viewer_arguments
 
     parser.add_argument("config", nargs="*", metavar="[PATH] [KEY=VALUE ...]",
                         help="scene folder, photo folder or video, then config overrides such as trainer.max_steps=7000")
     parser.add_argument("--method", choices=method_names(PHOTOS), default=default_method(PHOTOS).name,
                         help="; ".join(f"{m.name}: {m.description}" for m in methods(PHOTOS))
                         + f" (default: {default_method(PHOTOS).name})")
-    parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    add_device_arguments(parser)
     add_viewer_arguments(parser)
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = [item for item in args.config if "=" in item]
     if len(paths) > 1:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
-    result = reconstruct(paths[0] if paths else None, args.method, gpus=args.gpus,
+    result = reconstruct(paths[0] if paths else None, args.method, gpus=args.gpus, nodes=args.nodes,
                          overrides=[*viewer_overrides(args), *overrides], callbacks=training_callbacks)
     print("\n".join(summary(result)))
     return 0

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.config import ConfigError, bounded
+from lift3d.config import ConfigError, bounded, step_count
 from lift3d.distributed import all_reduce_sum_, world_size
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.ops import duplicate, remove, reset_opacities, split_gaussians
@@ -38,9 +38,9 @@ class DefaultConfig:
     # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
     RENAMED: ClassVar[dict[str, str]] = {"prune_opacity": "min_opacity"}
 
-    refine_start: int = bounded(500, low=0)  # first step (exclusive) at which Gaussians are grown and pruned
-    refine_stop: int = bounded(15000, low=0)  # no growing, pruning or opacity reset from this step on
-    refine_every: int = bounded(100, low=1)  # grow and prune every N steps
+    refine_start: int = step_count(500)  # first step (exclusive) at which Gaussians are grown and pruned
+    refine_stop: int = step_count(15000)  # no growing, pruning or opacity reset from this step on
+    refine_every: int = step_count(100, low=1)  # grow and prune every N steps
     grow_grad2d: float = bounded(0.0002, low=0)  # grow Gaussians whose mean normalized image-space gradient exceeds this
     # ... by cloning when their largest scale is <= this x scene extent, else splitting
     grow_scale3d: float = bounded(0.01, low=0)
@@ -48,7 +48,7 @@ class DefaultConfig:
     split_shrink: float = bounded(1.6, above=0)  # ... with scales divided by this
     min_opacity: float = bounded(0.005, low=0, high=1)  # remove Gaussians less opaque than this
     prune_scale3d: float = bounded(0.1, above=0)  # after the first opacity reset, remove Gaussians larger than this x extent
-    reset_every: int = bounded(3000, low=0)  # set every opacity to at most reset_opacity every N steps (0: never)
+    reset_every: int = step_count(3000)  # set every opacity to at most reset_opacity every N steps (0: never)
     reset_opacity: float = bounded(0.01, above=0, high=1)  # the opacity cap of a reset (3DGS: 2 x min_opacity)
     max_gaussians: int = bounded(0, low=0)  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
