@@ -61,8 +61,8 @@ class Rescaling:
 
     def line(self) -> str:
         """The one line a run says about it: how many steps, what else moved, what was kept."""
-        plural = "s" if self.processes > 1 else ""
-        what = f"{self.processes} {self.device}{plural} x {_views(self.views)}"
+        device = self.device if self.processes == 1 else "processes" if self.device == "process" else f"{self.device}s"
+        what = f"{self.processes} {device} x {_views(self.views)}"
         steps = self.change("trainer.max_steps")
         if steps:
             head = f"{what}: {steps[1]} steps (the recipe's {steps[0]} for {_views(self.recipe_batch)})"
