@@ -32,7 +32,7 @@ from typing import Any
 from lift3d.config import ExperimentConfig
 from lift3d.config.declarations import step_kind
 from lift3d.registry import find
-from lift3d.runs.world import training_processes
+from lift3d.runs.world import training_processes, views_per_step
 
 log = logging.getLogger("lift3d")
 Path_ = tuple[str, ...]  # a config key as its parts (a part may hold dots: optimizer groups such as gaussians.means)
@@ -276,16 +276,6 @@ def scale_adam(optimizer: dict, path: Path_, factor: float, explicit: Sequence[P
 
 
 # ----------------------------------------------------------------------------------- the run's numbers
-def views_per_step(data: dict, data_type: str) -> int:
-    """Views (rays, in a rays-mode data module) one process takes a step: the first of a list of batch sizes."""
-    schema = _part_schema(data_type)
-    defaults = {f.name: _default(f) for f in dataclasses.fields(schema)} if schema else {}
-    key = "rays_per_batch" if data.get("batch_mode", defaults.get("batch_mode")) == "rays" else "batch_size"
-    value = data.get(key, defaults.get(key, 1))
-    value = value[0] if isinstance(value, (list, tuple)) and value else value
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 1
-
-
 def recipe_layers(config_paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> Any:
     """The config files (and ``overrides``) merged as written, interpolations unresolved (None if they cannot be)."""
     from lift3d.config.layers import dotlist_layer, load_yaml_layers, merge_layers

@@ -37,7 +37,7 @@ from lift3d.runs.run_dirs import (
     write_configs,
 )
 from lift3d.runs.trainer_checks import check_trainer
-from lift3d.runs.world import launch_layout, rank_line, training_processes
+from lift3d.runs.world import launch_layout, rank_line, training_layout, training_processes
 
 log = logging.getLogger("lift3d")
 # the callbacks a caller adds to a training run, given its config and run folder (the commands add the live viewer)
@@ -217,6 +217,8 @@ def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:
     datamodule = BaseSystem.build_part(cfg.data_type, cfg.data)
     system = find(cfg.system_type)(cfg.system)
     system.set_scene(datamodule.scene_summary())  # what the system may know of its data, handed over explicitly
+    if hasattr(system, "set_training_layout"):  # what each rank renders a step: the Gaussians' memory estimate
+        system.set_training_layout(*training_layout(cfg.data, cfg.data_type))
     return datamodule, system
 
 

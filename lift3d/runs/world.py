@@ -7,6 +7,7 @@ srun starts one per task. Under torchrun its environment decides the layout, wha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from typing import Any
@@ -69,3 +70,40 @@ def rank_line(global_rank: int, world_size: int, local_rank: int, node_rank: int
     """What each process of a several-process run says once when training starts (so a user sees every rank join)."""
     return (f"rank {global_rank} of {world_size} on {socket.gethostname()} (node {node_rank}, local rank {local_rank}), "
             f"{device}")
+
+
+def data_defaults(data_type: str) -> dict[str, Any]:
+    """The default of every key of the data module registered as ``data_type`` (empty when it is unknown)."""
+    from lift3d.registry import find
+
+    try:
+        schema = getattr(find(str(data_type)), "Config", None)
+    except Exception:  # noqa: BLE001  (an unknown part is the config check's to report)
+        return {}
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return {}
+    return {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            for f in dataclasses.fields(schema)}
+
+
+def views_per_step(data: dict, data_type: str) -> int:
+    """Views (rays, in a rays-mode data module) one process takes a step: the first of a list of batch sizes."""
+    defaults = data_defaults(data_type)
+    key = "rays_per_batch" if data.get("batch_mode", defaults.get("batch_mode")) == "rays" else "batch_size"
+    value = data.get(key, defaults.get(key, 1))
+    value = value[0] if isinstance(value, (list, tuple)) and value else value
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 1
+
+
+def training_layout(data: dict, data_type: str) -> tuple[int, int, int]:
+    """(views a step on one process, width, height) as the data config says (0 x 0: the photos' own size); lists of
+    sizes (a resolution schedule) count their largest."""
+    defaults = data_defaults(data_type)
+
+    def largest(key: str) -> int:
+        value = data.get(key, defaults.get(key, 0))
+        values = value if isinstance(value, (list, tuple)) else [value]
+        return max([int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)] or [0])
+
+    views = largest("batch_size") if data.get("batch_mode", defaults.get("batch_mode")) != "rays" else 1
+    return max(views, 1), largest("width"), largest("height")
