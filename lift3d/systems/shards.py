@@ -110,7 +110,7 @@ class ShardedGaussians:
             c.max_gaussians = math.ceil(c.max_gaussians / ranks)
             c.opacity_reg, c.scale_reg = c.opacity_reg / ranks, c.scale_reg / ranks
         if index == 0:
-            log.info("the Gaussians are sharded over %d GPUs (system.shard_gaussians=%s)%s", ranks,
+            log.info("the Gaussians are sharded over %d ranks (system.shard_gaussians=%s)%s", ranks,
                      self.cfg.shard_gaussians, f": about {math.ceil(total / ranks)} each" if total else "")
 
     # ----------------------------------------------------------------------------------- training
