@@ -1,9 +1,11 @@
 """reconstruct-gaussians trained with its Gaussians sharded over two gloo processes (system.shard_gaussians=true) against
-the replicated two-process run: the same densification decisions while the split draws fall on the same Gaussians, a
-checkpoint of the whole model, a resume that slices it, and a refused layout in one line."""
+the replicated two-process run: the same densification decisions while the split draws fall on the same Gaussians, the
+same held-out PSNR, validation during and after training, a checkpoint of the whole model, a resume that slices it,
+and a refused combination in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,11 +47,17 @@ def _sorted(means: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.slow
 def test_sharded_training_decides_as_the_replicated_run_and_checkpoints_the_whole_model(tmp_path):
-    sharded, run_dir, done = _train(tmp_path, "sharded", "system.shard_gaussians=true", "checkpoint.every_n_train_steps=25")
+    validated = "trainer.val_check_interval=25"  # at steps 25 and 50 (collective renders) and 60 (rank 0, after fit)
+    sharded, run_dir, done = _train(tmp_path, "sharded", "system.shard_gaussians=true", "checkpoint.every_n_train_steps=25",
+                                    validated)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sharded over 2" in done.stderr
-    replicated, _, done = _train(tmp_path, "replicated")
+    replicated, replicated_dir, done = _train(tmp_path, "replicated", validated)
     assert done.returncode == 0, done.stderr[-3000:]
+    scores, reference_scores = (json.loads((d / "save" / "metrics.json").read_text())["history"]
+                                for d in (run_dir, replicated_dir))
+    assert [s["step"] for s in scores] == [25, 50, 60] and all(s["views"] == 8 for s in scores)
+    assert abs(scores[0]["psnr"] - reference_scores[0]["psnr"]) < 1e-3  # every view rendered from both shards
     shards = [len(r["params"]["means"]) for r in sharded]
     whole = len(replicated[0]["params"]["means"])
     assert shards[0] != whole and shards[1] != whole  # each rank held a shard, not a copy

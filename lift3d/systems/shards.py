@@ -174,8 +174,9 @@ class ShardedGaussians:
         g = self.gaussians
         device = g.means.device
         whole = {name: gather_to_zero(p) for name, p in g.parameters_dict().items()}
+        # the Gaussians stay out of Lightning's start-up broadcast (a validate after fit syncs module states from rank 0):
+        # rank 0 holds the whole model now and the others none
         self.sharded, self.renderer.distributed, self.densify.sharded = False, False, False
-        self._ddp_params_and_buffers_to_ignore = []
         if self.trainer.is_global_zero:
             g.set_parameters({name: values.to(device) for name, values in whole.items()})
             log.info("training ended: the %d Gaussians of every shard are back on %s", len(g), device)
