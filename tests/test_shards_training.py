@@ -87,3 +87,23 @@ def test_absolute_gradients_with_sharded_gaussians_are_refused_in_one_line(tmp_p
     assert done.returncode == 2, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert "system.densify.absgrad" in last and "system.shard_gaussians=false" in last and "Traceback" not in done.stderr
+
+
+class ViewerCallback:
+    """Stands in for lift3d.viewer.training.ViewerCallback (found by its name: systems do not import the viewer)."""
+
+
+def test_renders_by_one_rank_alone_are_refused_with_shards():
+    from types import SimpleNamespace
+
+    from lift3d.systems.shards import ShardedGaussians
+
+    def run(absgrad: bool = False, callbacks: tuple = (), **extra: object) -> str | None:
+        system = SimpleNamespace(densify=SimpleNamespace(needs_absgrad=absgrad),
+                                 trainer=SimpleNamespace(callbacks=list(callbacks)), **extra)
+        return ShardedGaussians.refused_with_shards(system)
+
+    assert run() is None
+    assert "live viewer" in run(callbacks=(ViewerCallback(),))
+    assert "lift3d edit" in run(edit_views=lambda step: None)
+    assert "absgrad" in run(absgrad=True)

@@ -95,11 +95,11 @@ class ShardedGaussians:
     def start_sharding(self, index: int, ranks: int) -> None:
         """Keep shard ``index`` of ``ranks`` of the Gaussians (all of them on a resume: the checkpoint is sliced as it
         loads) and switch rendering, densification and DDP's start-up broadcast to shards."""
-        if self.densify.needs_absgrad:
+        refused = self.refused_with_shards()
+        if refused:
             from lift3d.config import ConfigError
 
-            raise ConfigError("system.densify.absgrad does not go with sharded Gaussians (gsplat's distributed rendering "
-                              "has no absolute gradients): set system.densify.absgrad=false or system.shard_gaussians=false")
+            raise ConfigError(f"{refused} does not go with sharded Gaussians: set system.shard_gaussians=false")
         total = len(self.gaussians)
         if total:
             keep_shard(self.gaussians, index, ranks)
@@ -112,6 +112,17 @@ class ShardedGaussians:
         if index == 0:
             log.info("the Gaussians are sharded over %d ranks (system.shard_gaussians=%s)%s", ranks,
                      self.cfg.shard_gaussians, f": about {math.ceil(total / ranks)} each" if total else "")
+
+    def refused_with_shards(self) -> str | None:
+        """What of this run cannot work with sharded Gaussians (None: nothing): every render is then collective, so a
+        render by one rank alone would wait forever."""
+        if self.densify.needs_absgrad:
+            return "system.densify.absgrad=true (gsplat's distributed rendering has no absolute gradients)"
+        if hasattr(self, "edit_views"):
+            return "lift3d edit (its dataset update renders training views outside the collective step)"
+        if any(type(callback).__name__ == "ViewerCallback" for callback in self.trainer.callbacks):
+            return "the live viewer (--viewer: it renders on the first GPU alone)"
+        return None
 
     # ----------------------------------------------------------------------------------- training
     def shard_gradients(self, parameters: list[Tensor]) -> list[Tensor]:
