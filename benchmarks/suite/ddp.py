@@ -60,7 +60,7 @@ def worker(args: argparse.Namespace) -> int:
     total = args.warmup + args.steps + profile
     validate = f"trainer.val_check_interval={args.warmup + args.steps}" if args.psnr else "trainer.val_check_interval=0"
     batch = [f"data.batch_size={args.batch}"] if args.batch > 0 else []
-    overrides = [f"trainer.max_steps={total}", validate, "trainer.run_test_after_fit=false",
+    overrides = [f"trainer.max_steps={total}", validate, "trainer.run_test_after_fit=false", "trainer.rescale_steps=never",
                  "trainer.enable_progress_bar=false", "checkpoint.every_n_train_steps=0", "checkpoint.save_last=false",
                  f"output_root={args.output}", "use_timestamp=false", f"trainer.accelerator={'cpu' if cpu else 'gpu'}",
                  *args.overrides, *batch]  # the run's batch wins over a data.batch_size among the overrides

@@ -21,8 +21,8 @@ CARRIED_GUIDANCE_KEYS = ("system.guidance.prompt", "system.guidance.negative_pro
 
 def generate(prompt: str | None = None, *, image: str | Path | None = None, method: str | None = None,
              elevation: float = 0.0, refine: bool = False, refine_steps: int | None = None,
-             refine_overrides: Sequence[str] = (), gpus: Iterable[int] | str | None = None, overrides: Sequence[str] = (),
-             callbacks: Callable[..., Any] | None = None, **settings: Any) -> Run:
+             refine_overrides: Sequence[str] = (), gpus: Iterable[int] | str | None = None, nodes: int | None = None,
+             overrides: Sequence[str] = (), callbacks: Callable[..., Any] | None = None, **settings: Any) -> Run:
     """Make a 3D asset from a text ``prompt`` or from one photo (``image``) and return the last stage's run.
 
     ``method``: a text or image method of ``lift3d.methods()`` (default ``gaussian-sds`` for text, ``dreamgaussian`` for
@@ -49,7 +49,7 @@ def generate(prompt: str | None = None, *, image: str | Path | None = None, meth
     notice = cuda_notice(chosen, stages)
     if notice:
         log.warning("warning: %s", notice)
-    devices = devices_overrides(gpu_ids(gpus))
+    devices = devices_overrides(gpu_ids(gpus), nodes)
     runs: list[Run] = []
     for index, recipe in enumerate(stages):
         stage_overrides = first_stage_overrides(chosen, stages, inputs, devices, user) if index == 0 else \

@@ -30,10 +30,14 @@ def as_overrides(settings: Mapping[str, Any] | None = None, extra: Iterable[str]
 
 
 def gpu_ids(gpus: Iterable[int] | str | None) -> list[int] | None:
-    """GPU ids from ``[0, 1]`` or ``"0,1"`` (None: the recipe's own devices); anything else is a ``ConfigError``."""
+    """GPU ids from ``[0, 1]``, ``"0,1"`` or ``"all"`` (every GPU torch sees; None: the recipe's own devices); anything
+    else is a ``ConfigError``."""
     if gpus is None:
         return None
     from lift3d.config import ConfigError
+
+    if isinstance(gpus, str) and gpus.strip().lower() == "all":
+        return all_gpus()
 
     try:
         ids = [int(part) for part in gpus.split(",") if part.strip()] if isinstance(gpus, str) else [int(g) for g in gpus]
@@ -44,6 +48,26 @@ def gpu_ids(gpus: Iterable[int] | str | None) -> list[int] | None:
     return ids
 
 
-def devices_overrides(ids: list[int] | None) -> list[str]:
-    """Overrides that train on the GPUs ``ids``; none for None."""
-    return [] if ids is None else [f"trainer.devices=[{','.join(map(str, ids))}]", "trainer.accelerator=gpu"]
+def all_gpus() -> list[int]:
+    """The ids of every CUDA GPU torch sees (``--gpus all``); none is a ConfigError."""
+    import torch
+
+    from lift3d.config import ConfigError
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError("--gpus all: torch sees no CUDA GPU here: drop --gpus to train on the CPU")
+    return list(range(count))
+
+
+def devices_overrides(gpus: list[int] | None, nodes: int | None = None) -> list[str]:
+    """Overrides that train on the GPUs ``gpus`` of each of ``nodes`` machines (--gpus, --nodes); none for None."""
+    from lift3d.config import ConfigError
+
+    overrides = [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"] if gpus is not None else []
+    if nodes is not None:
+        if nodes < 1:
+            raise ConfigError(f"--nodes takes the number of machines (1 or more), got {nodes}")
+        overrides.append(f"trainer.num_nodes={nodes}")
+    return overrides
+

@@ -21,14 +21,15 @@ def cuda_available() -> bool:
 
 
 def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gpus: Iterable[int] | str | None = None,
-                overrides: Sequence[str] = (), callbacks: Callable[..., Any] | None = None, poses: str = "auto",
-                **settings: Any) -> Run:
+                nodes: int | None = None, overrides: Sequence[str] = (), callbacks: Callable[..., Any] | None = None,
+                poses: str = "auto", **settings: Any) -> Run:
     """Reconstruct a scene and return its run.
 
     ``path``: a posed capture (COLMAP, nerfstudio / instant-ngp ``transforms.json``, Blender), a folder of photos or a
     video (posed first by ``poses``: sfm, vggt or auto, as ``lift3d poses --method``), or None for the built-in sample
-    scene. ``method``: a photos method of ``lift3d.methods()`` (``gaussians``, ``nerf``). Without a CUDA GPU the method's
-    CPU recipe runs. ``gpus``: GPU ids to train on. Config overrides come as ``settings`` by dotted key
+    scene. ``method``: a photos method of ``lift3d.methods()`` (``gaussians``, ``nerf``, ``surfels``). Without a CUDA GPU
+    the method's CPU recipe runs. ``gpus``: GPU ids to train on (or ``"all"``; several train the same result sooner),
+    ``nodes``: machines the run spans. Config overrides come as ``settings`` by dotted key
     (``**{"trainer.max_steps": 500}`` or ``trainer__max_steps=500``) or as ``key=value`` strings in ``overrides``.
 
     >>> run = lift3d.reconstruct()            # doctest: +SKIP
@@ -49,7 +50,7 @@ def reconstruct(path: str | Path | None = None, method: str = "gaussians", *, gp
     ids = gpu_ids(gpus)
     if ids is not None:  # before structure from motion, which may take minutes
         check_devices("gpu", ids)
-    devices = devices_overrides(ids)
+    devices = devices_overrides(ids, nodes)
     user = as_overrides(settings, overrides)
     bad = [item for item in user if "=" not in item]
     if bad:

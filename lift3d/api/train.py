@@ -20,7 +20,8 @@ def recipe_path(recipe: str | Path) -> Path:
     return Path(text).expanduser()
 
 
-def train(recipe: str | Path, *, gpus: Iterable[int] | str | None = None, overrides: Sequence[str] = (),
+def train(recipe: str | Path, *, gpus: Iterable[int] | str | None = None, nodes: int | None = None,
+          overrides: Sequence[str] = (),
           resume: str | Path | None = None, callbacks: Callable[..., Any] | None = None, **settings: Any) -> Run:
     """Train ``recipe`` (a recipe name or a YAML file) with config overrides (``settings`` by dotted key, or
     ``key=value`` strings in ``overrides``); ``resume``: a checkpoint to continue from. Returns the run."""
@@ -28,7 +29,7 @@ def train(recipe: str | Path, *, gpus: Iterable[int] | str | None = None, overri
     from lift3d.runs.runner import run_experiment
 
     path = recipe_path(recipe)
-    extra = [*devices_overrides(gpu_ids(gpus)), *as_overrides(settings, overrides)]
+    extra = [*devices_overrides(gpu_ids(gpus), nodes), *as_overrides(settings, overrides)]
     if resume is not None:
         extra.append(f"resume={resume}")
     cfg = load_config(path, overrides=extra)

@@ -14,9 +14,20 @@ def add_config_arguments(parser: argparse.ArgumentParser, required: bool = True)
     parser.add_argument("--resume", metavar="CKPT",
                         help="checkpoint to resume from (train) or to load (validate, test, export; default: the run "
                              "folder's ckpts/last.ckpt)")
-    parser.add_argument("--gpus", metavar="IDS", default=None,
-                        help="comma-separated GPU ids, e.g. 0,1 (several GPUs train with DDP)")
+    add_device_arguments(parser)
     add_allow_imports_argument(parser)
+
+
+GPUS_HELP = ("comma-separated GPU ids, e.g. 0,1, or all: several GPUs train the same result sooner (every step count "
+             "divided by the GPUs; trainer.rescale_steps=never keeps them)")
+NODES_HELP = ("machines the run spans (each one starts the same command; under torchrun its --nnodes decides): "
+              "docs/reconstruct.md, several GPUs")
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gpus IDS|all`` and ``--nodes N``: where a training run's processes go."""
+    parser.add_argument("--gpus", metavar="IDS", default=None, help=GPUS_HELP)
+    parser.add_argument("--nodes", metavar="N", type=int, default=None, help=NODES_HELP)
 
 
 def add_allow_imports_argument(parser: argparse.ArgumentParser) -> None:
@@ -34,11 +45,16 @@ def split_configs(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def parse_gpus(text: str | None) -> Any:
-    """``"0,1"`` -> [0, 1]; None keeps the config's devices. A malformed value is the user's, a ConfigError."""
+    """``"0,1"`` -> [0, 1], ``"all"`` -> every GPU torch sees; None keeps the config's devices. A malformed value is the
+    user's, a ConfigError."""
     from lift3d.config import ConfigError
 
     if text is None:
         return None
+    if text.strip().lower() == "all":
+        from lift3d.api.overrides import all_gpus
+
+        return all_gpus()
     try:
         ids = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -121,9 +137,9 @@ def load_experiment(args: argparse.Namespace, extra_overrides: list[str] | None 
     overrides = list(extra_overrides or []) + overrides
     if getattr(args, "resume", None):
         overrides.append(f"resume={args.resume}")
-    gpus = parse_gpus(getattr(args, "gpus", None))
-    if gpus is not None:
-        overrides += [f"trainer.devices=[{','.join(map(str, gpus))}]", "trainer.accelerator=gpu"]
+    from lift3d.api.overrides import devices_overrides
+
+    overrides += devices_overrides(parse_gpus(getattr(args, "gpus", None)), getattr(args, "nodes", None))
     return load_config(*paths, overrides=overrides), paths, overrides
 
 

@@ -25,7 +25,7 @@ def _method_help() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    from lift3d.commands.common import add_viewer_arguments
+    from lift3d.commands.common import add_device_arguments, add_viewer_arguments
     from lift3d.commands.multi_prompt import PROMPTS_HELP
 
     parser.add_argument("prompt", nargs="?", default=None, help='what to make, e.g. "a DSLR photo of a hamburger"')
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--refine-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an override for the stages after the first only (repeatable), e.g. "
                              "system.export.texture_size=2048")
-    parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    add_device_arguments(parser)
     parser.add_argument("--prompts", metavar="FILE", default=None, help=PROMPTS_HELP)
     parser.add_argument("--report", metavar="FILE", default=None, help=argparse.SUPPRESS)  # JSON of the result (--prompts)
     add_viewer_arguments(parser)
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.image is None and prompt is None:
         raise ConfigError('give a prompt: lift3d generate "a DSLR photo of a hamburger" (or --prompts FILE, or --image PHOTO)')
     result = generate(prompt, image=args.image, method=args.method, elevation=args.elevation, refine=args.refine,
-                      refine_steps=args.refine_steps, refine_overrides=args.refine_set, gpus=args.gpus,
+                      refine_steps=args.refine_steps, refine_overrides=args.refine_set, gpus=args.gpus, nodes=args.nodes,
                       overrides=[*viewer_overrides(args), *user], callbacks=training_callbacks)
     print_assets(result)
     if args.report:

@@ -21,7 +21,7 @@ HELP = _help()
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    from lift3d.commands.common import add_viewer_arguments
+    from lift3d.commands.common import add_device_arguments, add_viewer_arguments
 
     parser.add_argument("config", nargs="*", metavar="[PATH] [KEY=VALUE ...]",
                         help="scene folder, photo folder or video, then config overrides such as trainer.max_steps=7000")
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--poses", choices=POSE_METHODS, default="auto",
                         help="photos without poses: sfm (structure from motion), vggt (predicted; needs its weights: "
                              "lift3d poses --help) or auto (default: vggt where its weights are, else sfm)")
-    parser.add_argument("--gpus", metavar="IDS", default=None, help="comma-separated GPU ids, e.g. 0")
+    add_device_arguments(parser)
     add_viewer_arguments(parser)
 
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = [item for item in args.config if "=" in item]
     if len(paths) > 1:
         raise SceneFormatError(f"give one scene folder, got {len(paths)}: {' '.join(paths)} (overrides need key=value)")
-    result = reconstruct(paths[0] if paths else None, args.method, gpus=args.gpus,
+    result = reconstruct(paths[0] if paths else None, args.method, gpus=args.gpus, nodes=args.nodes,
                          overrides=[*viewer_overrides(args), *overrides], callbacks=training_callbacks,
                          poses=args.poses)
     print("\n".join(summary(result)))

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lift3d.config.declarations import bounded, choice
+from lift3d.config.declarations import bounded, choice, step_count
 from lift3d.config.layers import (
     COMMAND_LINE,
     dotlist_layer,
@@ -33,22 +33,30 @@ PRECISIONS = ("32-true", "32", "64-true", "64", "16-true", "16", "16-mixed", "bf
 # the names the package imports from here (ConfigError and the schema helpers live in config.schema, the field
 # declarations in config.declarations)
 __all__ = ["CheckpointConfig", "ConfigError", "ExperimentConfig", "TrainerConfig", "ViewerConfig", "bounded", "choice",
-           "load_config", "parse_structured", "scheduled", "to_yaml"]
+           "load_config", "parse_structured", "scheduled", "step_count", "to_yaml"]
 
 
 @dataclass
 class TrainerConfig:
     """Options handed to ``lightning.Trainer``."""
 
-    max_steps: int = bounded(1000, low=0, allowed=(-1,))  # optimization steps in the run (-1: no limit)
-    val_check_interval: int = bounded(500, low=0)  # run validation every N training steps (0: never during training)
-    log_every_n_steps: int = bounded(10, low=0)  # how often logged scalars are written
+    max_steps: int = step_count(1000, allowed=(-1,))  # optimization steps in the run (-1: no limit)
+    val_check_interval: int = step_count(500)  # run validation every N training steps (0: never during training)
+    log_every_n_steps: int = step_count(10, kind="kept")  # how often logged scalars are written (steps)
     precision: str = choice("32-true", among=PRECISIONS)  # Lightning precision: 32-true, 16-mixed, bf16-mixed
     accelerator: str = choice("auto", "cpu", "gpu", "cuda", "mps", fold_case=True)  # auto, cpu, gpu
-    devices: Any = 1  # number of devices or a list of GPU ids (the CLI's --gpus sets this)
+    devices: Any = 1  # number of devices or a list of GPU ids (the CLI's --gpus sets this; -1: every GPU)
+    num_nodes: int = bounded(1, low=1)  # machines the run spans (--nodes; under torchrun: its WORLD_SIZE / LOCAL_WORLD_SIZE)
     strategy: str = "auto"  # Lightning strategy; multi-GPU runs use ddp
+    # several processes (GPUs, machines) train the recipe's result sooner: every step count (max_steps, intervals,
+    # densification, SH and learning-rate schedules) is divided by the total batch over the recipe's, and Adam's rates
+    # follow the square-root rule (auto); always: also a larger data.batch_size on one GPU; never: every recipe step runs
+    rescale_steps: str = choice("auto", "always", "never")
+    # the total batch (views a step over every process) the step counts are written for (0: the recipe's data.batch_size
+    # on one GPU); a run that rescales writes its own here, so its parsed.yaml is not rescaled twice
+    schedule_batch: int = bounded(0, low=0)
     # DDP: ranks agree on a received SIGTERM every N steps (Lightning: every step, a host sync each; 0: never)
-    sigterm_check_every: int = bounded(100, low=0)
+    sigterm_check_every: int = step_count(100, kind="kept")
     num_sanity_val_steps: int = bounded(0, low=0, allowed=(-1,))  # validation batches run before training starts (-1: all)
     limit_val_batches: int | float = bounded(1.0, low=0)  # fraction or number of validation views per check
     gradient_clip_val: float | None = bounded(None, low=0, example=1.0)  # clip gradient norm (None: off)
@@ -61,7 +69,7 @@ class TrainerConfig:
 class CheckpointConfig:
     """When checkpoints are written into the run's ``ckpts/``."""
 
-    every_n_train_steps: int = bounded(1000, low=0)  # periodic checkpoint interval in steps (0: only last.ckpt)
+    every_n_train_steps: int = step_count(1000)  # periodic checkpoint interval in steps (0: only last.ckpt)
     save_last: bool = True  # keep ckpts/last.ckpt up to date at every checkpoint
     keep_periodic: int = bounded(-1, low=0, allowed=(-1,), example=3)  # how many periodic checkpoints to keep (-1: all)
     # also refresh last.ckpt after this many minutes of training (0: off); needs save_last

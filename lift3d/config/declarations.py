@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DECLARED = "declared"  # the metadata key of a field's Choices or Bounds
+STEPS = "steps"  # the metadata key of a field that counts training steps: how a larger batch rescales it (STEP_KINDS)
+# what a field marked with step_count holds: "count" a step number or interval (divided by the batch factor); "pairs"
+# [[step, value], ...] (the steps divided); "milestones" [step, ...]; "optimizer-groups" an optimizer's parameter groups
+# (each lr schedule's steps divided); "scheduler-args" a torch LR scheduler's arguments (its step counts divided);
+# "kept" counts steps but stays per step (a host-sync cadence, a debugging aid). ``scheduled`` fields need no mark:
+# their schedules' steps are always rescaled.
+STEP_KINDS = ("count", "pairs", "milestones", "optimizer-groups", "scheduler-args", "kept")
 
 
 def _show(value: Any) -> str:
@@ -132,6 +139,30 @@ def bounded(default: Any, *, low: float | None = None, above: float | None = Non
     if example is None and (isinstance(default, (int, float)) and not isinstance(default, bool) or default):
         example = default  # a number, or a non-empty list
     return _field(default, Bounds(low, above, high, below, tuple(allowed), example, tuple(lengths), multiple_of), **kwargs)
+
+
+def step_count(default: Any, *, kind: str = "count", low: float | None = 0, **bounds: Any) -> Any:
+    """A field that counts training steps (``kind``: one of ``STEP_KINDS``), ``bounded`` like any number (a list
+    default: each element; a dict default: unbounded). ``lift3d.runs.rescale`` divides every such field by the batch
+    factor when several GPUs (or a larger batch) train one recipe, so the run keeps the recipe's result."""
+    if kind not in STEP_KINDS:
+        raise ValueError(f"step_count kind must be one of {', '.join(STEP_KINDS)}, got {kind!r}")
+    metadata = {STEPS: kind, **bounds.pop("metadata", {})}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata, **bounds)
+    if kind in ("pairs",):
+        return field(default_factory=lambda: [list(p) for p in default], metadata=metadata, **bounds)
+    return bounded(default, low=low, metadata=metadata, **bounds)
+
+
+def step_kind(schema: type, name: str) -> str | None:
+    """How field ``name`` of dataclass ``schema`` counts steps (``STEP_KINDS``; None: it does not), its own mark or
+    that of the nearest base class that declares the field."""
+    for klass in schema.__mro__:
+        declared = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if declared is not None and STEPS in declared.metadata:
+            return declared.metadata[STEPS]
+    return None
 
 
 def declared_bounds(**bounds: Any) -> Bounds | None:

@@ -22,7 +22,7 @@ from lift3d.cameras import (
     normalize,
     spherical_to_position,
 )
-from lift3d.config import bounded, choice
+from lift3d.config import bounded, choice, step_count
 from lift3d.data.base import BaseDataModule, step_loader, view_loader
 from lift3d.data.summary import SceneSummary
 from lift3d.registry import register
@@ -41,7 +41,7 @@ class RandomViewsConfig:
     height: Any = bounded(64, low=1)  # render height, or a list: one per resolution milestone stage
     width: Any = bounded(64, low=1)  # render width, or a list like height
     batch_size: Any = bounded(1, low=1)  # views per step, or a list like height
-    resolution_milestones: list = bounded([], low=0)  # steps at which the next height/width/batch applies
+    resolution_milestones: list = step_count([], kind="milestones")  # steps at which the next height/width/batch applies
     elevation_range: list = bounded([-10.0, 60.0], low=-90, high=90, lengths=(2,))  # degrees above the xy-plane
     azimuth_range: list = bounded([-180.0, 180.0], lengths=(2,))  # degrees from +x towards +y
     camera_distance_range: list = bounded([1.5, 2.0], above=0, lengths=(2,))  # distance from the origin

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import bounded, choice
+from lift3d.config import bounded, choice, step_count
 from lift3d.fields.hash_reference import hash_grid_encode, hash_grid_layout
 
 log = logging.getLogger("lift3d")
@@ -35,7 +35,7 @@ class HashGridConfig:
     init_scale: float = bounded(1e-4, low=0)  # table entries start uniform in [-init_scale, init_scale]
     # levels active at step 0 for coarse-to-fine (-1: all levels from the start)
     start_level: int = bounded(-1, low=0, allowed=(-1,), example=8)
-    update_steps: int = bounded(1000, low=1)  # one more level becomes active every this many steps
+    update_steps: int = step_count(1000, low=1)  # one more level becomes active every this many steps
     # auto (Triton on CUDA when available, the blocked CPU twin on CPU, else PyTorch), torch, triton
     backend: str = choice("auto", "torch", "triton")
 

@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import bounded, choice
+from lift3d.config import bounded, choice, step_count
 from lift3d.gaussians.init import knn_scales
 from lift3d.meshes.io import AXES
 from lift3d.registry import register
@@ -39,7 +39,7 @@ class GaussianModelConfig:
     """
 
     sh_degree: int = bounded(3, low=0, high=MAX_DEGREE)  # highest spherical-harmonics degree (0..3)
-    sh_degree_interval: int = bounded(1000, low=0)  # raise the active SH degree by one every N steps (0: highest from the start)
+    sh_degree_interval: int = step_count(1000)  # raise the active SH degree by one every N steps (0: highest from the start)
     # auto (SfM points, else hull, else random), random, hull, sfm, points, mesh, ply
     init: str = choice("auto", "random", "hull", "sfm", "points", "mesh", "ply")
     init_points: int = bounded(100000, low=1)  # how many Gaussians to start with (random, hull, mesh)

@@ -58,14 +58,19 @@ def remove(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: 
 
 
 def split_gaussians(model: GaussianModel, optimizer: torch.optim.Optimizer | None, mask: Tensor,
-                    into: int = 2, shrink: float = 1.6, generator: torch.Generator | None = None) -> None:
+                    into: int = 2, shrink: float = 1.6, generator: torch.Generator | None = None,
+                    among: tuple[int, int] | None = None) -> None:
     """Replace each Gaussian in ``mask`` [N] by ``into`` Gaussians whose centers are drawn from it and whose
     scales are divided by ``shrink``; the new ones go at the end with zero optimizer moments. The draws come
-    from ``generator`` (a CPU generator; None: the global RNG)."""
+    from ``generator`` (a CPU generator; None: the global RNG). ``among`` = (offset, total): these splits are
+    ``offset``.. of ``total`` split on every shard together, and take their draws there (sharded Gaussians split as
+    one model would)."""
     n = int(mask.sum())
     scales, quats = model.scales[mask], model.quats[mask]
-    draws = torch.randn(into, n, 3, 1, generator=generator).to(scales.device) if generator is not None else \
-        torch.randn(into, n, 3, 1, device=scales.device)
+    offset, total = among or (0, n)
+    draws = torch.randn(into, total, 3, 1, generator=generator).to(scales.device) if generator is not None else \
+        torch.randn(into, total, 3, 1, device=scales.device)
+    draws = draws[:, offset : offset + n]
     offsets = (quaternion_to_matrix(quats)[None] @ (draws * scales[None, :, :, None]))
     means = (model.means[mask][None] + offsets.squeeze(-1)).reshape(into * n, 3)
     new = {"means": means, "log_scales": torch.log(scales / shrink).repeat(into, 1)}

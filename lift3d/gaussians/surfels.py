@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lift3d.config import ConfigError
+from lift3d.config import bounded
 from lift3d.gaussians.model import GaussianModel, GaussianModelConfig
 from lift3d.registry import register
 
@@ -24,7 +24,8 @@ from lift3d.registry import register
 class SurfelModelConfig(GaussianModelConfig):
     """The Gaussian model's options, and how flat the surfels' third scale is."""
 
-    flat_ratio: float = 0.001  # the third scale as a share of the smaller of the other two (files written keep disks flat)
+    # the third scale as a share of the smaller of the other two (files written keep disks flat)
+    flat_ratio: float = bounded(0.001, above=0, high=1)
 
 
 def random_rotations(n: int, generator: torch.Generator | None = None) -> Tensor:
@@ -38,12 +39,6 @@ class SurfelModel(GaussianModel):
     """N surfels: ``GaussianModel`` whose third scale is flat and whose rotations start random."""
 
     Config = SurfelModelConfig
-
-    def __init__(self, cfg: Any = None) -> None:
-        super().__init__(cfg)
-        if not 0 < self.cfg.flat_ratio <= 1:
-            raise ConfigError(f"system.gaussians.flat_ratio must be in (0, 1], got {self.cfg.flat_ratio}: "
-                              "e.g. system.gaussians.flat_ratio=0.001")
 
     @torch.no_grad()
     def flatten_(self) -> None:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import bounded, choice, scheduled
+from lift3d.config import bounded, choice, scheduled, step_count
 from lift3d.guidance.inject import inject_gradient
 from lift3d.guidance.score import WEIGHTINGS, add_noise, predict_x0, sds_gradient, timestep_weight
 from lift3d.schedule import scheduled_value
@@ -38,7 +38,7 @@ class DistillationConfig:
     max_step_percent: Any = scheduled(0.98, low=0, high=1)  # highest timestep as a fraction of T (number or schedule)
     # uniform: t ~ U{min..max} per view; linear: t falls from max to min over anneal_steps
     timestep_sampling: str = choice("uniform", among=TIMESTEP_SAMPLING)
-    anneal_steps: int = bounded(10000, low=0)  # with timestep_sampling=linear: steps over which t goes from max_step to min_step
+    anneal_steps: int = step_count(10000)  # with timestep_sampling=linear: steps over which t goes from max_step to min_step
     grad_clip: Any = scheduled(0.0, low=0)  # clamp each gradient entry to [-c, c] (0: off; number or schedule)
 
 

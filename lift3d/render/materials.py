@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.base import BaseModule
-from lift3d.config import ConfigError, bounded, choice
+from lift3d.config import ConfigError, bounded, choice, step_count
 from lift3d.fields.mlp import ACTIVATIONS, MLP, activation
 from lift3d.registry import register
 from lift3d.rng import step_generator
@@ -65,7 +65,7 @@ class DiffuseConfig:
     albedo_probability: float = bounded(0.2, low=0, high=1)  # training: chance a step renders plain albedo
     # training: chance a step renders white albedo, lit (the rest: lambertian)
     textureless_probability: float = bounded(0.4, low=0, high=1)
-    ambient_only_steps: int = bounded(0, low=0)  # training steps that render plain albedo before random shading starts
+    ambient_only_steps: int = step_count(0)  # training steps that render plain albedo before random shading starts
     # shading used outside training: albedo, lambertian or textureless
     eval_shading: str = choice("lambertian", among=SHADING_MODES)
     color_activation: str = choice("sigmoid", among=ACTIVATIONS)  # applied to features[:, :3] to give albedo

@@ -27,6 +27,7 @@ from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
 from lift3d.runs import run_dirs
 from lift3d.runs.progress_bar import TrainingProgress
+from lift3d.runs.rescale import apply_rescale
 from lift3d.runs.run_dirs import (
     RUN_DIR_ENV,
     process_rank,
@@ -36,6 +37,7 @@ from lift3d.runs.run_dirs import (
     write_configs,
 )
 from lift3d.runs.trainer_checks import check_trainer
+from lift3d.runs.world import launch_layout, rank_line, training_layout, training_processes
 
 log = logging.getLogger("lift3d")
 # the callbacks a caller adds to a training run, given its config and run folder (the commands add the live viewer)
@@ -67,22 +69,18 @@ class RNGStateCallback(Callback):
 
 
 class AnnounceCallback(Callback):
-    """Says once where the run writes, so users can find their results."""
+    """Says once where the run writes, so users can find their results; in a run of several processes each one says
+    that it joined (its rank, machine and device)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size > 1:
+            print("lift3d: " + rank_line(trainer.global_rank, trainer.world_size, trainer.local_rank, trainer.node_rank,
+                                         trainer.strategy.root_device), flush=True)
         if trainer.is_global_zero:
             print(f"lift3d: writing to {self.run_dir}", flush=True)
-
-
-def _device_count(devices: Any) -> int:
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if isinstance(devices, int) or (isinstance(devices, str) and devices.isdigit()):
-        return int(devices)
-    return 1  # "auto", -1: Lightning decides
 
 
 def _progress_bar() -> Callback:
@@ -109,7 +107,8 @@ def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: An
     to a training run after the runner's own (the commands pass the live viewer's)."""
     extra_callbacks = list(callbacks)
     tcfg = cfg.trainer
-    devices = tcfg.devices if devices is None else devices
+    processes = training_processes(tcfg, devices)
+    devices, num_nodes = launch_layout(tcfg, devices)
     callbacks: list[Callback] = []
     if tcfg.enable_progress_bar:
         callbacks.append(_progress_bar())
@@ -153,7 +152,7 @@ def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: An
         kwargs["logger"] = False
         kwargs["limit_val_batches"] = tcfg.limit_val_batches
     strategy = tcfg.strategy
-    if strategy == "auto" and _device_count(devices) > 1:
+    if strategy == "auto" and processes > 1:
         strategy = ddp_strategy(find(cfg.system_type))
     trainer = L.Trainer(
         max_steps=tcfg.max_steps,
@@ -163,6 +162,7 @@ def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: An
         precision=resolve_precision(tcfg.precision, tcfg.accelerator),
         accelerator=tcfg.accelerator,
         devices=devices,
+        num_nodes=num_nodes,
         strategy=strategy,
         num_sanity_val_steps=tcfg.num_sanity_val_steps,
         gradient_clip_val=tcfg.gradient_clip_val,
@@ -176,7 +176,7 @@ def build_trainer(cfg: ExperimentConfig, run_dir: Path, train: bool, devices: An
         use_distributed_sampler=False,  # training samples per step and rank; evaluation runs on rank 0 (one writer)
         **kwargs,
     )
-    if _device_count(devices) > 1 and tcfg.sigterm_check_every != 1:
+    if processes > 1 and tcfg.sigterm_check_every != 1:
         throttle_sigterm_broadcast(trainer, tcfg.sigterm_check_every)
     return trainer
 
@@ -217,6 +217,8 @@ def build_parts(cfg: ExperimentConfig) -> tuple[Any, Any]:
     datamodule = BaseSystem.build_part(cfg.data_type, cfg.data)
     system = find(cfg.system_type)(cfg.system)
     system.set_scene(datamodule.scene_summary())  # what the system may know of its data, handed over explicitly
+    if hasattr(system, "set_training_layout"):  # what each rank renders a step: the Gaussians' memory estimate
+        system.set_training_layout(*training_layout(cfg.data, cfg.data_type))
     return datamodule, system
 
 
@@ -251,6 +253,10 @@ def _run_experiment(mode: str, cfg: ExperimentConfig, config_paths: Sequence[str
         raise ConfigError(f"'lift3d {mode}' needs a checkpoint: pass --resume PATH/TO/ckpts/last.ckpt")
     if cfg.resume:
         check_recipe(load_checkpoint(cfg.resume), cfg.system_type, cfg.resume)
+    if mode == "train":  # several processes: the recipe's result sooner (every step count / the batch factor)
+        rescaled = apply_rescale(cfg, config_paths, overrides, training_processes(cfg.trainer, devices))
+        if rescaled is not None and process_rank() == 0:
+            log.info(rescaled.line())
     # a resumed run continues in its checkpoint's folder; DDP ranks > 0 use rank 0's; a new run gets a folder of its own
     run_dir = (run_dir_of_checkpoint(cfg.resume) if cfg.resume else None) or shared_run_dir()
     if process_rank() == 0:

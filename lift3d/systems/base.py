@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
-from lift3d.config import bounded, choice
+from lift3d.config import bounded, choice, step_count
 from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, export_formats
 from lift3d.registry import find
@@ -56,7 +56,8 @@ class SystemConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)  # optional torch LR scheduler
     loss: LossConfig = field(default_factory=LossConfig)  # weights lambda_<term> of the loss terms
     nonfinite_loss: str = choice("stop", "skip")  # on NaN/Inf loss: stop (keep last good checkpoint) or skip the step
-    nonfinite_check_every: int = bounded(1, low=0)  # check the loss every N steps (each check is one host sync; 0: never)
+    # check the loss every N steps (each check is one host sync; 0: never)
+    nonfinite_check_every: int = step_count(1, kind="kept")
     video_fps: int = bounded(30, low=1)  # frame rate of the test orbit video
     export: ExportConfig = field(default_factory=ExportConfig)  # exported asset (formats, mesh options; lift3d export)
     # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import bounded, scheduled
+from lift3d.config import scheduled, step_count
 from lift3d.registry import register
 from lift3d.render.volume.regularizers import depth_variance, opacity_entropy, opacity_sparsity, orientation_loss
 from lift3d.systems.field_queries import FieldQueries
@@ -51,7 +51,7 @@ class DreamFusionConfig(TextTo3DConfig):
     renderer_type: str = "volume-renderer"  # registered renderer
     renderer: dict = dataclasses.field(default_factory=dict)  # its config
     # first N steps render features[:4] as SD latents (needs field.n_feature_dims >= 4 and SD guidance)
-    latent_steps: int = bounded(0, low=0)
+    latent_steps: int = step_count(0)
     eval_normals: bool = True  # render normals for validation grids and test frames
     loss: DreamFusionLoss = dataclasses.field(default_factory=DreamFusionLoss)  # loss weights
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
-from lift3d.config import ConfigError, bounded
+from lift3d.config import ConfigError, bounded, step_count
 from lift3d.data.summary import SceneSummary
 from lift3d.registry import register
 from lift3d.rng import step_generator
@@ -39,7 +39,7 @@ class EditOptions:
     geometry_convert_from: str = ""  # the reconstruction's checkpoint to start from (lift3d edit sets it)
     editor_type: str = "instruct-pix2pix"  # the editor: instruct-pix2pix, or analytic-edit (offline color transform)
     editor: dict = field(default_factory=dict)  # its config (prompt, guidance scales, ...)
-    edit_every: int = bounded(10, low=0)  # re-edit training views every N steps (Instruct-NeRF2NeRF's edit_rate)
+    edit_every: int = step_count(10)  # re-edit training views every N steps (Instruct-NeRF2NeRF's edit_rate)
     edit_count: int = bounded(1, low=1)  # views edited each time, taken in turn through the training views
     # write a photo | render | new target grid of every N-th edit into save/edits/ (0: never)
     save_edits_every: int = bounded(10, low=0)

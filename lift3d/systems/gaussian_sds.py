@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lift3d.config import ConfigError, bounded
+from lift3d.config import ConfigError, bounded, choice, step_count
 from lift3d.export import ExportSources, GaussianField, GaussianTensors, gaussian_color_fn, gaussian_sources
 from lift3d.export.grid import ColorFn
 from lift3d.gaussians.formats.ply import save_ply
@@ -51,7 +51,11 @@ class GaussianSDSConfig(TextTo3DConfig):
     background_color: list = bounded([1.0, 1.0, 1.0], low=0, high=1, lengths=(3,))  # RGB the Gaussians are rendered over
     # per view: a random solid color instead (the background cannot explain the object)
     random_background_probability: float = bounded(0.0, low=0, high=1)
-    replica_check_every: int = bounded(0, low=0)  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    replica_check_every: int = step_count(0, kind="kept")
+    # several GPUs: each holds a shard of the Gaussians instead of a copy (scenes bigger than one GPU; auto: when a copy
+    # would not fit its GPU's memory; lift3d.systems.shards)
+    shard_gaussians: str = choice("auto", "true", "false", fold_case=True)
     # torch intra-op threads on the CPU (0: torch's default; 1 avoids contention with tiny tensors)
     cpu_threads: int = bounded(0, low=0)
 

@@ -85,6 +85,8 @@ class GraphedSplatStep:
         rgb, cameras = batch.get("rgb"), batch.get("cameras")
         if self._off or not system.cfg.cuda_graphs or rgb is None or cameras is None or not rgb.is_cuda:
             return False
+        if getattr(system, "sharded", False):  # a sharded render is collective: its exchange sizes change every step
+            return False
         trainer = system._trainer
         if trainer is None or (trainer.world_size != 1 and not graphs_under_ddp()) or trainer.accumulate_grad_batches != 1:
             return False

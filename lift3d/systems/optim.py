@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import choice
+from lift3d.config import choice, step_count
 from lift3d.schedule import is_schedule, scheduled_value, validate_schedule
 
 
@@ -33,7 +33,8 @@ class OptimizerConfig:
 
     name: str = choice("Adam", among=optimizer_names)  # any class in torch.optim (Adam, AdamW, SGD, ...)
     args: dict = field(default_factory=lambda: {"lr": 1e-3})  # defaults for every group (lr, betas, eps, ...)
-    params: dict = field(default_factory=dict)  # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
+    # {"geometry.encoding": {"lr": 0.01}}: group options; lr may be a schedule
+    params: dict = step_count({}, kind="optimizer-groups")
     # auto: the optimizer's fused kernel when every parameter is on CUDA (one launch per group, and no host sync under
     # 16-mixed's grad scaler); always; never (torch's default)
     fused: str = choice("auto", "always", "never")
@@ -47,7 +48,7 @@ class SchedulerConfig:
 
     # class in torch.optim.lr_scheduler ("" for none; scheduled group lrs need none)
     name: str = choice("", among=scheduler_names)
-    args: dict = field(default_factory=dict)  # passed to the scheduler
+    args: dict = step_count({}, kind="scheduler-args")  # passed to the scheduler
     interval: str = choice("step", "epoch")  # step or epoch
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
-from lift3d.config import bounded, scheduled
+from lift3d.config import bounded, choice, scheduled, step_count
 from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.gaussians.formats.ply import save_ply
@@ -61,11 +61,15 @@ class ReconstructGaussiansConfig(SystemConfig):
     scene_extent: float = bounded(0.0, low=0)  # scene size for lr scaling and densification (0: from the data module's cameras)
     # [[step, factor], ...]: from each step on, the captured training step trains on photos factor x smaller a side
     # (e.g. [[0, 4], [1000, 2], [3000, 1]]; []: full size; lift3d.gaussians.resolution_schedule)
-    resolution_schedule: list = field(default_factory=list)
+    resolution_schedule: list = step_count([], kind="pairs")
     # written when training ends; lift3d export takes any format
     export: ExportConfig = field(default_factory=lambda: ExportConfig(
         formats=["3dgs-ply"], video_distance=4.0, video_fovy_deg=50.0, video_elevation_deg=25.0))
-    replica_check_every: int = bounded(0, low=0)  # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    # DDP debug: every N steps check that all ranks hold the same Gaussians (0: off)
+    replica_check_every: int = step_count(0, kind="kept")
+    # several GPUs: each holds a shard of the Gaussians instead of a copy (scenes bigger than one GPU; auto: when a copy
+    # would not fit its GPU's memory; lift3d.systems.shards)
+    shard_gaussians: str = choice("auto", "true", "false", fold_case=True)
     cpu_threads: int = bounded(0, low=0)  # torch intra-op threads when running on CPU (0: torch's default; 1 avoids contention)
     # the training step (render, loss, backward) replayed as one CUDA graph where it can be: gsplat on a GPU, one device,
     # 32-bit precision (photos of several sizes train padded to one: one capture) (false: its kernels launched one by one)
@@ -231,8 +235,8 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
                                          index=self.training_index(batch))
         else:
             terms, out = replayed
-        if batch.get("loss_mask") is not None:
-            out = seen_in_kept_pixels(out, batch["loss_mask"])
+        if batch.get("loss_mask") is not None:  # sharded: the statistics cover every rank's views
+            out = seen_in_kept_pixels(out, self.all_views(batch["loss_mask"]))
         self._last_render = out
         self.log_step("train/gaussians", float(len(self.gaussians)))
         self.log_pose_corrections()

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
-from lift3d.config import ConfigError, bounded, scheduled
+from lift3d.config import ConfigError, scheduled, step_count
 from lift3d.data.summary import SceneSummary
 from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
 from lift3d.export.tsdf_sources import in_capture_frame
@@ -42,8 +42,8 @@ class ReconstructSurfelsLoss(ReconstructGaussiansLoss):
 class ReconstructSurfelsConfig(ReconstructGaussiansConfig):
     gaussians_type: str = "surfels"  # the surfel model part (a Gaussian model with a flat third scale)
     renderer_type: str = "surfel-rasterizer"  # the surfel rasterizer part
-    normal_start: int = bounded(7000, low=0)  # first step of the normal-consistency term (2DGS: 7000 of 30000)
-    distortion_start: int = bounded(3000, low=0)  # first step of the depth-distortion term (2DGS: 3000 of 30000)
+    normal_start: int = step_count(7000)  # first step of the normal-consistency term (2DGS: 7000 of 30000)
+    distortion_start: int = step_count(3000)  # first step of the depth-distortion term (2DGS: 3000 of 30000)
     cuda_graphs: bool = False  # surfel steps run kernel by kernel (no captured step for the surfel rasterizer)
     # written when training ends: the mesh fused from rendered depth (export.tsdf); lift3d export takes any format
     export: ExportConfig = field(default_factory=lambda: ExportConfig(

@@ -8,9 +8,12 @@ parameters its optimizer steps, after each backward pass and before densificatio
 arrives at the end of backward, so one flat all-reduce per step loses nothing against DDP's bucketing.
 
 With ``data.batch_size`` = B views per rank and N ranks, a step's gradient is the mean over N x B views; the
-densification statistics are per view and summed over the ranks. Learning rates and step-based schedules are
-not rescaled: to see as many views as one view a step, divide ``trainer.max_steps`` and the schedules by N x B
-(gsplat's multi-GPU example also multiplies the rates by sqrt(N x B); lift3d leaves that to the user).
+densification statistics are per view and summed over the ranks. The runner rescales the recipe's step counts and
+Adam's rates for the N x B views a step (``lift3d.runs.rescale``), so the run reaches the one-GPU result sooner.
+
+Scenes bigger than one GPU shard the Gaussians instead of copying them (``ShardedGaussians``, the base of the mixin
+here: ``system.shard_gaussians``): the Gaussians' gradients then arrive summed over the ranks through the render's
+exchange, and only the other parameters (per-photo appearance, pose corrections) are averaged here.
 
 The captured CUDA-graph step (``lift3d.systems.graphed_splats``) keeps Adam out of the graph under DDP: the
 all-reduce runs eagerly between the replay and Adam. ``LIFT3D_DDP_CUDA_GRAPHS=0`` keeps the eager step under DDP.
@@ -26,6 +29,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
 from lift3d.distributed import all_reduce_sum_, world_size
+from lift3d.systems.shards import ShardedGaussians
 
 DDP_GRAPHS_ENV = "LIFT3D_DDP_CUDA_GRAPHS"  # "1": the Gaussian step's CUDA graph also under DDP (Adam eager, after the all-reduce)
 DDP_GRAPHS_DEFAULT = True  # without the variable: captured, as on one GPU (its scaling: benchmarks/RESULTS.md, ddp)
@@ -106,10 +110,11 @@ def optimized_parameters(optimizers: Iterable[torch.optim.Optimizer]) -> list[Te
     return list(seen.values())
 
 
-class ReplicatedGaussians:
+class ReplicatedGaussians(ShardedGaussians):
     """Mixin of the Gaussian systems: under ``ReplicatedDDPStrategy`` average the gradients after each backward
     pass (before densification reads or replaces the parameters) and, every ``system.replica_check_every``
-    steps, check that every rank holds the same Gaussians."""
+    steps, check that every rank holds the same Gaussians (sharded: the same other parameters; the shards are
+    evened out after densification)."""
 
     @classmethod
     def ddp_strategy(cls) -> ReplicatedDDPStrategy:
@@ -123,11 +128,13 @@ class ReplicatedGaussians:
         return (torch.initial_seed() - rank) % (2**31)
 
     def sync_gradients(self) -> None:
-        average_gradients(optimized_parameters(self._all_optimizers()))
+        average_gradients(self.shard_gradients(optimized_parameters(self._all_optimizers())))
 
     def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
         super().on_train_batch_end(outputs, batch, batch_idx)
         every = self.cfg.replica_check_every
         step = self.true_global_step  # the optimizer has stepped: global_step counts this step
+        self.even_out_shards(step)
         if every > 0 and step % every == 0:
-            check_replicas(dict(self.gaussians.named_parameters()), step)
+            shared = {name: p for name, p in self.named_parameters() if not name.startswith("gaussians.")}
+            check_replicas(shared if self.sharded else dict(self.gaussians.named_parameters()), step)

@@ -14,7 +14,8 @@ holds its running statistics and is called at fixed points of the training step:
    state dict and saves this instead).
 
 Under DDP every rank holds the same Gaussians and must make the same decisions: a strategy sums its statistics over
-the ranks before it reads them and draws from generators that depend only on the step (``lift3d.rng``).
+the ranks before it reads them and draws from generators that depend only on the step (``lift3d.rng``). With sharded
+Gaussians (``sharded``) each rank decides for its own.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from lift3d.gaussians.model import GaussianModel
 class Strategy(Configurable):
     """Base of the densification strategies (``system.densify_type``); subclasses implement ``after_backward`` and
     ``step``, and override the other hooks where they differ from these defaults."""
+
+    # each DDP rank holds a shard of the Gaussians (system.shard_gaussians): its statistics are its own Gaussians' (never
+    # summed over the ranks), and draws over the Gaussians of all ranks are sliced to this rank's
+    sharded = False
 
     @property
     def needs_absgrad(self) -> bool:

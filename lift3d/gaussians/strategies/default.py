@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.config import ConfigError, bounded
-from lift3d.distributed import all_reduce_sum_, world_size
+from lift3d.config import ConfigError, bounded, step_count
+from lift3d.distributed import all_reduce_sum_, exclusive_offset, kth_largest, world_size
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.ops import duplicate, remove, reset_opacities, split_gaussians
 from lift3d.gaussians.strategies.base import Strategy
@@ -38,9 +38,9 @@ class DefaultConfig:
     # keys renamed to one spelling per idea: the old name still loads, with a warning naming the new one
     RENAMED: ClassVar[dict[str, str]] = {"prune_opacity": "min_opacity"}
 
-    refine_start: int = bounded(500, low=0)  # first step (exclusive) at which Gaussians are grown and pruned
-    refine_stop: int = bounded(15000, low=0)  # no growing, pruning or opacity reset from this step on
-    refine_every: int = bounded(100, low=1)  # grow and prune every N steps
+    refine_start: int = step_count(500)  # first step (exclusive) at which Gaussians are grown and pruned
+    refine_stop: int = step_count(15000)  # no growing, pruning or opacity reset from this step on
+    refine_every: int = step_count(100, low=1)  # grow and prune every N steps
     grow_grad2d: float = bounded(0.0002, low=0)  # grow Gaussians whose mean normalized image-space gradient exceeds this
     # ... by cloning when their largest scale is <= this x scene extent, else splitting
     grow_scale3d: float = bounded(0.01, low=0)
@@ -48,7 +48,7 @@ class DefaultConfig:
     split_shrink: float = bounded(1.6, above=0)  # ... with scales divided by this
     min_opacity: float = bounded(0.005, low=0, high=1)  # remove Gaussians less opaque than this
     prune_scale3d: float = bounded(0.1, above=0)  # after the first opacity reset, remove Gaussians larger than this x extent
-    reset_every: int = bounded(3000, low=0)  # set every opacity to at most reset_opacity every N steps (0: never)
+    reset_every: int = step_count(3000)  # set every opacity to at most reset_opacity every N steps (0: never)
     reset_opacity: float = bounded(0.01, above=0, high=1)  # the opacity cap of a reset (3DGS: 2 x min_opacity)
     max_gaussians: int = bounded(0, low=0)  # stop growing at this many Gaussians (0: no cap)
     absgrad: bool = False  # grow by the absolute image-space gradient (AbsGS, gsplat's absgrad; turns on renderer.absgrad)
@@ -128,7 +128,10 @@ class DefaultStrategy(Strategy):
         if step >= c.refine_stop:
             return report
         if step > c.refine_start and step % c.refine_every == 0 and world_size() > 1:
-            self.sum_across_ranks(len(model), model.means.device)
+            if self.sharded:  # its own Gaussians' statistics (zeros if none rendered): every rank refines together
+                self.prepare_stats(len(model), model.means.device)
+            else:
+                self.sum_across_ranks(len(model), model.means.device)
         if step > c.refine_start and step % c.refine_every == 0 and self.grad2d is not None:
             report.update(self.grow(model, optimizer, extent, step))
             report["pruned"] = self.prune(model, optimizer, step, extent)
@@ -153,8 +156,11 @@ class DefaultStrategy(Strategy):
         grads = self.grad2d / self.count.clamp_min(1)
         high = grads > (c.grow_grad2d_abs if c.absgrad else c.grow_grad2d)
         if c.max_gaussians > 0:  # grow only the strongest gradients when the cap is near
-            room = max(c.max_gaussians - len(model), 0) // max(c.split_into - 1, 1)
-            if int(high.sum()) > room:
+            total = exclusive_offset(len(model))[1] if self.sharded else len(model)
+            room = max(c.max_gaussians - total, 0) // max(c.split_into - 1, 1)
+            if self.sharded:  # the strongest of every shard's: at least the room-th largest gradient of all ranks
+                high &= grads >= kth_largest(grads[high], room)
+            elif int(high.sum()) > room:
                 keep = torch.topk(grads, room).indices
                 high = torch.zeros_like(high)
                 high[keep] = True
@@ -165,8 +171,10 @@ class DefaultStrategy(Strategy):
             duplicate(model, optimizer, cloned)
             split = torch.cat([split, split.new_zeros(n_clone)])  # clones are not split this round
         n_split = int(split.sum())
+        draws = exclusive_offset(n_split) if self.sharded else None  # this shard's place among all ranks' splits
         if n_split:
-            split_gaussians(model, optimizer, split, c.split_into, c.split_shrink, step_generator(0, step, SPLIT_STREAM))
+            split_gaussians(model, optimizer, split, c.split_into, c.split_shrink, step_generator(0, step, SPLIT_STREAM),
+                            draws)
         return {"cloned": n_clone, "split": n_split}
 
     def prune(self, model: GaussianModel, optimizer: torch.optim.Optimizer | None, step: int, extent: float) -> int:
@@ -185,7 +193,7 @@ class DefaultStrategy(Strategy):
         """The statistics since the last refine step; under DDP their sums over the ranks (every rank builds
         the checkpoint, rank 0 writes it)."""
         grad2d, count = self.grad2d, self.count
-        if world_size() > 1 and grad2d is not None:
+        if world_size() > 1 and grad2d is not None and not self.sharded:
             grad2d, count = grad2d.clone(), count.clone()
             all_reduce_sum_([grad2d, count])
         return {"grad2d": grad2d, "count": count}
@@ -194,5 +202,5 @@ class DefaultStrategy(Strategy):
         """Under DDP rank 0 resumes with the saved sums and the other ranks with zeros, so the next refine step's
         sum over the ranks is what it would have been without the interruption."""
         self.grad2d, self.count = state.get("grad2d"), state.get("count")
-        if world_size() > 1 and self.grad2d is not None and torch.distributed.get_rank() > 0:
+        if world_size() > 1 and self.grad2d is not None and torch.distributed.get_rank() > 0 and not self.sharded:
             self.grad2d, self.count = torch.zeros_like(self.grad2d), torch.zeros_like(self.count)

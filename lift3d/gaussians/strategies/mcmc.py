@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.config import bounded
+from lift3d.config import bounded, step_count
 from lift3d.gaussians import ops
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategies.base import Strategy
@@ -44,9 +44,9 @@ class MCMCConfig:
     RENAMED: ClassVar[dict[str, str]] = {"cap_max": "max_gaussians"}
 
     max_gaussians: int = bounded(1_000_000, low=1)  # the most Gaussians there will be (the budget)
-    refine_start: int = bounded(500, low=0)  # first step (exclusive) at which Gaussians are relocated and added
-    refine_stop: int = bounded(25000, low=0)  # no relocation or addition from this step on (the noise goes on)
-    refine_every: int = bounded(100, low=1)  # relocate and add every N steps
+    refine_start: int = step_count(500)  # first step (exclusive) at which Gaussians are relocated and added
+    refine_stop: int = step_count(25000)  # no relocation or addition from this step on (the noise goes on)
+    refine_every: int = step_count(100, low=1)  # relocate and add every N steps
     grow_rate: float = bounded(0.05, low=0)  # each refine step adds this fraction of the current count (up to max_gaussians)
     min_opacity: float = bounded(0.005, low=0, high=1)  # Gaussians at or below this opacity are dead: relocated onto live ones
     noise_lr: float = bounded(5e5, low=0)  # position noise = this x the current position learning rate x covariance x randn

@@ -37,11 +37,14 @@ def rasterize_gsplat(
     with_depth: bool = True,
     rasterize_mode: str = "classic",
     capacity: int = 0,
+    distributed: bool = False,
 ) -> dict[str, Tensor]:
     """``render`` [C, H, W, D+1] (colors + accumulated depth; [C, H, W, D] without ``with_depth``), ``alpha``,
     ``means2d`` [C, N, 2] (whose ``.grad``/``.absgrad`` feed densification), ``radii`` [C, N, 2] int32,
     ``depths`` [C, N]. ``capacity`` > 0: the tile intersections go into that many fixed slots (``_rasterize_fixed``)
-    and ``isect_count`` is added."""
+    and ``isect_count`` is added. ``distributed``: gsplat's sharded rendering (this rank's Gaussians, its own cameras,
+    as many on every rank); ``means2d``, ``radii`` and ``depths`` are then the projection of this rank's Gaussians
+    into every rank's cameras, as gsplat's meta holds them (set before its all-to-all)."""
     means, quats, scales, opacities, colors, viewmats, Ks, backgrounds = (
         t.float().contiguous() for t in (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds))
     if capacity > 0:
@@ -54,7 +57,7 @@ def rasterize_gsplat(
         means, quats, scales, opacities, colors, viewmats, Ks, width, height,
         near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, sh_degree=sh_degree,
         packed=False, tile_size=tile_size, backgrounds=backgrounds, render_mode="RGB+D" if with_depth else "RGB",
-        absgrad=absgrad, rasterize_mode=rasterize_mode,
+        absgrad=absgrad, rasterize_mode=rasterize_mode, **({"distributed": True} if distributed else {}),
     )  # fmt: skip
     radii = _radius_pairs(meta["radii"], means).to(torch.int32)
     return {"render": render, "alpha": alpha, "means2d": meta["means2d"], "radii": radii, "depths": meta["depths"]}

@@ -18,6 +18,7 @@ from lift3d.base import Configurable
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, bounded, choice
 from lift3d.registry import register
+from lift3d.render.splats.distributed import rasterize_distributed_torch
 from lift3d.render.splats.gsplat_backend import gsplat_available, rasterize_gsplat
 from lift3d.render.splats.torch_backend import rasterize_torch
 
@@ -106,6 +107,7 @@ def rasterize(
     with_depth: bool = True,
     isect_capacity: int = 0,
     rasterize_mode: str = "classic",
+    distributed: bool = False,
 ) -> dict[str, Tensor]:
     """Render B views of N Gaussians.
 
@@ -120,6 +122,10 @@ def rasterize(
     on nothing and can be captured in a CUDA graph; ``isect_count`` then says how many there were (more: dropped).
     ``absgrad``: after backward ``means2d.absgrad`` holds the per-pixel gradients' absolute values summed (AbsGS).
     ``rasterize_mode="antialiased"``: Mip-Splatting's 2D filter (opacity x sqrt(det(cov2d) / det(cov2d + eps2d I))).
+    ``distributed``: ``gaussians`` are this rank's shard and ``cameras`` its own views (as many on every rank): every rank
+    renders its views from the Gaussians of all ranks (gsplat's ``distributed=True``, or its PyTorch twin
+    ``render.splats.distributed``); ``means2d`` and ``radii`` are then [C_all, N, 2], this rank's Gaussians in every
+    rank's cameras.
     """
     if rasterize_mode not in RASTERIZE_MODES:
         raise ValueError(f"rasterize_mode must be one of {', '.join(RASTERIZE_MODES)}, got '{rasterize_mode}'")
@@ -141,21 +147,26 @@ def rasterize(
             cameras.intrinsics, width, height, bg_colors)
     kwargs: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane, "eps2d": eps2d}
     chosen = choose_backend(backend, device)
+    if distributed and absgrad:
+        raise ValueError("absolute gradients (AbsGS) do not go with sharded Gaussians: set system.densify.absgrad=false "
+                         "or system.shard_gaussians=false")
     out = None
     if chosen == "gsplat":
         try:
             out = rasterize_gsplat(*args, **kwargs, absgrad=absgrad, with_depth=with_depth, rasterize_mode=rasterize_mode,
-                                   capacity=isect_capacity)
+                                   capacity=0 if distributed else isect_capacity, distributed=distributed)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
             if backend == "gsplat":
                 raise RuntimeError(f"gsplat rasterization failed: {error}") from error
             _gsplat_broken.append(str(error))
             _log_once(f"splat rasterizer: gsplat failed ({str(error).splitlines()[0][:200]}); using pure PyTorch",
                       logging.WARNING)
-    if out is None:
-        out = rasterize_torch(*args, **kwargs, tile_size=tile_size, chunk_elements=chunk_elements,
-                              save_elements=save_elements, rasterize_mode=rasterize_mode, absgrad=absgrad)
-        with_depth_channel = True  # the torch rasterizer always composites depth
+    if out is None:  # the torch rasterizers always composite depth
+        torch_rasterizer = rasterize_distributed_torch if distributed else rasterize_torch
+        extra = {} if distributed else {"absgrad": absgrad}
+        out = torch_rasterizer(*args, **kwargs, tile_size=tile_size, chunk_elements=chunk_elements,
+                               save_elements=save_elements, rasterize_mode=rasterize_mode, **extra)
+        with_depth_channel = True
     else:
         with_depth_channel = with_depth
     render, alpha = out["render"], out["alpha"]
@@ -194,6 +205,7 @@ class SplatRenderer(Configurable):
     """``rasterize`` with options from config: ``renderer(gaussians, cameras, background, sh_degree)``."""
 
     Config = SplatRendererConfig
+    distributed = False  # set by a system whose Gaussians are sharded over ranks: every render is collective
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
@@ -207,5 +219,5 @@ class SplatRenderer(Configurable):
         c = self.cfg
         options = {"backend": c.backend, "near_plane": c.near_plane, "far_plane": c.far_plane, "eps2d": c.eps2d,
                    "tile_size": c.tile_size, "chunk_elements": c.chunk_elements, "save_elements": c.save_elements,
-                   "absgrad": c.absgrad, "rasterize_mode": c.rasterize_mode, **kwargs}
+                   "absgrad": c.absgrad, "rasterize_mode": c.rasterize_mode, "distributed": self.distributed, **kwargs}
         return rasterize(gaussians, cameras, background=background, sh_degree=sh_degree, **options)

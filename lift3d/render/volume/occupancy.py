@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from lift3d.config import bounded
+from lift3d.config import bounded, step_count
 from lift3d.fields.contraction import check_contraction, from_unit_cube, to_unit_cube
 
 
@@ -27,8 +27,8 @@ class OccupancyGridConfig:
 
     enabled: bool = True  # skip samples in empty cells (off: every step inside the box is evaluated)
     resolution: int = bounded(128, low=1, high=256)  # cells per axis
-    update_every: int = bounded(16, low=1)  # training steps between updates
-    warmup_steps: int = bounded(256, low=0)  # until this step every cell is re-evaluated at each update
+    update_every: int = step_count(16, low=1)  # training steps between updates
+    warmup_steps: int = step_count(256)  # until this step every cell is re-evaluated at each update
     ema_decay: float = bounded(0.95, low=0, high=1)  # factor applied to a cell's stored opacity at each update
     # opacity (density * step size) above which a cell is occupied (or the mean, if lower)
     threshold: float = bounded(0.01, low=0)

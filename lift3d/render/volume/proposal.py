@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from lift3d.base import Updateable
-from lift3d.config import ConfigError, bounded
+from lift3d.config import ConfigError, bounded, step_count
 from lift3d.fields.volume import ImplicitVolume
 from lift3d.render.volume.compositing import MAX_OPTICAL_THICKNESS
 from lift3d.render.volume.distortion import distortion_loss
@@ -45,7 +45,7 @@ class ProposalConfig:
     # added to every bin of a proposal histogram before drawing from it (keeps every interval reachable)
     histogram_padding: float = bounded(0.01, low=0)
     # proposal weights are raised to a power rising from 0 (uniform) to 1 over these training steps
-    anneal_steps: int = bounded(1000, low=0)
+    anneal_steps: int = step_count(1000)
     # how fast that power rises (nerfacto's bias curve: slope x / ((slope - 1) x + 1))
     anneal_slope: float = bounded(10.0, above=0)
 
