@@ -97,6 +97,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._unsaved: dict[str, Any] = {}
         self.skipped_steps = 0
         self.scene: SceneSummary | None = None  # the training data's facts (set_scene); None: loaded without data
+        self._fit_device: torch.device | None = None  # where training ran (the export at its end runs there too)
 
     def set_scene(self, scene: SceneSummary | None) -> None:
         """Hand the system what it may know of its training data (the data module's ``scene_summary()``); the runner
@@ -297,6 +298,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
             self._eval_rng = None
 
     def on_fit_start(self) -> None:
+        self._fit_device = self.device
         self._move_unsaved_parts()
         self.apply_matmul_precision(self.device)
 
@@ -308,6 +310,22 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
 
     def on_fit_end(self) -> None:
         self._loaded_step = self.trainer.global_step  # later test/export runs name files by this step
+
+    def export_at_fit_end(self) -> None:
+        """Write ``export.formats`` once training ends (rank 0), on the device it trained on: Lightning has moved the
+        model to the CPU by ``on_fit_end``, and an export there would take the CPU's sizes and time."""
+        if not (self.trainer.is_global_zero and self.cfg.export.formats):
+            return
+        device = self._fit_device or self.device
+        moved = device.type == "cuda" and self.device != device
+        if moved:
+            self.to(device)
+        try:
+            attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
+        finally:
+            if moved:
+                self.cpu()
+                torch.cuda.empty_cache()
 
     def on_validation_start(self) -> None:
         self._move_unsaved_parts()

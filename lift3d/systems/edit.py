@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, bounded, step_count
 from lift3d.data.summary import SceneSummary
@@ -203,5 +202,4 @@ class EditNerfSystem(IterativeEditing, ReconstructNerfSystem):
 
     def on_fit_end(self) -> None:
         super().on_fit_end()
-        if self.trainer.is_global_zero and self.cfg.export.formats:
-            attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
+        self.export_at_fit_end()

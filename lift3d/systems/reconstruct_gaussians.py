@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lift3d.aftercare import attempt
 from lift3d.cameras import Cameras
 from lift3d.config import bounded, choice, scheduled, step_count
 from lift3d.data.summary import SceneSummary
@@ -272,8 +271,7 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
 
     def on_fit_end(self) -> None:
         super().on_fit_end()
-        if self.trainer.is_global_zero and self.cfg.export.formats:
-            attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
+        self.export_at_fit_end()
 
     def export_sources(self) -> ExportSources:
         """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density colored by them (glb, obj)
