@@ -89,6 +89,7 @@ def _canvas_has_a_picture(page) -> bool:
     return float(pixels.std(axis=(0, 1)).max()) > 20.0  # a shaded model, not an empty canvas
 
 
+@pytest.mark.slow
 def test_app_runs_a_job_in_a_real_browser(server, chromium):
     url, process, tmp_path = server
     shots = artifacts("app")

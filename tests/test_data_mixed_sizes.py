@@ -74,6 +74,7 @@ def test_an_undistorted_dense_colmap_folder_loads_every_photo_at_its_own_size(tm
     assert [t.shape[:2] for t in shown.thumbnails] == [(-(-h // step), -(-w // step)) for w, h in sizes]
 
 
+@pytest.mark.slow
 def test_two_size_set_trains_to_within_1db_of_the_one_size_set(tmp_path):
     """The same views cropped to one size, to portrait and landscape (two sizes), and to every photo its own size
     (poses kept): held-out PSNR within 1 dB of the one-size set's."""
@@ -167,6 +168,7 @@ def test_gaussians_seen_only_in_ignored_pixels_get_no_gradient_and_are_not_count
     assert float(system.densify.grad2d[left]) == 0.0 and float(system.densify.grad2d[right]) > 0.0
 
 
+@pytest.mark.slow
 def test_ignore_masks_keep_a_moving_occluder_out_of_the_reconstruction(tmp_path):
     """A red box walks through the training photos, masked with nerfstudio's mask_path (mask_mode auto: ignore):
     held-out PSNR within 1 dB of the clean scene's; the same photos without the masks do worse."""

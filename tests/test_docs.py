@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from lift3d.config import ExperimentConfig
 from lift3d.config.describe import describe, field_comments, part_schemas
 from tests.conftest import REPO
@@ -48,6 +50,7 @@ def test_the_site_builds_with_no_warning(tmp_path):
     assert "Reconstruct a scene and return its run" in api
 
 
+@pytest.mark.slow
 def test_the_custom_guidance_example_runs_as_written(tmp_path):
     text = (REPO / "docs" / "python.md").read_text()
     example = re.search(r"<!-- example: custom-guidance -->\n```python\n(.*?)```", text, re.S).group(1)

@@ -138,6 +138,7 @@ PROPOSAL = ["system.renderer.sampler=proposal", "system.renderer.occupancy.enabl
             "system.renderer.proposal.log2_hashmap_size=12", "system.loss.lambda_distortion=0.002"]
 
 
+@pytest.mark.slow
 def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_time(tmp_path):
     """The unbounded CPU recipe on a small sky scene: the occupancy-grid march evaluates the field at every one of
     ~110 steps a ray through this young, foggy field; proposal sampling at 16 a ray (two small proposal grids decide
