@@ -151,3 +151,14 @@ def kth_largest(values: Tensor, k: int) -> float:
     if k > len(gathered):
         return float("-inf")
     return float(torch.topk(gathered, k).values[-1])
+
+
+def finite_on_every_rank(total: Tensor) -> bool:
+    """Whether the loss is finite, agreed by all DDP ranks (one rank skipping or stopping alone would leave the
+    others waiting in the next collective); the steps checked are the same on every rank."""
+    import torch.distributed as dist
+
+    finite = torch.isfinite(total.detach()).to(torch.float32).reshape(1)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite)

@@ -17,13 +17,13 @@ import torch.multiprocessing as mp
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, orbit_c2w
 from lift3d.config import load_config
+from lift3d.distributed import finite_on_every_rank
 from lift3d.gaussians.model import GaussianModel
 from lift3d.gaussians.strategies import DefaultStrategy
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from lift3d.runs.run_dirs import RUN_DIR_ENV
 from lift3d.runs.runner import build_trainer
-from lift3d.systems.base import _finite_on_every_rank
 from lift3d.systems.replicas import ReplicaDivergenceError, ReplicatedDDPStrategy, check_replicas
 from tests.conftest import TEST_CONFIGS
 
@@ -83,8 +83,8 @@ def _rank_refines_its_view(rank: int, rendezvous: str, folder: str) -> None:
             check_replicas(dict(model.named_parameters()), step=7)
         except ReplicaDivergenceError as error:
             record["error"] = str(error)
-        record["finite"] = [_finite_on_every_rank(torch.tensor(float("nan") if rank == 0 else 1.0)),
-                            _finite_on_every_rank(torch.tensor(2.0))]
+        record["finite"] = [finite_on_every_rank(torch.tensor(float("nan") if rank == 0 else 1.0)),
+                            finite_on_every_rank(torch.tensor(2.0))]
         torch.save(record, Path(folder) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()

@@ -20,6 +20,7 @@ from lift3d.aftercare import attempt
 from lift3d.base import Configurable, Updateable
 from lift3d.config import bounded, choice, step_count
 from lift3d.data.summary import SceneSummary
+from lift3d.distributed import finite_on_every_rank
 from lift3d.export import ExportConfig, ExportSources, export_formats
 from lift3d.registry import find
 from lift3d.rng import capture_rng_state, restore_rng_state
@@ -62,17 +63,6 @@ class SystemConfig:
     export: ExportConfig = field(default_factory=ExportConfig)  # exported asset (formats, mesh options; lift3d export)
     # torch.set_float32_matmul_precision on CUDA when training starts ("": leave torch's)
     matmul_precision: str = choice("", among=MATMUL_PRECISIONS)
-
-
-def _finite_on_every_rank(total: Tensor) -> bool:
-    """Whether the loss is finite, agreed by all DDP ranks (one rank skipping or stopping alone would leave the
-    others waiting in the next collective); the steps checked are the same on every rank."""
-    import torch.distributed as dist
-
-    finite = torch.isfinite(total.detach()).to(torch.float32).reshape(1)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-    return bool(finite)
 
 
 class BaseSystem(L.LightningModule, Configurable, Updateable):
@@ -238,7 +228,7 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         total = self.weighted_sum(terms)
         self.log_step("train/loss", total.detach(), prog_bar=True)
         every = self.cfg.nonfinite_check_every
-        if every and self.true_global_step % every == 0 and not _finite_on_every_rank(total):
+        if every and self.true_global_step % every == 0 and not finite_on_every_rank(total):
             bad = [name for name, value in terms.items() if not bool(torch.isfinite(value).all())]
             where = ", ".join(bad) or ("the sum" if not bool(torch.isfinite(total)) else "none here: on another DDP rank")
             message = f"the loss is not finite at step {self.true_global_step} (non-finite terms: {where})"
@@ -312,20 +302,14 @@ class BaseSystem(L.LightningModule, Configurable, Updateable):
         self._loaded_step = self.trainer.global_step  # later test/export runs name files by this step
 
     def export_at_fit_end(self) -> None:
-        """Write ``export.formats`` once training ends (rank 0), on the device it trained on: Lightning has moved the
-        model to the CPU by ``on_fit_end``, and an export there would take the CPU's sizes and time."""
-        if not (self.trainer.is_global_zero and self.cfg.export.formats):
-            return
+        """Write ``export.formats`` when training ends (rank 0) on the training device (Lightning has moved the model
+        to the CPU by ``on_fit_end``: an export there would take the CPU's sizes and time)."""
         device = self._fit_device or self.device
-        moved = device.type == "cuda" and self.device != device
-        if moved:
+        if self.trainer.is_global_zero and self.cfg.export.formats:
             self.to(device)
-        try:
             attempt("the export", self.export, self.saver, list(self.cfg.export.formats))
-        finally:
-            if moved:
-                self.cpu()
-                torch.cuda.empty_cache()
+            self.cpu()
+            torch.cuda.empty_cache()  # a no-op without CUDA
 
     def on_validation_start(self) -> None:
         self._move_unsaved_parts()
