@@ -26,6 +26,20 @@ from tests.sfm_scene import write_photos
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C as a terminal gives it, also where this suite was started in the background (which ignores SIGINT, and
+    processes inherit that)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In a child before it starts Python: SIGINT back to its default, so Python turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Token:
     """A stand-in for pycolmap's CancellationToken."""
 
@@ -101,7 +115,8 @@ def test_ctrl_c_during_matching_ends_within_seconds_and_the_next_run_continues(d
     scene = _fox_subset(data_dir, tmp_path / "fox")
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     process = subprocess.Popen([sys.executable, "-m", "lift3d", "poses", str(scene)], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+                               stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+                               preexec_fn=_ctrl_c_as_in_a_terminal)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
