@@ -71,9 +71,37 @@ def read_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
     CONFIG_BYTES.check(str(path), path.stat().st_size, error, "a config holds a few kilobytes of settings: give the "
                        "right file")
     try:
+        check_alias_expansion(path.read_text(encoding="utf-8", errors="replace"))
         return OmegaConf.load(path)
     except Exception as problem:
         raise error(yaml_problem(path, problem)) from None
+
+
+MAX_EXPANDED_NODES = 1_000_000  # a config's YAML nodes once its aliases are expanded (a real one has a few hundred)
+
+
+class AliasExpansionError(ValueError):
+    """A YAML document whose aliases expand past ``MAX_EXPANDED_NODES``."""
+
+
+def check_alias_expansion(text: str, limit: int = MAX_EXPANDED_NODES) -> None:
+    """Refuse a YAML alias bomb before anything expands it, whatever OmegaConf's version: the document is composed
+    (aliases stay shared nodes) and its expanded size counted once per node."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 0  # a node inside itself (a recursive alias) counts once
+            children = node.value if isinstance(node.value, list) else []
+            items = [part for child in children for part in (child if isinstance(child, tuple) else (child,))]
+            sizes[id(node)] = min(limit + 1, 1 + sum(size(item) for item in items))
+        return sizes[id(node)]
+
+    for document in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        if document is not None and size(document) > limit:
+            raise AliasExpansionError(f"alias expansion exceeds {limit} nodes")
 
 
 def yaml_problem(path: Path, problem: BaseException) -> str:
