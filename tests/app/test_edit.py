@@ -12,7 +12,7 @@ from lift3d.app.recipes import PHOTOS, PROMPT, AppRecipe, probe_recipe
 from lift3d.app.ui import AppState
 from lift3d.cli import main
 from lift3d.recipes import recipe_config
-from tests.test_app_page import FakeQueue
+from tests.app.test_page import FakeQueue
 
 QUIET = ["trainer.enable_progress_bar=false", "use_timestamp=false", "data.n_orbit_views=2"]
 

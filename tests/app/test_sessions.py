@@ -15,9 +15,9 @@ from lift3d.app.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, Job, JobQueue,
 from lift3d.app.recipes import AppRecipe, probe_recipe
 from lift3d.app.results import checkpoint_step, kept_checkpoint
 from lift3d.app.ui import AppState, is_private
+from tests.app.test_page import NO_OPTIONS, FakeQueue
 from tests.conftest import TEST_CONFIGS
 from tests.processes import stop
-from tests.test_app_page import NO_OPTIONS, FakeQueue
 
 LABEL = "Sphere from text"
 SLOW = ("system.step_sleep_s=0.05", "trainer.val_check_interval=0", "trainer.run_test_after_fit=false")

@@ -26,7 +26,7 @@ from lift3d.viewer.camera_math import viewer_cameras
 from lift3d.viewer.models import gaussian_suffixes, load_view_model, render_picture
 from lift3d.viewer.path import CameraPath, Keyframe, save_camera_path
 from tests.gaussian_params import random_params, unit
-from tests.test_ksplat import gaussian_splats_3d
+from tests.gaussians.formats.test_ksplat import gaussian_splats_3d
 from tests.validators import splat_transform
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import time
 import typing
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from lift3d.config.declarations import Bounds, Choices, declaration_of
 from lift3d.config.schema import check_config, check_instance
 from lift3d.registry import find
 from tests.config_walk import candidate_schemas, comparisons, config_schemas
+from tests.conftest import REPO
 
 SCHEMAS = config_schemas()
 DECLARED = sorted(((schema, f.name) for schema in SCHEMAS for f in dataclasses.fields(schema)
@@ -105,7 +105,7 @@ def test_every_default_is_within_its_declaration(schema):
 
 
 def test_every_recipe_loads_within_the_declarations():
-    recipes = sorted((Path(__file__).resolve().parents[1] / "lift3d" / "configs").glob("*.yaml"))
+    recipes = sorted((REPO / "lift3d" / "configs").glob("*.yaml"))
     assert len(recipes) > 10
     for recipe in recipes:
         load_config(recipe)
@@ -221,7 +221,7 @@ def test_a_part_built_from_a_dict_is_checked_against_its_declarations():
 
 def test_the_error_says_which_layer_wrote_the_value(tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("base: " + str(Path(__file__).resolve().parents[1] / "configs" / "reconstruct-gaussians.yaml")
+    recipe.write_text("base: " + str(REPO / "lift3d" / "configs" / "reconstruct-gaussians.yaml")
                       + "\nsystem:\n  appearance:\n    fit_ridge: -2\n")
     with pytest.raises(ConfigError, match=f"system.appearance.fit_ridge must be a number >= 0; got -2.0 \\(in {recipe}\\)"):
         load_config(recipe)

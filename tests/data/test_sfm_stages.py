@@ -21,9 +21,8 @@ from PIL import Image
 from lift3d.cli import main
 from lift3d.data import sfm_stages
 from lift3d.data.sfm_stages import STATE_FILE, open_work, run_stoppable
+from tests.conftest import REPO
 from tests.sfm_scene import write_photos
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)

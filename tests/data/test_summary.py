@@ -20,8 +20,9 @@ from lift3d.data.single_image import SingleImageDataModule
 from lift3d.data.summary import SceneSummary
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import build_parts
+from tests.conftest import REPO
 
-SYSTEMS = Path(__file__).resolve().parents[1] / "lift3d" / "systems"
+SYSTEMS = REPO / "lift3d" / "systems"
 
 
 def _data_module_reads(path: Path) -> list[str]:

@@ -15,9 +15,9 @@ from lift3d.gaussians.formats.splat import read_splat
 from lift3d.runs.runner import run_experiment
 from lift3d.saving import OutputSaver
 from tests.conftest import TEST_CONFIGS
+from tests.export.test_gaussians import skin_of_sphere
+from tests.gaussians.formats.test_splat import raw_gaussians, reference_3dgs_ply
 from tests.plugins.analytic_sphere import position_color, render_sphere, sphere_density
-from tests.test_export_gaussians import skin_of_sphere
-from tests.test_export_splat import raw_gaussians, reference_3dgs_ply
 from tests.validators import validate_gltf
 
 SMALL = dict(resolution=24, texture_size=64, target_faces=0, video_frames=4, video_width=32, video_height=32, video_distance=2.5)

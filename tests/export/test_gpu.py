@@ -8,8 +8,8 @@ import torch
 
 from lift3d.export import ExportConfig, GaussianField, RenderedColors, extract_mesh, gaussian_bbox
 from lift3d.export.views import backproject_cameras
+from tests.export.test_gaussians import random_gaussians, skin_of_sphere
 from tests.plugins.analytic_sphere import position_color, render_sphere, sphere_density
-from tests.test_export_gaussians import random_gaussians, skin_of_sphere
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

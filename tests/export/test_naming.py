@@ -14,8 +14,8 @@ from lift3d.gaussians.formats.sog import save_sog
 from lift3d.gaussians.formats.splat import write_splat
 from lift3d.gaussians.formats.spz import save_spz
 from lift3d.progress import Stage
+from tests.export.test_gaussian_formats import tensors
 from tests.gaussian_params import random_params
-from tests.test_export_gaussian_formats import tensors
 
 SMALL_MESH = ["system.export.resolution=24", "system.export.texture_size=64", "system.export.target_faces=0"]
 

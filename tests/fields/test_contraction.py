@@ -153,7 +153,7 @@ def test_lift3d_reconstruct_picks_the_unbounded_recipe_and_it_trains(tmp_path):
     from lift3d.recipes import recipe_config
     from lift3d.runs.run_dirs import load_system
     from lift3d.runs.runner import build_parts, run_experiment
-    from tests.test_reconstruct_nerf import TINY
+    from tests.systems.test_reconstruct_nerf import TINY
 
     scene = tmp_path / "scene"
     cameras = sample_cameras("train", 40)[::2]

@@ -196,7 +196,7 @@ REUSE_CHECK = textwrap.dedent(
     import lift3d.fields.hash_triton as ht
     from lift3d.fields.encodings import HashGrid
     from lift3d.registry import find
-    from tests.test_volume_rendering import _rays, make_renderer
+    from tests.render.volume.test_rendering import _rays, make_renderer
     torch.manual_seed(0)
     # the Triton function given its own output back: the same values, the same table gradient, no lookup
     from lift3d.fields.encodings import hash_grid_layout

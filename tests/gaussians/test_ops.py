@@ -1,11 +1,11 @@
 """The parameter surgery both densification strategies use (lift3d.gaussians.ops): relocation and appended copies keep
-the optimizer in step (tests/test_gaussians_strategy.py covers duplicate, remove, split and the opacity reset)."""
+the optimizer in step (tests/gaussians/strategies/test_default.py covers duplicate, remove, split and the opacity reset)."""
 
 import torch
 
 from lift3d.gaussians import ops
 from lift3d.gaussians.model import PARAMETER_NAMES
-from tests.test_gaussians_mcmc import _adam, _model
+from tests.gaussians.strategies.test_mcmc import _adam, _model
 
 
 def _state(optimizer: torch.optim.Optimizer, model, name: str) -> dict:

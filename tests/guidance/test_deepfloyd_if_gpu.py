@@ -1,6 +1,6 @@
-"""GPU checks of the DeepFloyd IF guidance (run on the device: pytest -m gpu tests/test_guidance_deepfloyd_if_gpu.py).
+"""GPU checks of the DeepFloyd IF guidance (run on the device: pytest -m gpu tests/guidance/test_deepfloyd_if_gpu.py).
 
-CPU twins: test_guidance_deepfloyd_if.py (exact SDS gradient, cached embeddings, the encoder released)."""
+CPU twins: test_deepfloyd_if.py (exact SDS gradient, cached embeddings, the encoder released)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""GPU checks of the guidance (run on the device: pytest -m gpu tests/test_guidance_gpu.py).
+"""GPU checks of the guidance (run on the device: pytest -m gpu tests/guidance/test_gpu.py).
 
-CPU twins: test_guidance_options.py (each option keeps the gradient), test_guidance_sds.py (exact
-gradients, grad scaler), test_guidance_vsd.py (LoRA training)."""
+CPU twins: test_options.py (each option keeps the gradient), test_sds.py (exact
+gradients, grad scaler), test_vsd.py (LoRA training)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.test_guidance_sds import views
+from tests.guidance.test_sds import views
 from tests.tiny_diffusion import tiny_sd_path
 
 pytestmark = pytest.mark.gpu

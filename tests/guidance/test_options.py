@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from tests.test_guidance_sds import make, views
+from tests.guidance.test_sds import make, views
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 PLAIN = {"channels_last": False, "attention": "default", "vae_attention": "same"}
@@ -128,7 +128,7 @@ def test_the_trainers_autocast_does_not_reach_the_frozen_models(tmp_path):
 
 def test_graphed_forward_runs_eagerly_where_it_cannot_capture():
     """``GraphedForward`` captures only no-gradient CUDA calls: CPU calls and calls with gradients run the function
-    itself and capture nothing (the capture and replay are checked on the device: tests/test_guidance_gpu.py)."""
+    itself and capture nothing (the capture and replay are checked on the device: tests/guidance/test_gpu.py)."""
     from lift3d.guidance.options import GraphedForward
 
     calls = []

@@ -1,6 +1,6 @@
-"""GPU checks of the SDS fast path (run on the device: pytest -m gpu tests/test_perf_gpu.py).
+"""GPU checks of the SDS fast path (run on the device: pytest -m gpu tests/guidance/test_perf_gpu.py).
 
-CPU twins: test_guidance_options.py (each option keeps the gradient; compile falls back cleanly)."""
+CPU twins: test_options.py (each option keeps the gradient; compile falls back cleanly)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from tests.test_guidance_gpu import CUDA, cuda_views, make
+from tests.guidance.test_gpu import CUDA, cuda_views, make
 
 pytestmark = pytest.mark.gpu
 

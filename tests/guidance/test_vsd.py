@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lift3d.guidance.vsd import VSDGuidance
-from tests.test_guidance_sds import independent_sds_grad, make, views
+from tests.guidance.test_sds import independent_sds_grad, make, views
 from tests.tiny_diffusion import one_thread, tiny_sd_path  # noqa: F401  (one_thread: autouse fixture)
 
 

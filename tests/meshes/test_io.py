@@ -33,7 +33,7 @@ def test_glb_round_trip_keeps_uvs_and_texture(data_dir, tmp_path):
     raw = trimesh.load(folder / "spot.obj", process=False)
     image = Image.open(folder / "spot_texture.png").convert("RGB").resize((64, 64))
     # a PBR material with only the texture: trimesh turns a plain ``image=`` into a baseColorFactor of 0.4, which the
-    # loader applies as glTF says (tests/test_mesh_files.py checks the factor)
+    # loader applies as glTF says (tests/meshes/test_mesh_files.py checks the factor)
     material = trimesh.visual.material.PBRMaterial(baseColorTexture=image)
     raw.visual = trimesh.visual.TextureVisuals(uv=raw.visual.uv, material=material)
     path = tmp_path / "spot.glb"

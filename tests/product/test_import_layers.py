@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lift3d"
+from tests.conftest import REPO
+
+PACKAGE = REPO / "lift3d"
 
 # lowest first; a module may import its own layer and any layer listed before it, never one after it
 LAYERS: list[list[str]] = [

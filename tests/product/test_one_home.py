@@ -14,11 +14,12 @@ import ast
 import functools
 import math
 import re
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lift3d"
+from tests.conftest import REPO
+
+PACKAGE = REPO / "lift3d"
 HOMES = {"quaternion_to_matrix": "rotations.py", "matrix_to_quaternion": "rotations.py", "sh_basis": "sh.py"}
 MESH_HOME = "meshes/mesh.py"
 

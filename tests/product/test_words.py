@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
+
 SCOPE = ("lift3d", "tests", "docs", "benchmarks", "configs", "README.md", "CONTRIBUTING.md", ".ci")
-THIS_FILE = "tests/test_product_words.py"  # its samples hold the words it looks for
+THIS_FILE = "tests/product/test_words.py"  # its samples hold the words it looks for
 DATES_ALLOWED = {"benchmarks/RESULTS.md"}  # each figure's measurement date
 
 ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|"

@@ -13,6 +13,7 @@ import lift3d
 from lift3d.config import ConfigError
 from lift3d.config.layers import import_plugins, load_yaml_layers, merge_layers, register_resolvers
 from lift3d.registry import find
+from tests.conftest import TEST_CONFIGS
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -125,7 +126,7 @@ def test_sh_degree_is_the_highest_degree_and_out_of_range_is_a_config_error():
 
 
 PACKAGE = Path(lift3d.__file__).parent
-RECIPES = sorted([*(PACKAGE / "configs").glob("*.yaml"), *(Path(__file__).parent / "configs").glob("*.yaml")])
+RECIPES = sorted([*(PACKAGE / "configs").glob("*.yaml"), *TEST_CONFIGS.glob("*.yaml")])
 
 
 def sh_widths(recipe: Path) -> dict[str, int]:

@@ -44,7 +44,7 @@ def test_two_ranks_train_on_their_own_views_and_one_writes(tmp_path):
 
 @pytest.mark.slow
 def test_two_ranks_finish_cleanly_without_ffmpeg_when_the_test_video_is_a_gif(tmp_path):
-    """CPU twin of tests/test_ddp_gpu.py's NCCL run on a machine without imageio-ffmpeg (hidden here through a
+    """CPU twin of tests/runs/test_ddp_gpu.py's NCCL run on a machine without imageio-ffmpeg (hidden here through a
     sitecustomize that every rank loads): with the probe's test video as a GIF the run exits 0 (an .mp4 would end it
     "trained, with problems", exit code 3)."""
     hide = tmp_path / "no_ffmpeg"

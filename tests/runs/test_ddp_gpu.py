@@ -1,4 +1,4 @@
-"""DDP on two GPUs through NCCL (run on nvidia-h200-x2: pytest -m gpu tests/test_ddp_gpu.py). CPU twin: test_ddp.py."""
+"""DDP on two GPUs through NCCL (run on nvidia-h200-x2: pytest -m gpu tests/runs/test_ddp_gpu.py). CPU twin: test_ddp.py."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_gpus_0_1_trains_gaussians_with_identical_replicas_on_nccl(tmp_path, vie
     """reconstruct-gaussians over NCCL (gsplat when installed) across densification and an opacity reset, with one or
     two views per step per rank, and with the captured step (render, loss, backward as a CUDA graph; Adam eager after
     the all-reduce) under LIFT3D_DDP_CUDA_GRAPHS=1: the ranks end with bit-identical Gaussians and Adam state (the
-    CPU twins: tests/test_ddp_gaussians.py, tests/test_ddp_views.py)."""
+    CPU twins: tests/systems/test_ddp_gaussians.py, tests/systems/test_ddp_views.py)."""
     from lift3d.render.splats.gsplat_backend import gsplat_available
     from lift3d.systems.replicas import DDP_GRAPHS_ENV
 

@@ -6,14 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 from lift3d.runs import progress_bar
 from lift3d.runs.progress_bar import AboveStatus, StatusLine, TrainingProgress, step_text
 from lift3d.runs.runner import needs_final_validation
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
 
 
 class Clock:
@@ -120,7 +118,7 @@ def test_validation_is_owed_when_the_last_step_is_no_multiple_of_the_interval():
 def test_a_short_piped_run_ends_with_its_scores_and_a_grid(tmp_path):
     """max_steps=6 with validation every 4 steps: validated at 4 and, once more, at the end; then resumed to 10 (the
     bar counts from 6 to 10). The output is plain lines with no tqdm escape codes and one closing line a stage."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
     common = [f"output_root={tmp_path}", "tag=short", "use_timestamp=false", "trainer.val_check_interval=4",
               "trainer.run_test_after_fit=false", "system.export.formats=[]", "system.gaussians.init_points=300",
               "trainer.log_every_n_steps=1"]

@@ -4,7 +4,6 @@ new capture only when the shapes change, and the recipe training as well as with
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +12,8 @@ from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.captured_step import CapturedStep
-from tests.test_reconstruct_nerf import TINY
+from tests.conftest import REPO
+from tests.systems.test_reconstruct_nerf import TINY
 
 pytestmark = pytest.mark.gpu
 
@@ -174,7 +174,7 @@ os._exit(0)  # skip tearing down a CUDA context the failed capture left behind
 def test_a_step_that_waits_on_the_host_is_refused_with_the_way_out():
     """In a process of its own: a failed capture leaves CUDA's generator unusable for the rest of the process."""
     result = subprocess.run([sys.executable, "-c", _REFUSED], capture_output=True, text=True, timeout=120,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=REPO)
     assert result.returncode == 0 and result.stdout.strip(), (result.stdout, result.stderr[-4000:])
     line = result.stdout.strip().splitlines()[-1]
     assert line.startswith("refused: the training step could not be captured as a CUDA graph (")

@@ -1,6 +1,6 @@
 """Several views per training step (data.batch_size = B) for the Gaussian recipes: one step on a batch of B views is
 the mean of B single-view steps (loss, parameter gradients) and adds the same densification statistics, so one
-gradient all-reduce under DDP serves B views per rank (tests/test_ddp_gaussians.py trains it on two ranks)."""
+gradient all-reduce under DDP serves B views per rank (tests/systems/test_ddp_gaussians.py trains it on two ranks)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.visible_adam import visible_adam_step
-from tests.test_reconstruct_gaussians import QUIET
-from tests.test_splat_parity import _require_gpu_and_gsplat
+from tests.render.splats.test_parity import _require_gpu_and_gsplat
+from tests.systems.test_reconstruct_gaussians import QUIET
 
 pytestmark = pytest.mark.gpu
 

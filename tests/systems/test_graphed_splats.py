@@ -1,6 +1,6 @@
 """When the 3DGS step is replayed as a CUDA graph (lift3d/systems/graphed_splats.py): the conditions, on the CPU.
 
-The capture itself needs CUDA and gsplat: tests/test_graphed_splats_gpu.py."""
+The capture itself needs CUDA and gsplat: tests/systems/test_graphed_splats_gpu.py."""
 
 from types import SimpleNamespace
 

@@ -11,8 +11,8 @@ from lift3d.recipes import recipe_config
 from lift3d.render.splats.renderer import rasterize
 from lift3d.render.splats.tiles import tile_grid, tile_intersections
 from lift3d.runs.runner import build_parts, build_trainer
-from tests.test_reconstruct_gaussians import QUIET
-from tests.test_splat_parity import _cameras, _require_gpu_and_gsplat, _scene
+from tests.render.splats.test_parity import _cameras, _require_gpu_and_gsplat, _scene
+from tests.systems.test_reconstruct_gaussians import QUIET
 
 pytestmark = pytest.mark.gpu
 

@@ -17,7 +17,7 @@ from lift3d.rng import step_generator
 from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from tests.mixed_photo_sets import HOLDOUT, write_colmap_scene
-from tests.test_graphed_splats import _CudaLike, _system
+from tests.systems.test_graphed_splats import _CudaLike, _system
 
 
 def test_a_two_size_capture_keeps_every_step_eligible_for_capture(tmp_path, monkeypatch):
@@ -44,7 +44,7 @@ def test_a_two_size_capture_keeps_every_step_eligible_for_capture(tmp_path, monk
 def test_a_mixed_size_capture_trains_as_well_with_the_captured_step(tmp_path, layout):
     """Portrait and landscape crops of one camera, COLMAP's undistorted dense layout (every photo its own size) and a
     model with two cameras: each trains with the captured step as well as launched kernel by kernel."""
-    from tests.test_splat_parity import _require_gpu_and_gsplat
+    from tests.render.splats.test_parity import _require_gpu_and_gsplat
 
     _require_gpu_and_gsplat()
     root = write_colmap_scene(tmp_path / layout, layout)

@@ -265,7 +265,7 @@ def test_gradients_reach_the_corrections_through_gsplat(capacity):
     """gsplat's rasterization (and the fixed-slot render of the captured step) differentiates its ``viewmats``."""
     from lift3d.gaussians.model import GaussianModel
     from lift3d.render.splats.renderer import rasterize
-    from tests.test_splat_parity import _require_gpu_and_gsplat
+    from tests.render.splats.test_parity import _require_gpu_and_gsplat
 
     device = _require_gpu_and_gsplat()
     gaussians = GaussianModel({"sh_degree": 1, "init_opacity": 0.5})
@@ -287,7 +287,7 @@ def test_refinement_with_gsplat_and_the_captured_step(tmp_path):
     """The CPU test's perturbed capture on the GPU with gsplat and the CUDA-graph step: the step is replayed with
     refinement on, and refinement scores higher and brings the poses closer to the truth."""
     from lift3d.runs.runner import build_parts, build_trainer
-    from tests.test_splat_parity import _require_gpu_and_gsplat
+    from tests.render.splats.test_parity import _require_gpu_and_gsplat
 
     _require_gpu_and_gsplat()
     scene, truth = write_perturbed_scene(tmp_path / "scene")

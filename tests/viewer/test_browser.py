@@ -1,4 +1,4 @@
-"""``lift3d view`` in a real headless Chromium (Debian's /usr/bin/chromium through Playwright, as test_app_browser):
+"""``lift3d view`` in a real headless Chromium (Debian's /usr/bin/chromium through Playwright, as tests/app/test_browser.py):
 the page's canvas shows the Gaussians lift3d renders server-side, the render-mode dropdown switches it to depth,
 and a two-keyframe camera path recorded with the page's buttons renders to an mp4 with the right frame count.
 Screenshots go to $LIFT3D_TEST_ARTIFACTS/viewer (default tests/artifacts/viewer/). A missing viser, Playwright or

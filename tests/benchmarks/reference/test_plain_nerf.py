@@ -9,7 +9,7 @@ from lift3d.metrics import psnr
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import build_parts
 from tests.nerf_fields import single_thread  # noqa: F401  (fixture)
-from tests.test_reconstruct_nerf import TINY
+from tests.systems.test_reconstruct_nerf import TINY
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

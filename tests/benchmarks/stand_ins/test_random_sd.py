@@ -6,7 +6,7 @@ import torch
 
 from benchmarks.stand_ins.random_sd import write_random_sd21
 from lift3d.guidance.sds import StableDiffusionGuidance
-from tests.test_guidance_sds import views
+from tests.guidance.test_sds import views
 from tests.tiny_diffusion import one_thread  # noqa: F401  (autouse fixture)
 
 

@@ -57,5 +57,5 @@ def test_profiled_steps_name_each_sync_with_its_callers():
         warnings.warn("something else", UserWarning, stacklevel=1)
     (site, count), = profiled.syncs.items()
     first, second = site.split(" < ")[:2]
-    assert count == 2 and first.startswith("test_bench_recipes.py:") and second.startswith("test_bench_recipes.py:")
+    assert count == 2 and first.startswith("test_recipes.py:") and second.startswith("test_recipes.py:")
     assert int(first.split(":")[1]) < int(second.split(":")[1])  # sync_site's line, then caller's

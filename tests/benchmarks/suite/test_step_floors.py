@@ -5,15 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks.floor import count_flops, floor_fields, matmul_rate
 from benchmarks.records import json_lines
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
 
 
 def test_flop_count_of_a_matmul_is_2mnk():

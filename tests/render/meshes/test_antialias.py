@@ -7,7 +7,7 @@ import torch
 
 from lift3d.render.meshes.antialias import antialias
 from lift3d.render.meshes.raster import interpolate, rasterize, world_to_clip
-from tests.test_mesh_raster import front_camera
+from tests.render.meshes.test_raster import front_camera
 
 SIZE = 32
 

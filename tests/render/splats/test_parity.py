@@ -1,6 +1,6 @@
 """GPU: the pure-PyTorch rasterizer and gsplat give the same images and gradients on the same scenes.
 
-Run on the device machine: ``pytest -m gpu tests/test_splat_parity.py`` (needs CUDA and gsplat).
+Run on the device machine: ``pytest -m gpu tests/render/splats/test_parity.py`` (needs CUDA and gsplat).
 """
 
 import importlib.util

@@ -1,7 +1,7 @@
 """GPU: gsplat's ``rasterization_2dgs`` and the pure-PyTorch surfel rasterizer give the same images, depths, normals,
 distortion and gradients on the same scenes; the surfels recipe trains with gsplat.
 
-Run on the device machine: ``pytest -m gpu tests/test_render_surfels_gpu.py -s`` (needs CUDA and gsplat >= 1.4; each
+Run on the device machine: ``pytest -m gpu tests/render/surfels/test_parity_gpu.py -s`` (needs CUDA and gsplat >= 1.4; each
 comparison prints a JSON line of the largest differences, for the record).
 
 Tolerances, and why: both paths run in float32 with the same rules, but evaluate the ray-splat intersection in different

@@ -9,8 +9,8 @@ from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.registry import find
 from lift3d.runs.runner import run_experiment
-from tests.test_reconstruct_nerf import TINY
-from tests.test_volume_rendering import _rays, make_renderer
+from tests.render.volume.test_rendering import _rays, make_renderer
+from tests.systems.test_reconstruct_nerf import TINY
 
 pytestmark = pytest.mark.gpu
 

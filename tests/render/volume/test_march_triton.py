@@ -8,7 +8,7 @@ import torch
 
 from lift3d.registry import find
 from tests.conftest import run_in_triton_interpreter
-from tests.test_volume_rendering import _rays, make_renderer
+from tests.render.volume.test_rendering import _rays, make_renderer
 
 MARCH_CHECK = textwrap.dedent(
     """

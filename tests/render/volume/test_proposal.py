@@ -150,7 +150,7 @@ def test_the_unbounded_recipe_with_proposal_sampling_beats_the_march_in_equal_ti
     from lift3d.method_table import find_method, stage_recipes
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import run_experiment
-    from tests.test_reconstruct_nerf import TINY
+    from tests.systems.test_reconstruct_nerf import TINY
 
     scene = _sky_scene(tmp_path / "scene")
     config = recipe_config(stage_recipes(find_method("nerf"), on_cpu=True, unbounded=True)[0])
@@ -173,7 +173,7 @@ def test_the_captured_proposal_step_gives_the_eager_loss_and_gradients(tmp_path)
     from lift3d.recipes import recipe_config
     from lift3d.runs.runner import build_parts
     from lift3d.systems.captured_step import CapturedStep
-    from tests.test_reconstruct_nerf import TINY
+    from tests.systems.test_reconstruct_nerf import TINY
 
     scene = _sky_scene(tmp_path / "scene")
     overrides = [f"data.root={scene}", f"output_root={tmp_path}", *TINY, "system.renderer.randomized=false",
