@@ -1,5 +1,5 @@
 """Every config dataclass of the package, and every place in its source that compares a config value against a fixed
-set or bound (for tests/test_config_declarations.py)."""
+set or bound (for tests/config/test_declarations.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any
 
 from lift3d.config import ExperimentConfig
 from lift3d.registry import find, registered_names
+from tests.conftest import REPO
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lift3d"
+PACKAGE = REPO / "lift3d"
 
 
 def _is_dataclass_type(annotation: Any) -> bool:

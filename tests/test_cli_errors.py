@@ -82,6 +82,7 @@ import torch
 from lift3d.cli import main
 from lift3d.data.sample_scene import sample_scene_path
 from lift3d.recipes import recipe_config
+from tests.conftest import REPO
 from tests.sample_runs import finished_sample_run
 
 RECIPE = str(recipe_config("reconstruct-gaussians-sample"))
@@ -302,7 +303,7 @@ def test_partially_nan_poses_are_refused_naming_the_frames(tmp_path, capsys, tim
     (scene / "transforms_train.json").write_text(json.dumps(record))  # json writes NaN and Infinity, as numpy exports do
     _fails_cleanly(["reconstruct", str(scene), f"output_root={tmp_path}"], capsys, ["2 of 48 frames", "not finite numbers",
                                                                                       "r_3"])
-    recipe = str(Path(__file__).resolve().parents[1] / "configs" / "reconstruct-gaussians-sample.yaml")
+    recipe = str(REPO / "lift3d" / "configs" / "reconstruct-gaussians-sample.yaml")
     _fails_cleanly(["train", recipe, f"data.root={scene}", f"output_root={tmp_path}"], capsys,  # the data module checks too
                    ["2 of 48 frames", "not finite numbers", "r_3"])
 

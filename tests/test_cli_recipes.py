@@ -16,8 +16,8 @@ from lift3d.config import ConfigError, load_config
 from lift3d.data import sample_scene
 from lift3d.data.sample_scene import asset_name, resolve_asset, sample_scene_path
 from lift3d.recipes import CONFIG_DIR, needs_of, recipe_names, recipe_needs
+from tests.conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = ["trainer.max_steps=4", "trainer.val_check_interval=4", "trainer.run_test_after_fit=false",
             "system.export.formats=[]", "trainer.enable_progress_bar=false", "system.gaussians.init_points=300",
             "use_timestamp=false"]
@@ -66,7 +66,7 @@ def test_a_recipe_name_resolves_from_any_folder(tmp_path, monkeypatch):
 def test_train_by_name_from_another_folder_records_the_asset_by_name(tmp_path):
     """The sample recipe names its scene lift3d:sample_scene; parsed.yaml keeps the name, and a copy of lift3d
     installed elsewhere loads the finished run (its validation reads the scene from the new place)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "lift3d", "train", "reconstruct-gaussians-sample", f"output_root={out}",
                            "tag=by-name", *TINY_RUN], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)

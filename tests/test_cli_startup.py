@@ -2,11 +2,11 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
+
 HEAVY = ("torch", "lightning", "diffusers", "transformers")
 # runs lift3d's main in a fresh interpreter and prints, at exit, which heavy packages got imported
 PROBE = """
@@ -19,7 +19,7 @@ sys.exit(main({argv!r}))
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
     code = PROBE.format(heavy=HEAVY, argv=list(argv))
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
 
 
 def imported(done: subprocess.CompletedProcess) -> list[str]:
@@ -42,7 +42,7 @@ def test_every_subcommand_has_help_that_imports_nothing_heavy():
 
     code = ("import sys\nfrom lift3d.cli import build_parser\nbuild_parser()\n"
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, check=True)
     assert done.stdout.strip() == "", done.stdout
     assert set(COMMAND_MODULES) >= {"train", "reconstruct", "generate", "info", "render"}
 

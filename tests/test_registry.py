@@ -6,6 +6,7 @@ import pytest
 
 from lift3d import registry
 from lift3d.registry import RegistryError, find, register
+from tests.conftest import REPO
 
 
 def test_register_and_find():
@@ -125,9 +126,8 @@ def test_a_clash_names_both_owners_and_a_reimport_replaces(scratch):
 
 
 def test_the_docs_list_every_builtin_export_format():
-    from pathlib import Path
 
-    section = (Path(__file__).resolve().parents[1] / "docs" / "export.md").read_text().split("## Formats", 1)[1]
+    section = (REPO / "docs" / "export.md").read_text().split("## Formats", 1)[1]
     section = section.split("\n## ", 1)[0]
     missing = [name for name in registry.entries("export-format") if f"`{name}`" not in section]
     assert not missing, f"docs/export.md's Formats section does not name {missing}"

@@ -12,7 +12,7 @@ from lift3d.commands.common import add_allow_imports_argument
 
 log = logging.getLogger("lift3d.view")
 
-# the Gaussian suffixes are those of lift3d.gaussians.formats.files (tests/test_view_formats.py checks them)
+# the Gaussian suffixes are those of lift3d.gaussians.formats.files (tests/commands/test_view_formats.py checks them)
 SOURCE_HELP = ("a run folder, a .ckpt in one, a Gaussian file (.ply, .splat, .spz, .sog, .ksplat, KHR_gaussian_splatting "
                ".glb, a streamed SOG's lod-meta.json or its folder) or a mesh (.glb, .gltf, .obj)")
 HELP = ("open a run folder (its last checkpoint: NeRF, Gaussians or mesh), a Gaussian file (.ply, .splat, .spz, .sog, "

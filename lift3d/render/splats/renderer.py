@@ -2,7 +2,7 @@
 
 ``backend="auto"`` uses gsplat on CUDA tensors when it is installed and builds, else the pure-PyTorch
 rasterizer; the choice (and any fallback) is logged once. Both give the same images and gradients
-(tests/test_splat_parity.py checks it on a GPU).
+(tests/render/splats/test_parity.py checks it on a GPU).
 """
 
 from __future__ import annotations

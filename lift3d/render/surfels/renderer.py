@@ -3,7 +3,7 @@
 
 ``backend="auto"`` uses gsplat's ``rasterization_2dgs`` on CUDA tensors when gsplat is installed and builds, else the
 pure-PyTorch rasterizer (``render.surfels.torch_backend``); the choice and any fallback are logged once. Both give the
-same images, depths, normals and gradients (tests/test_render_surfels_gpu.py checks it on a GPU).
+same images, depths, normals and gradients (tests/render/surfels/test_parity_gpu.py checks it on a GPU).
 """
 
 from __future__ import annotations
