@@ -2,8 +2,10 @@
 #     source benchmarks/device_env.sh && python -m benchmarks NAME [args]
 # Installs the wheels carried in .whl/ (packages the machine's image lacks: diffusers, omegaconf, gsplat, trimesh,
 # zstandard, ...) into /tmp/site and puts them and the repository on PYTHONPATH; then prints the versions it sees.
-if [ -d .whl ]; then
+# (once per machine and set of wheels: reinstalling would touch gsplat's sources and its CUDA kernels would be rebuilt)
+if [ -d .whl ] && [ "$(ls .whl)" != "$(cat /tmp/site/.installed-wheels 2>/dev/null)" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+    ls .whl > /tmp/site/.installed-wheels
 fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # imageio-ffmpeg's wheel is large; a machine that limits what it is sent can get .ffmpeg/ instead: the package without
