@@ -23,6 +23,7 @@ PROJECTED_BYTES = 200  # per Gaussian and view: 2D mean, conic, depth, radii, co
 PIXEL_BYTES = 256  # per pixel and view: rgb, alpha, depth, the target, D-SSIM's maps and the gradients of all
 STATISTICS_BYTES = 12  # per Gaussian: densification gradient sums and counts
 HEADROOM = 1.15  # the caching allocator's fragmentation and the kernels' scratch
+MAX_SUGGESTED_GPUS = 64  # the most GPUs a refusal suggests sharding over
 MEMORY_FRACTION_ENV = "LIFT3D_GPU_MEMORY_FRACTION"  # a share of each GPU this run may use (torch's per-process cap)
 
 
@@ -89,7 +90,8 @@ def device_budget(device: torch.device) -> int | None:
 
 def fitting_count(sh_degree: int, views: int, width: int, height: int, budget: int, ranks: int = 1,
                   sharded: bool = False) -> int:
-    """The most Gaussians that fit ``budget`` bytes per GPU under this layout (0: not even the renders fit)."""
+    """The most Gaussians (of all ranks together) that fit ``budget`` bytes per GPU under this layout (0: not even the
+    renders fit)."""
     one = estimate(1_000_000, sh_degree, views, width, height, ranks, sharded)
     fixed = PIXEL_BYTES * views * width * height
     per_million = (one.parameters + one.optimizer + one.renders - fixed) * HEADROOM
@@ -97,16 +99,34 @@ def fitting_count(sh_degree: int, views: int, width: int, height: int, budget: i
     return max(int(room / per_million * 1_000_000), 0) if per_million > 0 else 0
 
 
+def gpus_to_shard_over(total: int, sh_degree: int, views: int, width: int, height: int, budget: int,
+                       at_least: int) -> int | None:
+    """The fewest GPUs (``at_least`` or more, up to ``MAX_SUGGESTED_GPUS``) over which ``total`` Gaussians sharded fit
+    ``budget`` bytes each; None when no count does (each rank still receives what its own views see)."""
+    for ranks in range(max(at_least, 2), MAX_SUGGESTED_GPUS + 1):
+        if estimate(total, sh_degree, views, width, height, ranks, sharded=True).total <= budget:
+            return ranks
+    return None
+
+
 def too_large_message(need: MemoryEstimate, budget: int, device: torch.device, ranks: int, sharded: bool,
                       sh_degree: int, cap_key: str, total: int) -> str:
-    """The one line a run that would not fit says, with the three ways out."""
+    """The one line a run that would not fit says, with the ways out: the Gaussians sharded over these GPUs when that
+    fits, else over the fewest GPUs where it would; a Gaussian budget that fits; a lower resolution."""
     fits = fitting_count(sh_degree, need.views, need.width, need.height, budget, ranks, sharded)
-    more = max(2 * ranks, 2) if sharded or ranks > 1 else 2
     layout = f" (a {'shard' if sharded else 'copy'} of {_count(total)} on each of {ranks} GPUs)" if ranks > 1 else ""
+    gpus = gpus_to_shard_over(total, sh_degree, need.views, need.width, need.height, budget,
+                              ranks + 1 if sharded else ranks)
+    if gpus is None:
+        shard = ""
+    elif gpus == ranks:
+        shard = f"shard the Gaussians over these {ranks} GPUs (system.shard_gaussians=true), "
+    else:
+        shard = (f"train on {gpus} GPUs with the Gaussians sharded (--gpus {','.join(map(str, range(gpus)))} "
+                 "system.shard_gaussians=true), ")
     return (f"the model needs about {_gib(need.total)} on {device}{layout}: {need.describe()}; {device} has "
-            f"{_gib(budget)} free. Train on more GPUs with the Gaussians sharded (--gpus "
-            f"{','.join(map(str, range(more)))} system.shard_gaussians=true), cap them ({cap_key}="
-            f"{max(fits * (ranks if sharded else 1) // 1000 * 1000, 1000)}) or lower the resolution (data.downscale=2)")
+            f"{_gib(budget)} free. {shard[:1].upper() + shard[1:]}{'cap' if shard else 'Cap'} the Gaussians ({cap_key}="
+            f"{max(fits // 1000 * 1000, 1000)}) or lower the resolution (data.downscale=2)")
 
 
 def check_fits(need: MemoryEstimate, budget: int | None, device: torch.device, ranks: int, sharded: bool,
