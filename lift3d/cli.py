@@ -234,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _user_errors() as error:
         if args.debug:
             traceback.print_exc()
-        print(f"lift3d: error: {_one_line(str(error))}", file=sys.stderr)
+        if args.debug or os.environ.get("LOCAL_RANK", "0") == "0":  # one line per machine, not one per GPU
+            print(f"lift3d: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:
         # a training run stopped by SIGINT / SIGTERM says where its checkpoint is (lift3d.interrupts.Interrupted);

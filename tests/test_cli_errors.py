@@ -199,6 +199,16 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     assert "Traceback" in err and "config file not found" in err
 
 
+def test_a_bad_input_is_said_once_per_machine_not_by_every_gpu_process(tmp_path, capsys, monkeypatch):
+    """Every DDP process meets the same bad config: the process of local rank 0 says it, the others exit 2 silently."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- under a time limit
 
 
