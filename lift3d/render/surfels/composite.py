@@ -39,34 +39,31 @@ def plane_coefficients(T: Tensor) -> Tensor:
 
 
 def entry_coefficients(Z: Tensor, center: Tensor, origin: Tensor) -> Tensor:
-    """[..., 3, 6] for (tile, surfel) entries (``Z`` [..., 3, 3], filter ``center`` [..., 2], tile ``origin`` [..., 2]):
-    the coefficients over the tile-local monomials (1, u, v, u^2, uv, v^2) of ``zeta_0^2 + zeta_1^2``, ``zeta_2`` and
-    ``2 |pixel - center|^2``, with ``zeta = Z (origin + (u, v), 1)``: the kernel's terms at a tile's pixels then come
-    from one matrix product, accurate in float32 (tile-local coordinates are small)."""
+    """[..., 4, 6] for (tile, surfel) entries (``Z`` [..., 3, 3], filter ``center`` [..., 2], tile ``origin`` [..., 2]):
+    the coefficients over the tile-local monomials (1, u, v, u^2, uv, v^2) of ``zeta = Z (origin + (u, v), 1)`` (three
+    rows, linear) and of ``2 |pixel - center|^2``: the kernel's terms at a tile's pixels then come from one matrix
+    product. Each zeta is squared only after it is evaluated: the expanded square of an edge-on surfel's zeta cancels
+    to a fraction of float32's precision, where gsplat's per-pixel cross product does not."""
     a, b = Z[..., 0], Z[..., 1]  # [..., 3] the coefficients of x and y in each component of zeta
     c = Z[..., 2] + a * origin[..., None, 0] + b * origin[..., None, 1]
-    a0, a1, a2 = a.unbind(-1)
-    b0, b1, b2 = b.unbind(-1)
-    c0, c1, c2 = c.unbind(-1)
+    zero = torch.zeros_like(c)
+    planes = torch.stack([c, a, b, zero, zero, zero], dim=-1)  # [..., 3, 6]
     dx, dy = (center - origin).unbind(-1)
-    zero = torch.zeros_like(a0)
-    numerator = [c0 * c0 + c1 * c1, 2 * (a0 * c0 + a1 * c1), 2 * (b0 * c0 + b1 * c1), a0 * a0 + a1 * a1,
-                 2 * (a0 * b0 + a1 * b1), b0 * b0 + b1 * b1]
-    denominator = [c2, a2, b2, zero, zero, zero]
+    zero = zero[..., 0]
     filter_2d = [FILTER_INV_SQUARE * (dx * dx + dy * dy), -2 * FILTER_INV_SQUARE * dx, -2 * FILTER_INV_SQUARE * dy,
                  zero + FILTER_INV_SQUARE, zero, zero + FILTER_INV_SQUARE]
-    return torch.stack([torch.stack(numerator, -1), torch.stack(denominator, -1), torch.stack(filter_2d, -1)], -2)
+    return torch.cat([planes, torch.stack(filter_2d, -1)[..., None, :]], dim=-2)
 
 
 def surfel_alphas(coefficients: Tensor, opacity: Tensor, monomials: Tensor) -> Tensor:
-    """Alphas [m, b, P] of b surfels per tile (``coefficients`` [m, b, 3, 6] from ``entry_coefficients``, opacities
+    """Alphas [m, b, P] of b surfels per tile (``coefficients`` [m, b, 4, 6] from ``entry_coefficients``, opacities
     [m, b]) at the tile's pixels (``monomials`` [P, 6]); 0 below 1/255 or where the ray is parallel to the plane."""
     m, b = opacity.shape
-    terms = (coefficients.reshape(m * b * 3, 6) @ monomials.T).reshape(m, b, 3, -1)
-    numerator, depth, sigma_2d = terms[:, :, 0].clamp_min(0), terms[:, :, 1], terms[:, :, 2]
+    terms = (coefficients.reshape(m * b * 4, 6) @ monomials.T).reshape(m, b, 4, -1)
+    zeta_u, zeta_v, depth, sigma_2d = terms.unbind(2)
     hit = depth != 0
     safe = torch.where(hit, depth, torch.ones_like(depth))
-    sigma_3d = numerator / (safe * safe)
+    sigma_3d = (zeta_u * zeta_u + zeta_v * zeta_v) / (safe * safe)
     alpha = (opacity[..., None] * torch.exp(-0.5 * torch.minimum(sigma_3d, sigma_2d))).clamp(max=ALPHA_MAX)
     return torch.where(hit & (alpha >= ALPHA_THRESHOLD), alpha, torch.zeros_like(alpha))
 
@@ -75,7 +72,7 @@ def surfel_alphas(coefficients: Tensor, opacity: Tensor, monomials: Tensor) -> T
 def composite_chunk(entries: Tensor, index: Tensor, monomials: Tensor, outside: Tensor, counts: Tensor,
                     coefficients: Tensor, opacity: Tensor, features: Tensor, depth: Tensor) -> tuple[Tensor, ...]:
     """One chunk of n tiles of P pixels, each listing K surfels: ``entries`` [n, K] into the per-entry ``coefficients``
-    [E, 3, 6] (``entry_coefficients``; the last row, all zeros, pads the lists) and ``index`` [n, K] into the
+    [E, 4, 6] (``entry_coefficients``; the last row, all zeros, pads the lists) and ``index`` [n, K] into the
     per-surfel arrays (``opacity`` [S], ``features`` [S, D], ``depth`` [S]); ``counts`` [n] the lists' true lengths.
     ``monomials`` [P, 6]: of the tile-local pixel centers; ``outside`` [n, P]: pixels beyond the image. Returns the
     accumulated features [n, P, D], the final transmittance, the median depth and the distortion [n, P]."""
@@ -157,7 +154,7 @@ def composite_surfels(
     ids = bins.flat_ids
     coefficients = entry_coefficients(plane_coefficients(T).reshape(C * N, 3, 3)[ids], proj.means2d.reshape(C * N, 2)[ids],
                                       tile_origins(bins.tile_of, bins, features.dtype))
-    coefficients = torch.cat([coefficients, coefficients.new_zeros(1, 3, 6)])  # the padding entry: never hit
+    coefficients = torch.cat([coefficients, coefficients.new_zeros(1, 4, 6)])  # the padding entry: never hit
     arrays = (coefficients, flat(opacities), flat(features), flat(proj.depths))
     surfel_of = torch.cat([ids, ids.new_full((1,), C * N)])  # list position -> surfel row
     monomials = pixel_features(tile_size, features.dtype, features.device)
