@@ -210,6 +210,18 @@ def _one_line(text: str) -> str:
     return f"{lines[0]} ... {said[-1]}" if said else lines[0]
 
 
+def _close_gloo_group() -> None:
+    """A DDP run stopped by bad input leaves its process group open: gloo's threads would then end the interpreter
+    with "terminate called without an active exception" after the error line. Closed here (gloo only: closing NCCL
+    while another rank may still be in a collective can block)."""
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.destroy_process_group()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     threads.configure_cpu_threads()  # before anything imports torch: OpenMP reads its wait policy when it loads
     parser = build_parser()
@@ -236,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         if args.debug or os.environ.get("LOCAL_RANK", "0") == "0":  # one line per machine, not one per GPU
             print(f"lift3d: error: {_one_line(str(error))}", file=sys.stderr)
+        _close_gloo_group()
         return 2
     except KeyboardInterrupt as error:
         # a training run stopped by SIGINT / SIGTERM says where its checkpoint is (lift3d.interrupts.Interrupted);
