@@ -26,6 +26,19 @@ DATA = _find_data()
 TEST_CONFIGS = REPO / "tests" / "configs"
 
 
+def require_gpu_and_gsplat():
+    """The CUDA device for a GPU test against gsplat; a RuntimeError naming what is missing (never a skip)."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("this test needs a CUDA device (run it on the GPU machine with -m gpu)")
+    if importlib.util.find_spec("gsplat") is None:
+        raise RuntimeError("this test needs gsplat: pip install 'lift3d[gpu]'")
+    return torch.device("cuda")
+
+
 def run_in_triton_interpreter(script: str, what: str) -> None:
     """Run ``script`` (which prints "ok" last) in a fresh Python under ``TRITON_INTERPRET=1``: a Triton kernel's CUDA
     fast path, tested on the CPU. ``what`` names the kernel for the message when triton is absent."""

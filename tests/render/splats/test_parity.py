@@ -3,7 +3,6 @@
 Run on the device machine: ``pytest -m gpu tests/render/splats/test_parity.py`` (needs CUDA and gsplat).
 """
 
-import importlib.util
 import json
 
 import pytest
@@ -11,16 +10,9 @@ import torch
 
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.render.splats.renderer import Splats, rasterize
+from tests.conftest import require_gpu_and_gsplat
 
 pytestmark = pytest.mark.gpu
-
-
-def _require_gpu_and_gsplat() -> torch.device:
-    if not torch.cuda.is_available():
-        raise RuntimeError("this test needs a CUDA device (run it on the GPU machine with -m gpu)")
-    if importlib.util.find_spec("gsplat") is None:
-        raise RuntimeError("this test needs gsplat: pip install 'lift3d[gpu]'")
-    return torch.device("cuda")
 
 
 def _scene(n: int, seed: int, opaque: bool, device) -> Splats:
@@ -64,7 +56,7 @@ def _render_and_grads(scene: Splats, cameras: Cameras, background, backend: str,
 
 @pytest.mark.parametrize("n,opaque,size", [(3000, False, (160, 120)), (20000, False, (256, 256)), (4000, True, (200, 150))])
 def test_torch_and_gsplat_agree(n, opaque, size):
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(n, seed=n, opaque=opaque, device=device), _cameras(*size, device=device)
     background = torch.rand(3, 3, generator=torch.Generator().manual_seed(1)).to(device)
     shape = (3, size[1], size[0])
@@ -91,7 +83,7 @@ def test_torch_and_gsplat_agree(n, opaque, size):
 
 def test_gsplat_without_depth_gives_the_same_colors_and_gradients():
     """Training steps render with_depth=False (gsplat's RGB mode): the same colors, alpha and gradients."""
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=5, opaque=False, device=device), _cameras(160, 120, device=device)
     results = []
     for with_depth in (True, False):
@@ -108,7 +100,7 @@ def test_gsplat_without_depth_gives_the_same_colors_and_gradients():
 
 
 def test_torch_backend_is_the_same_on_gpu_and_cpu():
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(2000, seed=5, opaque=False, device=device), _cameras(96, 64, device=device)
     gpu = rasterize(scene, cameras, sh_degree=3, backend="torch")
     cpu_scene = Splats(*(t.cpu() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)))
@@ -117,7 +109,7 @@ def test_torch_backend_is_the_same_on_gpu_and_cpu():
 
 
 def test_reconstruct_the_sample_scene_with_gsplat(tmp_path):
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     from lift3d.cli import main
 
     code = main(["reconstruct", f"output_root={tmp_path}", "trainer.enable_progress_bar=false", "system.renderer.backend=gsplat",
@@ -130,7 +122,7 @@ def test_reconstruct_the_sample_scene_with_gsplat(tmp_path):
 def test_torch_backend_ignores_the_global_tf32_setting():
     """Recipes set TF32 matmuls on CUDA for their MLPs; the torch rasterizer's exponents and projections must not
     follow (in TF32 an opacity at a pixel moved by up to 0.4 and torch stopped agreeing with gsplat)."""
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=7, opaque=False, device=device), _cameras(160, 120, device=device)
     background = torch.rand(3, 3, generator=torch.Generator().manual_seed(1)).to(device)
     g = torch.Generator().manual_seed(2)

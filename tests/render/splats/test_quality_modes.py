@@ -5,7 +5,6 @@ an antialiased render against a classic one with compensated opacities; absgrad 
 backward). GPU (``-m gpu``): both against gsplat's kernels.
 """
 
-import importlib.util
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import torch
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.render.splats.project import covariance_3d, project_gaussians
 from lift3d.render.splats.renderer import SplatRenderer, Splats, rasterize
+from tests.conftest import require_gpu_and_gsplat
 
 
 def _scene(n: int = 40, seed: int = 0, device="cpu") -> Splats:
@@ -121,14 +121,6 @@ def test_renderer_config_passes_the_options():
 # ----------------------------------------------------------------------------------------------- GPU: against gsplat
 
 
-def _require_gpu_and_gsplat() -> torch.device:
-    if not torch.cuda.is_available():
-        raise RuntimeError("this test needs a CUDA device (run it on the GPU machine with -m gpu)")
-    if importlib.util.find_spec("gsplat") is None:
-        raise RuntimeError("this test needs gsplat: pip install 'lift3d[gpu]'")
-    return torch.device("cuda")
-
-
 def _render(scene: Splats, cameras: Cameras, backend: str, weights: torch.Tensor, **options):
     params = [t.clone().requires_grad_() for t in (scene.means, scene.quats, scene.scales, scene.opacities, scene.sh)]
     out = rasterize(Splats(*params), cameras, backend=backend, **options)
@@ -138,7 +130,7 @@ def _render(scene: Splats, cameras: Cameras, backend: str, weights: torch.Tensor
 
 @pytest.mark.gpu
 def test_antialiased_mode_matches_gsplat():
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=5, device=device), _cameras(160, 120, device)
     weights = torch.randn(2, 120, 160, 3, device=device)
     ours, ours_params = _render(scene, cameras, "torch", weights, rasterize_mode="antialiased")
@@ -153,7 +145,7 @@ def test_antialiased_mode_matches_gsplat():
 
 @pytest.mark.gpu
 def test_absgrad_matches_gsplat():
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=6, device=device), _cameras(160, 120, device)
     weights = torch.randn(2, 120, 160, 3, device=device)
     ours, _ = _render(scene, cameras, "torch", weights, absgrad=True)

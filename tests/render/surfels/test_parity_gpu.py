@@ -14,7 +14,6 @@ in its kernel), so it is compared in aggregate only.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -24,18 +23,11 @@ import torch
 from lift3d.cameras import Cameras, intrinsics_from_fovy, look_at
 from lift3d.render.splats.renderer import Splats
 from lift3d.render.surfels.renderer import rasterize_surfels
+from tests.conftest import require_gpu_and_gsplat
 
 pytestmark = pytest.mark.gpu
 PIXEL_TOLERANCE = 1.0 / 255.0 + 1e-4  # one alpha on either side of the skip threshold
 FLIPPED_SHARE = 2e-3  # pixels allowed past float32 rounding (1e-4)
-
-
-def _require_gpu_and_gsplat() -> torch.device:
-    if not torch.cuda.is_available():
-        raise RuntimeError("this test needs a CUDA device (run it on the GPU machine with -m gpu)")
-    if importlib.util.find_spec("gsplat") is None:
-        raise RuntimeError("this test needs gsplat: pip install 'lift3d[gpu]'")
-    return torch.device("cuda")
 
 
 def _scene(n: int, seed: int, device: torch.device) -> Splats:
@@ -77,7 +69,7 @@ def _agree(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, flipped_share: 
 
 @pytest.mark.parametrize("n,size", [(2000, (160, 120)), (20000, (256, 256))])
 def test_torch_and_gsplat_rasterization_2dgs_agree(n, size):
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(n, seed=n, device=device), _cameras(*size, device=device)
     background = torch.rand(3, 3, generator=torch.Generator().manual_seed(1)).to(device)
     g = torch.Generator().manual_seed(2)
@@ -111,7 +103,7 @@ def test_torch_and_gsplat_rasterization_2dgs_agree(n, size):
 
 def test_gsplat_normals_of_several_views_in_one_call_are_each_views_own():
     """One call renders three views (gsplat 1.4 would turn every view's normals by the first view's rotation)."""
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     scene, cameras = _scene(3000, seed=5, device=device), _cameras(96, 80, device=device)
     together = rasterize_surfels(scene, cameras, sh_degree=3, backend="gsplat")
     for i in range(len(cameras)):
@@ -123,7 +115,7 @@ def test_gsplat_normals_of_several_views_in_one_call_are_each_views_own():
 
 
 def test_reconstruct_the_sample_scene_with_surfels_on_gsplat(tmp_path):
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     from lift3d.cli import main
 
     code = main(["reconstruct", "--method", "surfels", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
