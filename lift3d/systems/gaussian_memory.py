@@ -117,16 +117,15 @@ def too_large_message(need: MemoryEstimate, budget: int, device: torch.device, r
     layout = f" (a {'shard' if sharded else 'copy'} of {_count(total)} on each of {ranks} GPUs)" if ranks > 1 else ""
     gpus = gpus_to_shard_over(total, sh_degree, need.views, need.width, need.height, budget,
                               ranks + 1 if sharded else ranks)
-    if gpus is None:
-        shard = ""
-    elif gpus == ranks:
-        shard = f"shard the Gaussians over these {ranks} GPUs (system.shard_gaussians=true), "
-    else:
-        shard = (f"train on {gpus} GPUs with the Gaussians sharded (--gpus {','.join(map(str, range(gpus)))} "
-                 "system.shard_gaussians=true), ")
+    ways = [f"cap the Gaussians ({cap_key}={max(fits // 1000 * 1000, 1000)})", "lower the resolution (data.downscale=2)"]
+    if gpus == ranks:
+        ways.insert(0, f"shard the Gaussians over these {ranks} GPUs (system.shard_gaussians=true)")
+    elif gpus is not None:
+        ways.insert(0, f"train on {gpus} GPUs with the Gaussians sharded (--gpus {','.join(map(str, range(gpus)))} "
+                       "system.shard_gaussians=true)")
+    said = ", ".join(ways[:-1]) + " or " + ways[-1]
     return (f"the model needs about {_gib(need.total)} on {device}{layout}: {need.describe()}; {device} has "
-            f"{_gib(budget)} free. {shard[:1].upper() + shard[1:]}{'cap' if shard else 'Cap'} the Gaussians ({cap_key}="
-            f"{max(fits // 1000 * 1000, 1000)}) or lower the resolution (data.downscale=2)")
+            f"{_gib(budget)} free. {said[0].upper()}{said[1:]}")
 
 
 def check_fits(need: MemoryEstimate, budget: int | None, device: torch.device, ranks: int, sharded: bool,
