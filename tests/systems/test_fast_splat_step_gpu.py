@@ -10,7 +10,7 @@ from lift3d.config import load_config
 from lift3d.recipes import recipe_config
 from lift3d.runs.runner import build_parts, build_trainer
 from lift3d.systems.visible_adam import visible_adam_step
-from tests.render.splats.test_parity import _require_gpu_and_gsplat
+from tests.conftest import require_gpu_and_gsplat
 from tests.systems.test_reconstruct_gaussians import QUIET
 
 pytestmark = pytest.mark.gpu
@@ -62,7 +62,7 @@ def test_visible_adam_in_a_cuda_graph_equals_the_reference_and_skips_unseen_rows
 
 
 def test_the_recipe_trains_captured_with_a_resolution_schedule_and_visible_adam(tmp_path, data_dir):
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     overrides = [f"data.root={data_dir / 'lego_tiny'}", f"output_root={tmp_path}", *QUIET, "trainer.max_steps=400",
                  "trainer.val_check_interval=400", "trainer.accelerator=gpu", "trainer.run_test_after_fit=false",
                  "data.val_split=train", "system.densify.refine_start=100", "system.densify.refine_every=100",

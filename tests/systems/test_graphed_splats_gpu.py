@@ -11,7 +11,8 @@ from lift3d.recipes import recipe_config
 from lift3d.render.splats.renderer import rasterize
 from lift3d.render.splats.tiles import tile_grid, tile_intersections
 from lift3d.runs.runner import build_parts, build_trainer
-from tests.render.splats.test_parity import _cameras, _require_gpu_and_gsplat, _scene
+from tests.conftest import require_gpu_and_gsplat
+from tests.render.splats.test_parity import _cameras, _scene
 from tests.systems.test_reconstruct_gaussians import QUIET
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +27,7 @@ def _tile_lists(offsets, flatten_ids, n_tiles, rows_of_tiles):
 
 
 def test_fixed_slots_hold_gsplats_own_intersections():
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     from gsplat import fully_fused_projection, isect_offset_encode, isect_tiles
 
     splats, width, height = _scene(20000, 0, False, device), 200, 150
@@ -47,7 +48,7 @@ def test_fixed_slots_hold_gsplats_own_intersections():
 
 
 def test_the_fixed_slot_render_equals_gsplats_rasterization():
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     splats, width, height = _scene(20000, 1, True, device), 160, 120
     cameras = _cameras(width, height, device)
     background = torch.tensor([0.2, 0.5, 0.9], device=device)
@@ -71,7 +72,7 @@ def test_the_fixed_slot_render_equals_gsplats_rasterization():
 
 
 def test_reconstruct_gaussians_trains_as_well_with_the_captured_step(tmp_path, data_dir):
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     scores, graphs = {}, {}
     for mode in ("true", "false"):
         overrides = [f"data.root={data_dir / 'lego_tiny'}", f"output_root={tmp_path}", *QUIET, "trainer.max_steps=400",

@@ -44,9 +44,9 @@ def test_a_two_size_capture_keeps_every_step_eligible_for_capture(tmp_path, monk
 def test_a_mixed_size_capture_trains_as_well_with_the_captured_step(tmp_path, layout):
     """Portrait and landscape crops of one camera, COLMAP's undistorted dense layout (every photo its own size) and a
     model with two cameras: each trains with the captured step as well as launched kernel by kernel."""
-    from tests.render.splats.test_parity import _require_gpu_and_gsplat
+    from tests.conftest import require_gpu_and_gsplat
 
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     root = write_colmap_scene(tmp_path / layout, layout)
     scores, graphs = {}, {}
     for mode in ("true", "false"):

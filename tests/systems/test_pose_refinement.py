@@ -265,9 +265,9 @@ def test_gradients_reach_the_corrections_through_gsplat(capacity):
     """gsplat's rasterization (and the fixed-slot render of the captured step) differentiates its ``viewmats``."""
     from lift3d.gaussians.model import GaussianModel
     from lift3d.render.splats.renderer import rasterize
-    from tests.render.splats.test_parity import _require_gpu_and_gsplat
+    from tests.conftest import require_gpu_and_gsplat
 
-    device = _require_gpu_and_gsplat()
+    device = require_gpu_and_gsplat()
     gaussians = GaussianModel({"sh_degree": 1, "init_opacity": 0.5})
     gaussians.initialize(torch.randn(500, 3) * 0.5, generator=torch.Generator().manual_seed(0))
     gaussians.to(device)
@@ -287,9 +287,9 @@ def test_refinement_with_gsplat_and_the_captured_step(tmp_path):
     """The CPU test's perturbed capture on the GPU with gsplat and the CUDA-graph step: the step is replayed with
     refinement on, and refinement scores higher and brings the poses closer to the truth."""
     from lift3d.runs.runner import build_parts, build_trainer
-    from tests.render.splats.test_parity import _require_gpu_and_gsplat
+    from tests.conftest import require_gpu_and_gsplat
 
-    _require_gpu_and_gsplat()
+    require_gpu_and_gsplat()
     scene, truth = write_perturbed_scene(tmp_path / "scene")
     results = {}
     for refine in ("true", "false"):
