@@ -281,6 +281,8 @@ def _run_experiment(mode: str, cfg: ExperimentConfig, config_paths: Sequence[str
     L.seed_everything(cfg.seed + trainer.global_rank, workers=True, verbose=False)
     datamodule, system = build_parts(cfg)
     system.set_save_dir(run_dir / "save")
+    if train and hasattr(system, "check_launch"):  # what cannot work on these ranks, said before the others start
+        system.check_launch(trainer.world_size, trainer.callbacks)
     if mode == "train" and process_rank() == 0 and hasattr(datamodule, "write_records"):
         datamodule.write_records(run_dir)  # what the data module read (a capture's split, its normalization)
     with signals:

@@ -95,11 +95,7 @@ class ShardedGaussians:
     def start_sharding(self, index: int, ranks: int) -> None:
         """Keep shard ``index`` of ``ranks`` of the Gaussians (all of them on a resume: the checkpoint is sliced as it
         loads) and switch rendering, densification and DDP's start-up broadcast to shards."""
-        refused = self.refused_with_shards()
-        if refused:
-            from lift3d.config import ConfigError
-
-            raise ConfigError(f"{refused} does not go with sharded Gaussians: set system.shard_gaussians=false")
+        self._refuse_with_shards(self.trainer.callbacks)
         total = len(self.gaussians)
         if total:
             keep_shard(self.gaussians, index, ranks)
@@ -113,14 +109,27 @@ class ShardedGaussians:
             log.info("the Gaussians are sharded over %d ranks (system.shard_gaussians=%s)%s", ranks,
                      self.cfg.shard_gaussians, f": about {math.ceil(total / ranks)} each" if total else "")
 
-    def refused_with_shards(self) -> str | None:
-        """What of this run cannot work with sharded Gaussians (None: nothing): every render is then collective, so a
-        render by one rank alone would wait forever."""
+    def check_launch(self, ranks: int, callbacks: list[Any]) -> None:
+        """Refuse sharding asked for outright (``system.shard_gaussians=true``) with a part of the run it cannot serve,
+        in the launching process, before the other ranks start (``auto`` decides later, in ``configure_model``)."""
+        if ranks > 1 and str(self.cfg.shard_gaussians).strip().lower() == "true":
+            self._refuse_with_shards(callbacks)
+
+    def _refuse_with_shards(self, callbacks: list[Any]) -> None:
+        refused = self.refused_with_shards(callbacks)
+        if refused:
+            from lift3d.config import ConfigError
+
+            raise ConfigError(f"{refused} does not go with sharded Gaussians: set system.shard_gaussians=false")
+
+    def refused_with_shards(self, callbacks: list[Any]) -> str | None:
+        """What of this run (with the trainer's ``callbacks``) cannot work with sharded Gaussians (None: nothing):
+        every render is then collective, so a render by one rank alone would wait forever."""
         if self.densify.needs_absgrad:
             return "system.densify.absgrad=true (gsplat's distributed rendering has no absolute gradients)"
         if hasattr(self, "edit_views"):
             return "lift3d edit (its dataset update renders training views outside the collective step)"
-        if any(type(callback).__name__ == "ViewerCallback" for callback in self.trainer.callbacks):
+        if any(type(callback).__name__ == "ViewerCallback" for callback in callbacks):
             return "the live viewer (--viewer: it renders on the first GPU alone)"
         return None
 
