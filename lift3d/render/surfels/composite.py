@@ -15,6 +15,7 @@ stays bounded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -29,6 +30,7 @@ from lift3d.render.surfels.project import FILTER_INV_SQUARE, MAX_EXTENT, SurfelP
 MEDIAN_TRANSMITTANCE = 0.5  # the median depth is that of the last surfel in front of which more than this shows through
 BLOCK_ELEMENTS = 1 << 17  # a depth block covers about this many pixel x surfel pairs
 MIN_BLOCK = 32  # ... and at least this many surfels
+SIGMA_BEYOND = 2 * math.log(1 / ALPHA_THRESHOLD) + 1  # |s|^2 past which alpha < 1/255 at any opacity (bounded there)
 
 
 def plane_coefficients(T: Tensor) -> Tensor:
@@ -62,8 +64,11 @@ def surfel_alphas(coefficients: Tensor, opacity: Tensor, monomials: Tensor) -> T
     terms = (coefficients.reshape(m * b * 4, 6) @ monomials.T).reshape(m, b, 4, -1)
     zeta_u, zeta_v, depth, sigma_2d = terms.unbind(2)
     hit = depth != 0
-    safe = torch.where(hit, depth, torch.ones_like(depth))
-    sigma_3d = (zeta_u * zeta_u + zeta_v * zeta_v) / (safe * safe)
+    # |s|^2 = (zeta_u^2 + zeta_v^2) / zeta_w^2, bounded by SIGMA_BEYOND before it is divided out: a ray nearly parallel
+    # to the plane would overflow it to inf, and the gradient through the minimum (0 x inf) would be NaN
+    squared, scale = zeta_u * zeta_u + zeta_v * zeta_v, depth * depth
+    near = hit & (squared < SIGMA_BEYOND * scale)
+    sigma_3d = torch.where(near, squared / torch.where(near, scale, torch.ones_like(scale)), torch.full_like(scale, SIGMA_BEYOND))
     alpha = (opacity[..., None] * torch.exp(-0.5 * torch.minimum(sigma_3d, sigma_2d))).clamp(max=ALPHA_MAX)
     return torch.where(hit & (alpha >= ALPHA_THRESHOLD), alpha, torch.zeros_like(alpha))
 

@@ -206,3 +206,26 @@ def test_float32_renders_agree_with_float64_where_edge_on_surfels_are_common():
     for key in ("rgb", "alpha", "normal", "median_depth"):
         gap = (single[key].double() - double[key]).abs().amax(-1)
         assert gap.max() < 1e-3 and (gap > 1e-4).float().mean() < 1e-3, (key, float(gap.max()))
+
+
+def test_rays_almost_parallel_to_a_surfel_give_finite_gradients():
+    """A ray that grazes a surfel's plane puts |s|^2 past float32's range; its alpha is the low-pass filter's and
+    every gradient stays finite (an overflow to inf met the minimum with the low-pass filter as 0 x inf = NaN, and one NaN surfel
+    then stayed in a trained model)."""
+    from lift3d.render.surfels.composite import surfel_alphas
+
+    # rows: zeta_u, zeta_v, zeta_w (the depth), the filter; over the monomials (1, u, v, u^2, uv, v^2)
+    coefficients = torch.zeros(1, 2, 4, 6)
+    coefficients[0, :, 0, 0] = 1e3  # zeta_u
+    coefficients[0, 0, 2, 0] = 1e-30  # zeta_w^2 underflows: the ray runs along the plane
+    coefficients[0, 1, 2, 0] = 1e3  # a surfel the ray meets where |s| = 1
+    coefficients[0, :, 3, 0] = 1.0  # the filter's 2 |pixel - center|^2
+    coefficients.requires_grad_(True)
+    opacity = torch.full((1, 2), 0.9, requires_grad=True)
+    monomials = torch.tensor([[1.0, 0.5, 0.5, 0.25, 0.25, 0.25]])
+    alpha = surfel_alphas(coefficients, opacity, monomials)
+    # the low-pass filter (2 |pixel - center|^2 = 1) is the smaller term of both: the grazing surfel shows as a dot
+    assert alpha.detach()[0, :, 0].tolist() == pytest.approx([0.9 * math.exp(-0.5)] * 2, rel=1e-5)
+    (alpha * torch.tensor([1.0, 2.0])[None, :, None]).sum().backward()
+    assert torch.isfinite(coefficients.grad).all() and torch.isfinite(opacity.grad).all()
+    assert coefficients.grad[0, 1].abs().sum() > 0
