@@ -45,6 +45,26 @@ def project_points(points: Tensor, cameras: Cameras) -> tuple[Tensor, Tensor]:
     return uv, z
 
 
+def hull_test(points: Tensor, cameras: Cameras, rgba: Tensor, threshold: float = 0.5) -> tuple[Tensor, Tensor]:
+    """(inside [M] bool, colors [M, 3]) of world points [M, 3]: inside the visual hull when every camera that sees a
+    point shows foreground there (alpha > ``threshold``) and one camera at least sees it; its color is the mean of the
+    foreground pixels it falls on. ``rgba`` [C, H, W, 4] floats in 0..1."""
+    C, H, W, _ = rgba.shape
+    uv, z = project_points(points, cameras)
+    col, row = uv[..., 0].floor().long(), uv[..., 1].floor().long()
+    seen = (z > 0) & (col >= 0) & (col < W) & (row >= 0) & (row < H)
+    flat = (torch.arange(C)[:, None] * H + row.clamp(0, H - 1)) * W + col.clamp(0, W - 1)
+    samples = rgba.reshape(-1, 4)[flat]  # [C, M, 4]
+    foreground = samples[..., 3] > threshold
+    inside = (foreground | ~seen).all(0) & seen.any(0)
+    weight = (seen & foreground).float()[..., None]
+    return inside, (samples[..., :3] * weight).sum(0) / weight.sum(0).clamp_min(1.0)
+
+
+def as_unit_rgba(rgba: Tensor) -> Tensor:
+    return rgba.float() / 255.0 if rgba.dtype == torch.uint8 else rgba.float()
+
+
 def carve_by_masks(
     cameras: Cameras, rgba: Tensor, n: int, radius: float, generator: torch.Generator | None = None,
     threshold: float = 0.5, max_rounds: int = 40,
@@ -54,20 +74,11 @@ def carve_by_masks(
     Samples the ball of ``radius`` and keeps points that every camera seeing them sees as foreground
     (alpha > threshold); ``rgba`` [C, H, W, 4] uint8 or float. Returns fewer than ``n`` points only if
     the hull is tiny after ``max_rounds`` rounds of sampling."""
-    rgba = rgba.float() / 255.0 if rgba.dtype == torch.uint8 else rgba.float()
-    C, H, W, _ = rgba.shape
+    rgba = as_unit_rgba(rgba)
     kept_points, kept_colors, found = [], [], 0
     for _ in range(max_rounds):
         candidates = random_in_sphere(max(4 * n, 4096), radius, generator)
-        uv, z = project_points(candidates, cameras)
-        col, row = uv[..., 0].floor().long(), uv[..., 1].floor().long()
-        inside = (z > 0) & (col >= 0) & (col < W) & (row >= 0) & (row < H)
-        flat = (torch.arange(C)[:, None] * H + row.clamp(0, H - 1)) * W + col.clamp(0, W - 1)
-        samples = rgba.reshape(-1, 4)[flat]  # [C, M, 4]
-        foreground = samples[..., 3] > threshold
-        keep = (foreground | ~inside).all(0) & inside.any(0)
-        seen = (inside & foreground).float()[..., None]
-        colors = (samples[..., :3] * seen).sum(0) / seen.sum(0).clamp_min(1.0)
+        keep, colors = hull_test(candidates, cameras, rgba, threshold)
         kept_points.append(candidates[keep])
         kept_colors.append(colors[keep])
         found += int(keep.sum())
@@ -77,6 +88,43 @@ def carve_by_masks(
     if len(points) == 0:
         raise ValueError("the image masks carve away every point: check the alpha channel, or use init: random")
     return points, colors
+
+
+def hull_surface(
+    cameras: Cameras, rgba: Tensor, n: int, radius: float, generator: torch.Generator | None = None,
+    threshold: float = 0.5, resolution: int = 128, chunk: int = 1 << 16,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(points [n, 3], colors [n, 3], outward unit normals [n, 3]) on the surface of the visual hull of the images'
+    alpha masks: surfels start where the object's surface is (or outside it, where no view carves deeper) and facing
+    out, instead of filling its volume. The hull is voxelized at ``resolution`` cells across the ball of ``radius``;
+    points are drawn on its boundary cells, moved onto the half level of the smoothed occupancy."""
+    from scipy import ndimage
+
+    rgba = as_unit_rgba(rgba)
+    axis = torch.linspace(-radius, radius, resolution)
+    centers = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
+    occupied = torch.cat([hull_test(centers[i : i + chunk], cameras, rgba, threshold)[0]
+                          for i in range(0, len(centers), chunk)]) & (centers.norm(dim=-1) <= radius)
+    occupied = occupied.reshape(resolution, resolution, resolution).numpy()
+    boundary = occupied & ~ndimage.binary_erosion(occupied, border_value=0)
+    if not boundary.any():
+        raise ValueError("the image masks carve away every point: check the alpha channel, or use init: random")
+    smooth = ndimage.gaussian_filter(occupied.astype(np.float32), sigma=1.0)
+    gradient = np.stack(np.gradient(smooth), -1)  # per cell; the occupancy falls outward
+    cells = np.argwhere(boundary)
+    pick = torch.randint(len(cells), (n,), generator=generator).numpy()
+    cell = cells[pick]
+    step = float(axis[1] - axis[0])
+    slope = gradient[tuple(cell.T)]  # [n, 3] per cell
+    length = np.linalg.norm(slope, axis=-1, keepdims=True).clip(1e-6)
+    normals = -slope / length
+    jitter = (torch.rand(n, 3, generator=generator).numpy() - 0.5) * step
+    jitter -= (jitter * normals).sum(-1, keepdims=True) * normals  # along the surface only
+    # one Newton step onto the smoothed occupancy's half level, at most a cell
+    shift = np.clip((smooth[tuple(cell.T)] - 0.5)[:, None] / length, -1.0, 1.0) * step
+    points = torch.from_numpy(-radius + cell * step + jitter + shift * normals).float()
+    colors = hull_test(points, cameras, rgba, threshold=-1.0)[1]  # every view that sees the point
+    return points, colors, torch.from_numpy(normals).float()
 
 
 def knn_scales(points: Tensor, k: int = 3) -> Tensor:

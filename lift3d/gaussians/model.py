@@ -33,15 +33,17 @@ PARAMETER_NAMES = ("means", "log_scales", "quats", "opacity_logits", "sh0", "shN
 class GaussianModelConfig:
     """The Gaussian representation and how it starts.
 
-    ``init=auto`` takes the scene's SfM points if any, else the visual hull when there are masks, else random points.
+    ``init=auto`` takes the scene's SfM points if any, else the visual hull when there are masks (its volume for 3D
+    Gaussians, its surface for surfels), else random points.
     ``init_path`` is a PLY point cloud (init: points), a mesh file (init: mesh) or a Gaussian file (3DGS .ply, .splat,
     .spz, .sog, KHR_gaussian_splatting .glb; init: ply) whose Gaussians start the run.
     """
 
     sh_degree: int = bounded(3, low=0, high=MAX_DEGREE)  # highest spherical-harmonics degree (0..3)
     sh_degree_interval: int = step_count(1000)  # raise the active SH degree by one every N steps (0: highest from the start)
-    # auto (SfM points, else hull, else random), random, hull, sfm, points, mesh, ply
-    init: str = choice("auto", "random", "hull", "sfm", "points", "mesh", "ply")
+    # auto (SfM points, else the hull's volume (3DGS) or surface (surfels), else random), random, hull (inside the
+    # masks' visual hull), hull_surface (on it, facing out), sfm, points, mesh, ply
+    init: str = choice("auto", "random", "hull", "hull_surface", "sfm", "points", "mesh", "ply")
     init_points: int = bounded(100000, low=1)  # how many Gaussians to start with (random, hull, mesh)
     init_radius: float = bounded(0.0, low=0)  # radius of the ball random/hull points are drawn from (0: what all cameras see)
     init_path: str = ""  # the point cloud (init: points), mesh (init: mesh) or Gaussian file (init: ply) to start from
@@ -137,9 +139,11 @@ class GaussianModel(BaseModule):
 
     # ----------------------------------------------------------------------------------- initialization
     @torch.no_grad()
-    def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None) -> None:
+    def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None,
+                   normals: Tensor | None = None) -> None:
         """Gaussians at ``points`` [N, 3] with ``colors`` [N, 3] (0..1), nearest-neighbor sizes, identity
-        rotations and the configured opacity."""
+        rotations and the configured opacity (``normals``, of surface points, are for flat models: round Gaussians
+        have no facing)."""
         n = len(points)
         if colors is None:
             if self.cfg.init_color:

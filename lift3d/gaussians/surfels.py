@@ -18,6 +18,7 @@ from torch import Tensor
 from lift3d.config import bounded
 from lift3d.gaussians.model import GaussianModel, GaussianModelConfig
 from lift3d.registry import register
+from lift3d.rotations import matrix_to_quaternion
 
 
 @dataclass
@@ -32,6 +33,18 @@ def random_rotations(n: int, generator: torch.Generator | None = None) -> Tensor
     """[n, 4] wxyz unit quaternions drawn uniformly over rotations (normalized 4D Gaussians)."""
     q = torch.randn(n, 4, generator=generator)
     return q / q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def rotations_facing(normals: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """[n, 4] wxyz unit quaternions whose rotation's third column (a surfel's normal) is ``normals`` [n, 3], turned
+    at random about it."""
+    n = torch.nn.functional.normalize(normals.float(), dim=-1)
+    seed = torch.randn(len(n), 3, generator=generator)
+    tangent = torch.linalg.cross(n, seed, dim=-1)
+    fallback = torch.linalg.cross(n, torch.tensor([1.0, 0.0, 0.0]).expand_as(n), dim=-1)  # a draw along n
+    tangent = torch.where(tangent.norm(dim=-1, keepdim=True) > 1e-6, tangent, fallback)
+    tangent = torch.nn.functional.normalize(tangent, dim=-1)
+    return matrix_to_quaternion(torch.stack([tangent, torch.linalg.cross(n, tangent, dim=-1), n], dim=-1))
 
 
 @register("surfels")
@@ -52,10 +65,13 @@ class SurfelModel(GaussianModel):
         self.flatten_()
 
     @torch.no_grad()
-    def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None) -> None:
-        """Surfels at ``points`` with nearest-neighbor sizes, random orientations and the configured opacity."""
+    def initialize(self, points: Tensor, colors: Tensor | None = None, generator: torch.Generator | None = None,
+                   normals: Tensor | None = None) -> None:
+        """Surfels at ``points`` with nearest-neighbor sizes and the configured opacity, facing ``normals`` [N, 3]
+        when given (points on a surface), else turned at random."""
         super().initialize(points, colors, generator)
-        self.quats.copy_(random_rotations(len(self), generator).to(self.quats))
+        quats = random_rotations(len(self), generator) if normals is None else rotations_facing(normals, generator)
+        self.quats.copy_(quats.to(self.quats))
         self.flatten_()
 
     def load_gaussian_file(self, path: Any) -> int:

@@ -29,6 +29,7 @@ from lift3d.render.pose_refinement import PoseCorrections, PoseRefinementConfig
 from lift3d.schedule import is_schedule
 from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.captured_views import CapturedViews
 from lift3d.systems.densification import build_strategy
 from lift3d.systems.graphed_splats import GraphedSplatStep
 from lift3d.systems.pose_refinement import PoseRefinementHooks
@@ -110,10 +111,12 @@ def seen_in_kept_pixels(out: dict[str, Tensor], loss_mask: Tensor) -> dict[str, 
 
 
 @register("reconstruct-gaussians")
-class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, ReplicatedGaussians, BaseSystem):
+class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, ReplicatedGaussians, CapturedViews, BaseSystem):
     """Optimize Gaussians so their renders match posed photos."""
 
     Config = ReconstructGaussiansConfig
+    auto_hull = "hull"  # init: auto on photos with masks and no SfM points: Gaussians fill the visual hull
+    own_mesh_method = "density"  # the mesh of export.mesh_method=auto: marching cubes on the Gaussians' density
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
@@ -153,15 +156,17 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         scene_points = scene.points if scene is not None else None
         if method == "auto":
             has_masks = photos is not None and photos.has_masks
-            method = "sfm" if scene_points is not None else "hull" if has_masks else "random"
+            method = "sfm" if scene_points is not None else self.auto_hull if has_masks else "random"
         radius = c.init_radius or (init.visible_radius(photos.cameras) if photos is not None else 1.0)
-        colors = None
+        colors = normals = None
+        if method in ("hull", "hull_surface") and photos is None:
+            raise ValueError(f"gaussians.init: {method} needs a posed-images data module (images with alpha masks)")
         if method == "random":
             points = init.random_in_sphere(c.init_points, radius, generator)
         elif method == "hull":
-            if photos is None:
-                raise ValueError("gaussians.init: hull needs a posed-images data module (images with alpha masks)")
             points, colors = init.carve_by_masks(photos.cameras, photos.images, c.init_points, radius, generator)
+        elif method == "hull_surface":
+            points, colors, normals = init.hull_surface(photos.cameras, photos.images, c.init_points, radius, generator)
         elif method == "sfm":
             if scene_points is None:
                 raise ValueError("gaussians.init: sfm needs a scene with sparse points (a COLMAP model, or nerfstudio's "
@@ -175,8 +180,9 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
             self.gaussians.load_gaussian_file(c.init_path)  # every attribute as trained: nothing to initialize
             return
         else:
-            raise ValueError(f"gaussians.init must be auto, random, hull, sfm, points, mesh or ply, got '{c.init}'")
-        self.gaussians.initialize(points, colors, generator)
+            raise ValueError(f"gaussians.init must be auto, random, hull, hull_surface, sfm, points, mesh or ply, "
+                             f"got '{c.init}'")
+        self.gaussians.initialize(points, colors, generator, normals)
         log.info("initialized %d Gaussians (%s) in a scene of extent %.2f", len(self.gaussians), method, self.extent)
 
     def configure_optimizers(self) -> Any:
@@ -274,12 +280,14 @@ class ReconstructGaussiansSystem(AppearanceHooks, PoseRefinementHooks, Replicate
         self.export_at_fit_end()
 
     def export_sources(self) -> ExportSources:
-        """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density colored by them (glb, obj)
-        and turntables."""
+        """The Gaussians (3dgs-ply, splat, spz, sog, gltf-splat), a mesh of their density colored by them (glb, obj;
+        export.mesh_method=tsdf: their depths fused over the training views), in the capture's frame and units, and
+        turntables."""
         g = self.gaussians
         tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
                                   colors=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
-        return gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
-                                gaussian_params=g.parameters_dict,
-                                render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,
-                                antialiased=self.renderer.cfg.rasterize_mode == "antialiased")
+        return self.in_capture_frame(gaussian_sources(
+            tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
+            gaussian_params=g.parameters_dict, render_fn=lambda cameras: self.render_views({"cameras": cameras}),
+            device=self.device, antialiased=getattr(self.renderer.cfg, "rasterize_mode", "classic") == "antialiased",
+            own_mesh_method=self.own_mesh_method, fusion_cameras=self.training_cameras()))

@@ -16,11 +16,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lift3d.config import choice, scheduled
-from lift3d.export import ExportConfig
+from lift3d.export import ExportConfig, ExportSources
 from lift3d.registry import register
 from lift3d.render.appearance import AppearanceConfig, PhotoAppearance
 from lift3d.systems.appearance import AppearanceHooks
 from lift3d.systems.base import MATMUL_PRECISIONS, BaseSystem, LossConfig, SystemConfig
+from lift3d.systems.captured_views import CapturedViews
 from lift3d.systems.field_queries import FieldQueries
 
 
@@ -61,7 +62,7 @@ class ReconstructNerfConfig(SystemConfig):
 
 
 @register("reconstruct-nerf")
-class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
+class ReconstructNerfSystem(AppearanceHooks, FieldQueries, CapturedViews, BaseSystem):
     """Photometric NeRF reconstruction with a hash-grid field and an occupancy-grid renderer."""
 
     Config = ReconstructNerfConfig
@@ -199,3 +200,7 @@ class ReconstructNerfSystem(AppearanceHooks, FieldQueries, BaseSystem):
     def render_views(self, batch: dict[str, Any]) -> dict[str, Tensor]:
         out = self.renderer(batch["cameras"], background=batch.get("background"), compute_normals=self.cfg.eval_normals)
         return {k: out[k] for k in ("rgb", "alpha", "depth", "normal") if k in out}
+
+    def export_sources(self) -> ExportSources:
+        """The density's mesh colored by the albedo, in the capture's frame and units, and turntables."""
+        return self.in_capture_frame(super().export_sources())

@@ -6,7 +6,8 @@ refinement) with surfels (``gaussians``: flat third scale) rasterized by ``surfe
 geometry terms: normal consistency (the surfels' rendered normals against the normals of the rendered depth, weight
 ``loss.lambda_normal`` from step ``normal_start``) and depth distortion (``loss.lambda_distortion`` from step
 ``distortion_start``). Densification reads the gradient of each surfel's projected center (gsplat's ``gradient_2dgs``).
-The run keeps its training cameras, so ``lift3d export`` fuses the mesh from the views the surfels were fitted to.
+The run keeps its training cameras (``CapturedViews``), so ``lift3d export`` fuses the mesh from the views the surfels
+were fitted to.
 """
 
 from __future__ import annotations
@@ -14,16 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from lift3d.cameras import Cameras
 from lift3d.config import ConfigError, scheduled, step_count
-from lift3d.data.summary import SceneSummary
-from lift3d.export import ExportConfig, ExportSources, GaussianTensors, gaussian_sources
-from lift3d.export.tsdf_sources import in_capture_frame
-from lift3d.gaussians.formats.ply import save_ply
-from lift3d.gaussians.formats.splat import rgb_from_sh_dc
+from lift3d.export import ExportConfig
 from lift3d.registry import register
 from lift3d.systems.reconstruct_gaussians import (
     ReconstructGaussiansConfig,
@@ -69,6 +65,8 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
     """Optimize surfels so their renders match posed photos and their surfaces agree with their depths."""
 
     Config = ReconstructSurfelsConfig
+    auto_hull = "hull_surface"  # surfels start on the masks' visual hull, facing out, not inside the object
+    own_mesh_method = "tsdf"  # their median depths fused over the training views
 
     def __init__(self, cfg: Any = None) -> None:
         super().__init__(cfg)
@@ -79,40 +77,6 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
         if getattr(self.densify.cfg, "absgrad", False):
             raise ConfigError("system.densify.absgrad: the surfel rasterizer gives no absolute gradients; "
                               "set system.densify.absgrad=false")
-        # the training views, kept in checkpoints: the views the export fuses the mesh from (empty until training)
-        self.register_buffer("train_c2w", torch.zeros(0, 4, 4))
-        self.register_buffer("train_intrinsics", torch.zeros(0, 3, 3))
-        self.register_buffer("train_size", torch.zeros(2, dtype=torch.long))
-        # the similarity the data module applied to the capture's poses: meshes are written back in the capture's frame
-        self.register_buffer("world_from_capture", torch.eye(4, dtype=torch.float64))
-
-    # ----------------------------------------------------------------------------------- set-up
-    def set_scene(self, scene: SceneSummary | None) -> None:
-        """Keep the training views (the views the export fuses the mesh from) and the similarity the data module
-        applied to the capture's poses (meshes are written back in the capture's frame)."""
-        super().set_scene(scene)
-        if scene is None or scene.cameras is None:
-            return
-        cameras = scene.cameras
-        self.train_c2w = cameras.c2w.detach().float().to(self.train_c2w.device)
-        self.train_intrinsics = cameras.intrinsics.detach().float().to(self.train_c2w.device)
-        self.train_size = torch.tensor([cameras.width, cameras.height], device=self.train_c2w.device)
-        if scene.world_from_capture is not None:
-            self.world_from_capture = scene.world_from_capture.to(torch.float64).to(self.train_c2w.device)
-
-    def training_cameras(self) -> Cameras | None:
-        """The views the surfels were fitted to (None for a run that has not trained)."""
-        if len(self.train_c2w) == 0:
-            return None
-        width, height = (int(v) for v in self.train_size.tolist())
-        return Cameras(self.train_c2w, self.train_intrinsics, width, height)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        state = checkpoint["state_dict"]
-        for name in ("train_c2w", "train_intrinsics"):
-            if name in state:
-                setattr(self, name, torch.zeros_like(state[name], device=getattr(self, name).device))
 
     # ----------------------------------------------------------------------------------- training
     def loss_weight(self, term: str) -> float:
@@ -144,15 +108,3 @@ class ReconstructSurfelsSystem(ReconstructGaussiansSystem):
         self.gaussians.update_step(self.current_epoch if self._trainer is not None else 0, self.true_global_step)
         out = self.render_gaussians(batch["cameras"], batch.get("background"))
         return {key: out[key] for key in ("rgb", "alpha", "depth", "median_depth", "normal", "surface_normal")}
-
-    def export_sources(self) -> ExportSources:
-        """The surfels as Gaussian files, and a mesh fused from their rendered depths (export.tsdf) over the training
-        views, colored from the renders, in the capture's frame and units (glb, obj, mesh-ply); turntables."""
-        g = self.gaussians
-        tensors = GaussianTensors(g.means.detach(), g.scales.detach(), g.quats.detach(), g.opacities.detach(),
-                                  colors=rgb_from_sh_dc(g.sh0.detach()[:, 0]))
-        sources = gaussian_sources(tensors, self.cfg.export, write_3dgs_ply=lambda path, **kept: save_ply(path, g, **kept),
-                                   gaussian_params=g.parameters_dict,
-                                   render_fn=lambda cameras: self.render_views({"cameras": cameras}), device=self.device,
-                                   own_mesh_method="tsdf", fusion_cameras=self.training_cameras())
-        return in_capture_frame(sources, self.world_from_capture.cpu().numpy())

@@ -99,3 +99,51 @@ def test_point_cloud_and_mesh_initialization(tmp_path, data_dir):
     u, v = (d22 * dp1 - d12 * dp2) / det, (d11 * dp2 - d12 * dp1) / det
     inside = (u >= -1e-6) & (v >= -1e-6) & (u + v <= 1 + 1e-6)
     assert len(points) == 300 and (in_plane & inside).any(dim=1).all()
+
+
+def _sphere_masks(radius: float, views: int = 16, size: int = 96):
+    """RGBA views [C, H, W, 4] uint8 of a sphere of ``radius`` at the origin (alpha 255 where a pixel's center ray
+    hits it), from cameras on a Fibonacci sphere of radius 3 looking at it, and those cameras."""
+    from lift3d.cameras import Cameras, intrinsics_matrix, look_at
+
+    i = torch.arange(views, dtype=torch.float64) + 0.5
+    z = 1 - 2 * i / views
+    azimuth = math.pi * (1 + 5**0.5) * i
+    ring = torch.sqrt(1 - z * z)
+    eye = (3.0 * torch.stack([ring * torch.cos(azimuth), ring * torch.sin(azimuth), z], -1)).float()
+    up = torch.where(z.abs()[:, None] > 0.99, torch.tensor([0.0, 1.0, 0.0]), torch.tensor([0.0, 0.0, 1.0])).float()
+    focal, center = torch.full((views,), 2.0 * size), torch.full((views,), size / 2)  # the sphere fills 2/3 of a view
+    cameras = Cameras(look_at(eye, torch.zeros_like(eye), up), intrinsics_matrix(focal, focal, center, center), size, size)
+    origins, directions = cameras.rays(normalized=True)
+    along = -(origins * directions).sum(-1)  # ray parameter of the closest approach to the origin
+    miss = (origins + along[..., None] * directions).norm(dim=-1)
+    alpha = (miss < radius).to(torch.uint8) * 255
+    return cameras, torch.cat([torch.full(alpha.shape + (3,), 128, dtype=torch.uint8), alpha[..., None]], -1)
+
+
+def test_hull_surface_points_lie_on_a_sphere_facing_out():
+    cameras, rgba = _sphere_masks(0.5)
+    points, colors, normals = init.hull_surface(cameras, rgba, 4000, 0.8, torch.Generator().manual_seed(0), resolution=64)
+    assert points.shape == normals.shape == colors.shape == (4000, 3)
+    r = points.norm(dim=-1)
+    cell = 1.6 / 63
+    # on the sphere to within a third of a cell for 90 % (the boundary cells' centers alone: 0.9 of a cell), never a
+    # cell inside it (the silhouettes' pixels are a third of a cell wide)
+    assert (r - 0.5).abs().quantile(0.9) < cell / 3 and (r > 0.5 - cell).all()
+    assert ((normals * points / r[:, None]).sum(-1) > 0.9).float().mean() > 0.95  # facing away from the center
+    assert torch.allclose(colors, torch.full_like(colors, 128 / 255), atol=1e-4)
+    with pytest.raises(ValueError, match="carve away every point"):
+        init.hull_surface(cameras, torch.zeros_like(rgba), 10, 0.8, resolution=16)
+
+
+def test_surfels_start_facing_the_normals_they_are_given():
+    from lift3d.gaussians.surfels import SurfelModel
+    from lift3d.rotations import quaternion_to_matrix
+
+    normals = torch.nn.functional.normalize(torch.randn(500, 3, generator=torch.Generator().manual_seed(1)), dim=-1)
+    normals[0] = torch.tensor([1.0, 0.0, 0.0])  # along the fallback axis of the tangent
+    model = SurfelModel({"sh_degree": 0})
+    model.initialize(torch.randn(500, 3), normals=normals)
+    axes = quaternion_to_matrix(model.quats)
+    assert torch.allclose(axes[..., 2], normals, atol=1e-5)  # a surfel's normal is its rotation's third column
+    assert torch.allclose(torch.linalg.det(axes), torch.ones(500), atol=1e-5)

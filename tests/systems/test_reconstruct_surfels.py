@@ -78,11 +78,34 @@ def test_a_gaussian_run_exports_a_mesh_fused_from_its_rendered_depths(tmp_path, 
     run_dir = finished_sample_run(tmp_path)
     capsys.readouterr()
     assert main(["export", str(run_dir), "--format", "mesh-ply", "system.export.mesh_method=tsdf",
-                 "system.export.tsdf.sphere_views=8", "system.export.tsdf.image_size=48", "system.export.resolution=32",
-                 "system.export.target_faces=2000"]) == 0
+                 "system.export.tsdf.views=sphere", "system.export.tsdf.sphere_views=8", "system.export.tsdf.image_size=48",
+                 "system.export.resolution=32", "system.export.target_faces=2000"]) == 0
     out = capsys.readouterr()
     assert "fusing 8 rendered depths" in out.out + out.err and "no median depth" in out.out + out.err
     assert len(trimesh.load(next((run_dir / "save").glob("*-mesh.ply")), force="mesh").faces) > 100
+
+
+def test_a_gaussian_run_keeps_its_views_and_writes_meshes_in_the_capture_s_frame(tmp_path):
+    """A 3DGS run's checkpoint carries its training views (the views export.tsdf.views=auto fuses) and the capture's
+    frame; its meshes go back into that frame. A checkpoint from before it kept them loads as in the training frame."""
+    from lift3d.runs.run_dirs import load_system
+
+    run_dir = finished_sample_run(tmp_path)
+    cfg = load_config(str(run_dir / "configs" / "parsed.yaml"),
+                      overrides=["system.export.resolution=24", "system.export.target_faces=0"])
+    system = load_system(cfg, run_dir / "ckpts" / "last.ckpt")
+    assert len(system.training_cameras()) == 40
+    world = system.export_sources().mesh()
+    system.world_from_capture = torch.diag(torch.tensor([2.0, 2.0, 2.0, 1.0], dtype=torch.float64))
+    system.world_from_capture[:3, 3] = torch.tensor([0.5, 0.0, -1.0], dtype=torch.float64)
+    captured = system.export_sources().mesh()
+    np.testing.assert_allclose(captured.vertices, (world.vertices - np.array([0.5, 0.0, -1.0])) / 2, atol=1e-5)
+    old = torch.load(run_dir / "ckpts" / "last.ckpt", weights_only=True)
+    for name in ("train_c2w", "train_intrinsics", "train_size", "world_from_capture"):
+        del old["state_dict"][name]
+    torch.save(old, tmp_path / "old.ckpt")
+    before = load_system(cfg, tmp_path / "old.ckpt")
+    assert before.training_cameras() is None and torch.equal(before.world_from_capture, torch.eye(4, dtype=torch.float64))
 
 
 def test_geometry_terms_wait_for_their_start_steps_and_bad_options_are_refused(monkeypatch):
