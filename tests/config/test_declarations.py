@@ -215,7 +215,8 @@ def test_a_subclass_that_changes_a_default_keeps_the_declaration():
 
 
 def test_a_part_built_from_a_dict_is_checked_against_its_declarations():
-    with pytest.raises(ConfigError, match="gaussians.init must be one of auto, random, hull, sfm, points, mesh, ply; got 'ban"):
+    choices = "auto, random, hull, hull_surface, sfm, points, mesh, ply"
+    with pytest.raises(ConfigError, match=f"gaussians.init must be one of {choices}; got 'ban"):
         find("gaussians")({"init": "banana"})
 
 
@@ -231,8 +232,8 @@ def test_the_error_says_which_layer_wrote_the_value(tmp_path):
 
 # ----------------------------------------------------------------------------------- through the CLI
 AUDIT_CASES = [
-    ("system.gaussians.init=banana", "system.gaussians.init must be one of auto, random, hull, sfm, points, mesh, ply; "
-                                     "got 'banana' (in the command-line overrides): e.g. system.gaussians.init=auto"),
+    ("system.gaussians.init=banana", "system.gaussians.init must be one of auto, random, hull, hull_surface, sfm, points, "
+                                     "mesh, ply; got 'banana' (in the command-line overrides): e.g. system.gaussians.init=auto"),
     ("system.appearance.enabled=banana", "system.appearance.enabled must be one of auto, true, false; got 'banana'"),
     ("system.appearance.eval=banana", "system.appearance.eval must be one of left-half, mean; got 'banana'"),
     ("system.pose_refinement.enabled=2", "system.pose_refinement.enabled must be one of auto, true, false; got '2'"),
