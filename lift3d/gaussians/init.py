@@ -45,10 +45,11 @@ def project_points(points: Tensor, cameras: Cameras) -> tuple[Tensor, Tensor]:
     return uv, z
 
 
-def hull_test(points: Tensor, cameras: Cameras, rgba: Tensor, threshold: float = 0.5) -> tuple[Tensor, Tensor]:
+def hull_test(points: Tensor, cameras: Cameras, rgba: Tensor, threshold: float = 0.5,
+              with_colors: bool = True) -> tuple[Tensor, Tensor | None]:
     """(inside [M] bool, colors [M, 3]) of world points [M, 3]: inside the visual hull when every camera that sees a
     point shows foreground there (alpha > ``threshold``) and one camera at least sees it; its color is the mean of the
-    foreground pixels it falls on. ``rgba`` [C, H, W, 4] floats in 0..1."""
+    foreground pixels it falls on (None without ``with_colors``). ``rgba`` [C, H, W, 4] floats in 0..1."""
     C, H, W, _ = rgba.shape
     uv, z = project_points(points, cameras)
     col, row = uv[..., 0].floor().long(), uv[..., 1].floor().long()
@@ -57,11 +58,14 @@ def hull_test(points: Tensor, cameras: Cameras, rgba: Tensor, threshold: float =
     samples = rgba.reshape(-1, 4)[flat]  # [C, M, 4]
     foreground = samples[..., 3] > threshold
     inside = (foreground | ~seen).all(0) & seen.any(0)
+    if not with_colors:
+        return inside, None
     weight = (seen & foreground).float()[..., None]
     return inside, (samples[..., :3] * weight).sum(0) / weight.sum(0).clamp_min(1.0)
 
 
 def as_unit_rgba(rgba: Tensor) -> Tensor:
+    """Float RGBA in 0..1 of uint8 (0..255) or float images."""
     return rgba.float() / 255.0 if rgba.dtype == torch.uint8 else rgba.float()
 
 
@@ -103,7 +107,7 @@ def hull_surface(
     rgba = as_unit_rgba(rgba)
     axis = torch.linspace(-radius, radius, resolution)
     centers = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
-    occupied = torch.cat([hull_test(centers[i : i + chunk], cameras, rgba, threshold)[0]
+    occupied = torch.cat([hull_test(centers[i : i + chunk], cameras, rgba, threshold, with_colors=False)[0]
                           for i in range(0, len(centers), chunk)]) & (centers.norm(dim=-1) <= radius)
     occupied = occupied.reshape(resolution, resolution, resolution).numpy()
     boundary = occupied & ~ndimage.binary_erosion(occupied, border_value=0)
