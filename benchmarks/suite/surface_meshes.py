@@ -119,7 +119,7 @@ def train(method: str, scene: Path, output_root: Path, overrides: list[str]) -> 
     command = [sys.executable, "-m", "lift3d", "reconstruct", str(scene), "--method", method, f"output_root={output_root}",
                "use_timestamp=false", "trainer.enable_progress_bar=false", "trainer.run_test_after_fit=false",
                "system.export.formats=[]", "data.n_orbit_views=4", *overrides]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
