@@ -132,11 +132,11 @@ def train(method: str, scene: Path, output_root: Path, overrides: list[str]) -> 
 def mesh_of_run(run_dir: Path, resolution: int, export_overrides: list[str]):
     """The run's mesh in lift3d's frame, as ``lift3d export --format glb`` makes it (vertex colors only)."""
     from lift3d.config import load_config
-    from lift3d.runs.run_dirs import load_system
+    from lift3d.runs.run_dirs import export_device, load_system
 
     overrides = [f"system.export.resolution={resolution}", "system.export.texture_size=0", *export_overrides]
     cfg = load_config(str(run_dir / "configs" / "parsed.yaml"), overrides=overrides)
-    system = load_system(cfg, run_dir / "ckpts" / "last.ckpt")
+    system = load_system(cfg, run_dir / "ckpts" / "last.ckpt", export_device())  # as `lift3d export` meshes it
     system.eval()
     with torch.no_grad():
         return system.export_sources().mesh()
@@ -193,8 +193,11 @@ def main(argv: list[str] | None = None) -> None:
         truth = load_truth(name, args.data)
         truth_vertices, truth_faces = truth.vertices.double().numpy(), truth.faces.numpy()
         scene = write_capture(name, args.data, args.work / f"{name}-{args.views}x{args.size}" / name, args.views, args.size)
+        print(f"surface_meshes: {name}: capture written to {scene}", file=sys.stderr, flush=True)
         for method in args.methods:
             run_dir, train_s = train(method, scene, args.work / f"runs-{args.views}x{args.size}-{method}", args.overrides)
+            print(f"surface_meshes: {name}, {method}: trained in {train_s:.0f} s ({run_dir}); meshing", file=sys.stderr,
+                  flush=True)
             start = time.perf_counter()
             mesh = mesh_of_run(run_dir, args.resolution, args.export)
             mesh_s = time.perf_counter() - start

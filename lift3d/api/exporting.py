@@ -18,7 +18,7 @@ def export_run(run_dir: Path, formats: list[str] | None, overwrite: bool = False
     written raises ``ExportFailedError`` naming it; the others are written."""
     from lift3d import aftercare
     from lift3d.config import ConfigError, load_config
-    from lift3d.runs.run_dirs import load_system
+    from lift3d.runs.run_dirs import export_device, load_system
     from lift3d.saving import OutputSaver
 
     checkpoint = run_dir / "ckpts" / "last.ckpt"
@@ -27,7 +27,7 @@ def export_run(run_dir: Path, formats: list[str] | None, overwrite: bool = False
     overrides = as_overrides({f"system.export.{key}": value for key, value in (settings or {}).items()})
     cfg = load_config(run_dir / "configs" / "parsed.yaml", overrides=[*overrides, f"resume={checkpoint}"],
                       allow_imports=True if allow_imports else None)
-    system = load_system(cfg, checkpoint)
+    system = load_system(cfg, checkpoint, export_device())
     aftercare.reset()
     written = system.export(OutputSaver(run_dir / "save", overwrite=overwrite), formats)
     raise_failed_exports()

@@ -35,7 +35,7 @@ def _size(n: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from lift3d.api.exporting import raise_failed_exports
-    from lift3d.runs.run_dirs import load_system, make_run_dir, run_dir_of_checkpoint
+    from lift3d.runs.run_dirs import export_device, load_system, make_run_dir, run_dir_of_checkpoint
     from lift3d.saving import OutputSaver
 
     if args.format:  # --format takes every later word: hand key=value overrides back to the config
@@ -54,10 +54,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cfg, _, _ = load_experiment(args)
     run_dir = run_dir_of_checkpoint(cfg.resume) or make_run_dir(cfg)
-    system = load_system(cfg, cfg.resume)
+    system = load_system(cfg, cfg.resume, export_device())
     written = system.export(OutputSaver(run_dir / "save", overwrite=args.overwrite), args.format)
     raise_failed_exports()
-    print(f"lift3d: exported {len(written)} file(s) into {run_dir / 'save'}:")
+    on = f" on {system.device.type.upper()}" if system.device.type != "cpu" else ""
+    print(f"lift3d: exported {len(written)} file(s){on} into {run_dir / 'save'}:")
     for path in written:
         print(f"  {path}  {_size(path.stat().st_size)}")
     return 0

@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lift3d.checkpoints import load_checkpoint
 from lift3d.config import ConfigError, ExperimentConfig, to_yaml
@@ -20,6 +20,9 @@ from lift3d.data.sample_scene import asset_name
 from lift3d.progress import read_progress, update_progress
 from lift3d.registry import find
 from lift3d.saving import OutputSaver
+
+if TYPE_CHECKING:
+    import torch
 
 RUN_DIR_ENV = "LIFT3D_RUN_DIR"  # rank 0's run folder, read by the DDP ranks Lightning starts (they re-run the command)
 
@@ -154,10 +157,18 @@ def shared_run_dir() -> Path | None:
     return None
 
 
-def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path) -> Any:
-    """The system of ``cfg`` with the weights of a checkpoint (for export, viewing and chained stages)."""
+def load_system(cfg: ExperimentConfig, checkpoint_path: str | Path, device: str | torch.device = "cpu") -> Any:
+    """The system of ``cfg`` with the weights of a checkpoint (for export, viewing and chained stages), on ``device``."""
     system = find(cfg.system_type)(cfg.system)
     checkpoint = load_checkpoint(checkpoint_path)
     system.on_load_checkpoint(checkpoint)
     system.load_state_dict(checkpoint["state_dict"])
-    return system
+    return system.to(device)
+
+
+def export_device() -> torch.device:
+    """Where an export after training runs: the CUDA GPU when there is one (meshing renders every training view, as
+    the export at the end of training does on its device), else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import torch
 import trimesh
+from scipy.spatial import cKDTree
 
 from lift3d.cli import main
 from lift3d.config import ConfigError, load_config
 from lift3d.method_table import find_method, stage_recipes
 from lift3d.recipes import recipe_config
 from lift3d.systems.reconstruct_surfels import ReconstructSurfelsSystem
+from tests.conftest import require_gpu_and_gsplat
 from tests.sample_runs import finished_sample_run
 from tests.validators import gltf_problems, validate_gltf
 
@@ -72,6 +74,27 @@ def test_lift3d_export_of_a_surfels_run_writes_the_tsdf_mesh(surfel_run, capsys)
     mesh = trimesh.load(surfel_run / "save" / "exported-mesh.ply", force="mesh")
     assert 500 < len(mesh.faces) <= 3300
     assert validate_gltf(surfel_run / "save" / "exported.glb")[0]["issues"]["numErrors"] == 0
+
+
+@pytest.mark.gpu
+def test_lift3d_export_meshes_a_surfels_run_on_the_gpu_like_the_cpu(surfel_run, capsys):
+    """On a CUDA machine `lift3d export` renders and fuses on the GPU; the mesh matches the CPU's (the same views and
+    voxels: vertices within a fraction of a voxel, as many faces give or take a few per cent)."""
+    require_gpu_and_gsplat()
+    meshes = {}
+    for device in ("cpu", "cuda"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("lift3d.runs.run_dirs.export_device", lambda device=device: torch.device(device))
+            capsys.readouterr()
+            assert main(["export", str(surfel_run), "--format", "mesh-ply", *SMALL_EXPORT,
+                         f"system.export.stem=on-{device}"]) == 0
+        out = capsys.readouterr().out
+        assert ("on CUDA" in out) == (device == "cuda"), out
+        meshes[device] = trimesh.load(surfel_run / "save" / f"on-{device}-mesh.ply", force="mesh")
+    cpu, gpu = meshes["cpu"], meshes["cuda"]
+    assert abs(len(gpu.faces) - len(cpu.faces)) <= 0.05 * len(cpu.faces)
+    voxel = float(np.ptp(cpu.vertices, axis=0).max()) / 48
+    assert float(np.median(cKDTree(cpu.vertices).query(gpu.vertices)[0])) < 0.5 * voxel
 
 
 def test_a_gaussian_run_exports_a_mesh_fused_from_its_rendered_depths(tmp_path, capsys):
