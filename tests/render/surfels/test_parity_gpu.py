@@ -60,9 +60,14 @@ def _render(scene: Splats, cameras: Cameras, background: torch.Tensor, backend: 
     return {k: v.detach() for k, v in images.items()}, grads, out
 
 
-def _agree(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, flipped_share: float = FLIPPED_SHARE) -> dict:
+def _difference(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> dict:
+    """The largest difference of two images (over ``scale``) and the share of pixels past float32 rounding (1e-4)."""
     difference = ((a - b) / scale).abs().amax(-1)
-    report = {"max": float(difference.max()), "flipped": float((difference > 1e-4).float().mean())}
+    return {"max": float(difference.max()), "flipped": float((difference > 1e-4).float().mean())}
+
+
+def _agree(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0, flipped_share: float = FLIPPED_SHARE) -> dict:
+    report = _difference(a, b, scale)
     assert report["flipped"] < flipped_share, report
     return report
 
@@ -78,27 +83,37 @@ def test_torch_and_gsplat_rasterization_2dgs_agree(n, size):
     images_t, grads_t, out_t = _render(scene, cameras, background, "torch", weights)
     images_g, grads_g, out_g = _render(scene, cameras, background, "gsplat", weights)
     assert images_g["alpha"].max() > 0.9 and images_g["alpha"].min() < 0.1  # something and nothing in view
-    report = {"case": f"n={n} size={size}"}
+    report, failed = {"case": f"n={n} size={size}"}, []  # every comparison is made and printed before any fails
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            failed.append(what)
+
     for key in ("rgb", "alpha", "normal"):
-        report[key] = _agree(images_t[key], images_g[key])
-        assert report[key]["max"] < PIXEL_TOLERANCE, (key, report)
+        report[key] = _difference(images_t[key], images_g[key])
+        check(report[key]["flipped"] < FLIPPED_SHARE and report[key]["max"] < PIXEL_TOLERANCE, key)
     depth_scale = float(images_g["depth_sum"].abs().max())
     for key in ("depth_sum", "distortion"):
-        report[key] = _agree(images_t[key], images_g[key], scale=float(images_g[key].abs().max()))
-    report["median"] = _agree(images_t["median"], images_g["median"], scale=depth_scale, flipped_share=1e-2)
+        report[key] = _difference(images_t[key], images_g[key], scale=float(images_g[key].abs().max()))
+        check(report[key]["flipped"] < FLIPPED_SHARE, key)
+    report["median"] = _difference(images_t["median"], images_g["median"], scale=depth_scale)
+    check(report["median"]["flipped"] < 1e-2, "median")
     visible_t, visible_g = (out_t["radii"] > 0).all(-1), (out_g["radii"] > 0).all(-1)
-    assert (visible_t != visible_g).float().mean() < 1e-3, "visibility differs"
-    assert ((out_t["radii"] - out_g["radii"]).abs() > 1).sum() == 0
+    report["visibility_differs"] = float((visible_t != visible_g).float().mean())
+    check(report["visibility_differs"] < 1e-3, "visibility")
+    report["radii_off_by_more_than_1"] = int(((out_t["radii"] - out_g["radii"]).abs() > 1).sum())
+    check(report["radii_off_by_more_than_1"] == 0, "radii")
     both = visible_t & visible_g  # gsplat leaves the centers of culled surfels at zero
-    torch.testing.assert_close(out_t["means2d"][both], out_g["means2d"][both], atol=1e-2, rtol=1e-4)
+    report["means2d"] = float((out_t["means2d"][both] - out_g["means2d"][both]).abs().max())
+    check(torch.allclose(out_t["means2d"][both], out_g["means2d"][both], atol=1e-2, rtol=1e-4), "means2d")
     for key, reference in grads_g.items():
-        error = float((grads_t[key] - reference).norm() / reference.norm().clamp_min(1e-12))
-        report[f"grad_{key}"] = error
-        assert error < 2e-2, (key, report)
+        report[f"grad_{key}"] = float((grads_t[key] - reference).norm() / reference.norm().clamp_min(1e-12))
+        check(report[f"grad_{key}"] < 2e-2, f"grad_{key}")
     densify_t, densify_g = out_t["densify_grad"], out_g["densify_grad"]
     report["densify"] = float((densify_t - densify_g).norm() / densify_g.norm().clamp_min(1e-12))
-    assert report["densify"] < 0.3, report
+    check(report["densify"] < 0.3, "densify")
     print(json.dumps(report))
+    assert not failed, (failed, report)
 
 
 def test_gsplat_normals_of_several_views_in_one_call_are_each_views_own():
