@@ -14,11 +14,12 @@ ALPHA_MAX, ALPHA_MIN, T_MIN = 0.999, 1.0 / 255.0, 1e-4
 
 def reference_render(means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor, colors: Tensor, viewmats: Tensor,
                      Ks: Tensor, width: int, height: int, centers2d: Tensor,
-                     shift: Tensor | None = None) -> dict[str, Tensor]:
+                     shift: Tensor | None = None, low_pass: float = 2.0) -> dict[str, Tensor]:
     """Per view [C, H, W, *]: ``rgb`` (colors [N, 3], no background), ``alpha``, ``depth_sum``, ``median``,
     ``distortion``, ``normal`` (world). ``centers2d`` [C, N, 2]: the low-pass filter's centers (given: the projection's
     box centers, checked on their own). ``shift`` [C, N, 2]: moves each surfel's plane sideways by that many pixels at
-    its depth, leaving its filter center, depth and normal (for the densification gradient)."""
+    its depth, leaving its filter center, depth and normal (for the densification gradient). ``low_pass``: the filter's
+sigma_2d = low_pass |pixel - center|^2."""
     rot = quaternion_to_matrix(quats)
     out: dict[str, list[Tensor]] = {k: [] for k in ("rgb", "alpha", "depth_sum", "median", "distortion", "normal")}
     ys, xs = torch.meshgrid(torch.arange(height, dtype=means.dtype) + 0.5, torch.arange(width, dtype=means.dtype) + 0.5,
@@ -43,7 +44,7 @@ def reference_render(means: Tensor, quats: Tensor, scales: Tensor, opacities: Te
         u = (point * t_u).sum(-1) / scales[:, 0]
         v = (point * t_v).sum(-1) / scales[:, 1]
         d2 = (xs.reshape(-1, 1) - centers2d[c, :, 0]) ** 2 + (ys.reshape(-1, 1) - centers2d[c, :, 1]) ** 2
-        sigma = 0.5 * torch.minimum(u * u + v * v, 2.0 * d2)
+        sigma = 0.5 * torch.minimum(u * u + v * v, low_pass * d2)
         alpha = (opacities * torch.exp(-sigma)).clamp(max=ALPHA_MAX)
         alpha = torch.where(hit & (alpha >= ALPHA_MIN), alpha, torch.zeros_like(alpha))
         order = torch.argsort(center[:, 2].detach(), stable=True)

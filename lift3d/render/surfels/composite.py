@@ -40,10 +40,10 @@ def plane_coefficients(T: Tensor) -> Tensor:
     return torch.stack([torch.linalg.cross(v, w), torch.linalg.cross(w, u), torch.linalg.cross(u, v)], dim=-1)
 
 
-def entry_coefficients(Z: Tensor, center: Tensor, origin: Tensor) -> Tensor:
+def entry_coefficients(Z: Tensor, center: Tensor, origin: Tensor, low_pass: float = FILTER_INV_SQUARE) -> Tensor:
     """[..., 4, 6] for (tile, surfel) entries (``Z`` [..., 3, 3], filter ``center`` [..., 2], tile ``origin`` [..., 2]):
     the coefficients over the tile-local monomials (1, u, v, u^2, uv, v^2) of ``zeta = Z (origin + (u, v), 1)`` (three
-    rows, linear) and of ``2 |pixel - center|^2``: the kernel's terms at a tile's pixels then come from one matrix
+    rows, linear) and of ``low_pass |pixel - center|^2``: the kernel's terms at a tile's pixels then come from one matrix
     product. Each zeta is squared only after it is evaluated: the expanded square of an edge-on surfel's zeta cancels
     to a fraction of float32's precision, where gsplat's per-pixel cross product does not."""
     a, b = Z[..., 0], Z[..., 1]  # [..., 3] the coefficients of x and y in each component of zeta
@@ -52,8 +52,8 @@ def entry_coefficients(Z: Tensor, center: Tensor, origin: Tensor) -> Tensor:
     planes = torch.stack([c, a, b, zero, zero, zero], dim=-1)  # [..., 3, 6]
     dx, dy = (center - origin).unbind(-1)
     zero = zero[..., 0]
-    filter_2d = [FILTER_INV_SQUARE * (dx * dx + dy * dy), -2 * FILTER_INV_SQUARE * dx, -2 * FILTER_INV_SQUARE * dy,
-                 zero + FILTER_INV_SQUARE, zero, zero + FILTER_INV_SQUARE]
+    filter_2d = [low_pass * (dx * dx + dy * dy), -2 * low_pass * dx, -2 * low_pass * dy,
+                 zero + low_pass, zero, zero + low_pass]
     return torch.cat([planes, torch.stack(filter_2d, -1)[..., None, :]], dim=-2)
 
 
@@ -116,14 +116,15 @@ def composite_chunk(entries: Tensor, index: Tensor, monomials: Tensor, outside: 
     return acc, trans, median, distortion
 
 
-def reaching_radii(radii: Tensor, opacities: Tensor) -> Tensor:
+def reaching_radii(radii: Tensor, opacities: Tensor, low_pass: float = FILTER_INV_SQUARE) -> Tensor:
     """[C, N, 2] the screen boxes (``radii``, 3.33 sigma) cut to where a surfel of opacity ``opacities`` [C, N] can
-    reach alpha 1/255: |s| <= sqrt(2 ln(255 o)) for its kernel, sqrt(ln(255 o)) pixels for its low-pass filter. Tiles
-    outside them would composite nothing of it: binning by them changes no pixel, and skips that work."""
+    reach alpha 1/255: |s| <= sqrt(2 ln(255 o)) for its kernel, sqrt(2 ln(255 o) / low_pass) pixels for its low-pass
+    filter. Tiles outside them would composite nothing of it: binning by them changes no pixel, and skips that work."""
     with torch.no_grad():
         log_reach = torch.log((opacities.detach() / ALPHA_THRESHOLD).clamp_min(1.0))[..., None]  # ln(255 o)
         kernel = torch.ceil(torch.sqrt(2 * log_reach) / MAX_EXTENT * radii)
-        return torch.minimum(radii, torch.maximum(kernel, torch.ceil(torch.sqrt(log_reach))).to(radii.dtype))
+        blur = torch.ceil(torch.sqrt(2 * log_reach / low_pass))
+        return torch.minimum(radii, torch.maximum(kernel, blur).to(radii.dtype))
 
 
 def _outside(tiles: Tensor, bins: TileBins, width: int, height: int, monomials: Tensor) -> Tensor:
@@ -142,13 +143,14 @@ def composite_surfels(
     chunk_elements: int = 1 << 22,
     save_elements: int = 1 << 26,
     ray_transforms: Tensor | None = None,  # [C, N, 3, 3] what the kernels read (default: the projection's)
+    low_pass: float = FILTER_INV_SQUARE,  # the screen-space filter: sigma_2d = low_pass |pixel - means2d|^2
 ) -> dict[str, Tensor]:
     """Composite C views: ``features`` [C, H, W, D] accumulated (no background), ``alpha``, ``median`` and
     ``distortion`` [C, H, W, 1]. ``ray_transforms`` may differ from the projection's by a term of zero value that carries
     a gradient (the densification signal); the bounding boxes and filter centers stay the projection's."""
     C, N = proj.depths.shape
     D = features.shape[-1]
-    bins = bin_gaussians(replace(proj, radii=reaching_radii(proj.radii, opacities)), width, height, tile_size,
+    bins = bin_gaussians(replace(proj, radii=reaching_radii(proj.radii, opacities, low_pass)), width, height, tile_size,
                          chunk_elements)
     T = proj.ray_transforms if ray_transforms is None else ray_transforms
 
@@ -158,7 +160,7 @@ def composite_surfels(
 
     ids = bins.flat_ids
     coefficients = entry_coefficients(plane_coefficients(T).reshape(C * N, 3, 3)[ids], proj.means2d.reshape(C * N, 2)[ids],
-                                      tile_origins(bins.tile_of, bins, features.dtype))
+                                      tile_origins(bins.tile_of, bins, features.dtype), low_pass)
     coefficients = torch.cat([coefficients, coefficients.new_zeros(1, 4, 6)])  # the padding entry: never hit
     arrays = (coefficients, flat(opacities), flat(features), flat(proj.depths))
     surfel_of = torch.cat([ids, ids.new_full((1,), C * N)])  # list position -> surfel row

@@ -23,6 +23,7 @@ from lift3d.registry import register
 from lift3d.render.splats.gsplat_backend import gsplat_available
 from lift3d.render.splats.renderer import SplatSource
 from lift3d.render.surfels.gsplat_backend import rasterize_surfels_gsplat
+from lift3d.render.surfels.project import FILTER_INV_SQUARE
 from lift3d.render.surfels.torch_backend import rasterize_surfels_torch
 
 log = logging.getLogger("lift3d.render.surfels")
@@ -39,10 +40,18 @@ def _log_once(message: str, level: int = logging.INFO) -> None:
         log.log(level, message)
 
 
-def choose_backend(backend: str, device: torch.device) -> str:
-    """Resolve ``auto`` to ``gsplat`` (CUDA, gsplat importable and not failed) or ``torch``."""
+def choose_backend(backend: str, device: torch.device, low_pass: float = FILTER_INV_SQUARE) -> str:
+    """Resolve ``auto`` to ``gsplat`` (CUDA, gsplat importable and not failed, the 2DGS filter) or ``torch``."""
     if backend not in BACKENDS:
         raise ValueError(f"surfel backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
+    if low_pass != FILTER_INV_SQUARE:  # gsplat's kernel fixes the filter
+        if backend == "gsplat":
+            raise ValueError(f"low_pass {low_pass:g}: gsplat's rasterization_2dgs fixes its low-pass filter at "
+                             f"{FILTER_INV_SQUARE:g}; use low_pass: {FILTER_INV_SQUARE:g} or backend: torch (or auto)")
+        if device.type == "cuda":
+            _log_once(f"surfel rasterizer: pure PyTorch (low_pass {low_pass:g}; gsplat's kernel has only "
+                      f"{FILTER_INV_SQUARE:g})")
+            return "torch"
     if backend == "gsplat" and device.type != "cuda":
         raise ValueError("the gsplat backend needs CUDA tensors; use backend: torch (or auto) on this device")
     if backend == "gsplat" and not gsplat_available():
@@ -94,6 +103,7 @@ def rasterize_surfels(
     chunk_elements: int = 1 << 22,
     save_elements: int = 1 << 26,
     surface_depth: str = "expected",
+    low_pass: float = FILTER_INV_SQUARE,
 ) -> dict[str, Tensor]:
     """Render B views of N surfels (a Gaussian model whose third scale is ignored).
 
@@ -118,7 +128,7 @@ def rasterize_surfels(
     options: dict[str, Any] = {"sh_degree": sh_degree, "near_plane": near_plane, "far_plane": far_plane,
                                "radius_clip": radius_clip}
     out = None
-    if choose_backend(backend, device) == "gsplat":
+    if choose_backend(backend, device, low_pass) == "gsplat":
         try:
             out = rasterize_surfels_gsplat(*args, **options, tile_size=GSPLAT_TILE_SIZE)
         except Exception as error:  # a JIT build that fails (no compiler, no CUDA toolkit) falls back once
@@ -129,7 +139,7 @@ def rasterize_surfels(
                       logging.WARNING)
     if out is None:
         out = rasterize_surfels_torch(*args, **options, tile_size=tile_size, chunk_elements=chunk_elements,
-                                      save_elements=save_elements)
+                                      save_elements=save_elements, low_pass=low_pass)
     alpha = out["alpha"]
     rgb = out["render"] if bg_image is None else out["render"] + (1 - alpha) * bg_image
     depth = out["depth_sum"] / alpha.clamp_min(1e-6)
@@ -154,6 +164,10 @@ class SurfelRendererConfig:
     save_elements: int = bounded(67108864, low=0)
     # the depth map whose normals (surface_normal) the normal-consistency term compares the surfels' with: expected or median
     surface_depth: str = choice("expected", among=SURFACE_DEPTHS)
+    # the screen-space low-pass filter, sigma_2d = low_pass |pixel - center|^2: 2 is 2DGS's and gsplat's (a 0.7 px wide
+    # Gaussian, the only value gsplat's kernel has); larger is sharper: a silhouette of small or edge-on surfels spreads
+    # less past the surface, which training would otherwise offset by pulling them inward (torch backend only)
+    low_pass: float = bounded(FILTER_INV_SQUARE, above=0)
 
 
 @register("surfel-rasterizer")
@@ -168,6 +182,10 @@ class SurfelRenderer(Configurable):
         if not c.near_plane < c.far_plane:
             raise ConfigError(f"system.renderer needs 0 <= near_plane < far_plane, got {c.near_plane} and {c.far_plane}: "
                               "e.g. system.renderer.near_plane=0.01")
+        if c.backend == "gsplat" and c.low_pass != FILTER_INV_SQUARE:
+            raise ConfigError(f"system.renderer.low_pass={c.low_pass:g} with backend gsplat: gsplat's rasterization_2dgs "
+                              f"fixes the filter at {FILTER_INV_SQUARE:g}; set system.renderer.low_pass="
+                              f"{FILTER_INV_SQUARE:g}, or system.renderer.backend=torch")
 
     def __call__(self, surfels: SplatSource, cameras: Cameras, background: Tensor | None = None,
                  sh_degree: int | None = None, with_depth: bool = True, **kwargs: Any) -> dict[str, Tensor]:
@@ -175,5 +193,5 @@ class SurfelRenderer(Configurable):
         c = self.cfg
         options = {"backend": c.backend, "near_plane": c.near_plane, "far_plane": c.far_plane,
                    "radius_clip": c.radius_clip, "tile_size": c.tile_size, "chunk_elements": c.chunk_elements,
-                   "save_elements": c.save_elements, "surface_depth": c.surface_depth, **kwargs}
+                   "save_elements": c.save_elements, "surface_depth": c.surface_depth, "low_pass": c.low_pass, **kwargs}
         return rasterize_surfels(surfels, cameras, background, sh_degree, **options)

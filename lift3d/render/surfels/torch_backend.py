@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from lift3d.render.surfels.composite import composite_surfels
-from lift3d.render.surfels.project import project_surfels
+from lift3d.render.surfels.project import FILTER_INV_SQUARE, project_surfels
 
 
 def gradient_into(buffer: Tensor, tensor: Tensor) -> None:
@@ -52,6 +52,7 @@ def rasterize_surfels_torch(
     tile_size: int = 16,
     chunk_elements: int = 1 << 22,
     save_elements: int = 1 << 26,
+    low_pass: float = FILTER_INV_SQUARE,
 ) -> dict[str, Tensor]:
     """Render C views: ``render`` [C, H, W, D] over the backgrounds, ``alpha``, ``depth_sum`` (sum w z), ``median``,
     ``distortion`` [C, H, W, 1], ``normal`` [C, H, W, 3] (world, accumulated), ``means2d`` [C, N, 2] (box centers),
@@ -72,7 +73,7 @@ def rasterize_surfels_torch(
     gradient_into(densify_grad, densify)
     features = torch.cat([rgb, proj.depths[..., None], proj.normals], dim=-1)
     out = composite_surfels(proj, opacities[None].expand(C, -1), features, width, height, tile_size, chunk_elements,
-                            save_elements, ray_transforms=T)
+                            save_elements, ray_transforms=T, low_pass=low_pass)
     D, alpha, acc = rgb.shape[-1], out["alpha"], out["features"]
     return {"render": acc[..., :D] + (1 - alpha) * backgrounds[:, None, None, :], "alpha": alpha,
             "depth_sum": acc[..., D : D + 1], "normal": acc[..., D + 1 :], "median": out["median"],

@@ -134,7 +134,8 @@ def test_reconstruct_the_sample_scene_with_surfels_on_gsplat(tmp_path):
     from lift3d.cli import main
 
     code = main(["reconstruct", "--method", "surfels", f"output_root={tmp_path}", "trainer.enable_progress_bar=false",
-                 "system.renderer.backend=gsplat", "trainer.accelerator=gpu", "use_timestamp=false"])
+                 "system.renderer.backend=gsplat", "system.renderer.low_pass=2", "trainer.accelerator=gpu",
+                 "use_timestamp=false"])
     assert code == 0
     run = tmp_path / "reconstruct-surfels-sample" / "sample_scene"
     record = json.loads((run / "save" / "metrics.json").read_text())

@@ -87,19 +87,22 @@ def test_screen_boxes_are_those_of_the_projected_ellipses():
     torch.testing.assert_close(proj.depths[0], depth[:, 2])
 
 
-@pytest.mark.parametrize("tile_size, chunk_elements, save_elements", [(16, 1 << 22, 1 << 26), (4, 600, 0)])
-def test_torch_rasterizer_matches_the_brute_force_reference(tile_size, chunk_elements, save_elements):
+@pytest.mark.parametrize("tile_size, chunk_elements, save_elements, low_pass",
+                         [(16, 1 << 22, 1 << 26, 2.0), (4, 600, 0, 2.0), (8, 1 << 22, 1 << 26, 20.0)])
+def test_torch_rasterizer_matches_the_brute_force_reference(tile_size, chunk_elements, save_elements, low_pass):
     """Images, depths and normals, and the gradients of all of them, in one piece and in many small checkpointed
-    chunks of few tiles (save_elements=0: every chunk is recomputed in the backward pass)."""
+    chunks of few tiles (save_elements=0: every chunk is recomputed in the backward pass), with 2DGS's low-pass filter
+    and a sharper one."""
     scene, cameras = _scene(), _cameras()
     viewmats, Ks = _double(cameras)
     ours, ref = _leaves(scene), _leaves(scene)
     out = rasterize_surfels_torch(ours["means"], ours["quats"], ours["scales"], ours["opacities"], ours["colors"],
                                   viewmats, Ks, WIDTH, HEIGHT, torch.zeros(2, 3, dtype=torch.float64),
-                                  tile_size=tile_size, chunk_elements=chunk_elements, save_elements=save_elements)
+                                  tile_size=tile_size, chunk_elements=chunk_elements, save_elements=save_elements,
+                                  low_pass=low_pass)
     centers = project_surfels(ref["means"], ref["quats"], ref["scales"], viewmats, Ks, WIDTH, HEIGHT).means2d
     expected = reference_render(ref["means"], ref["quats"], ref["scales"], ref["opacities"], ref["colors"], viewmats, Ks,
-                                WIDTH, HEIGHT, centers)
+                                WIDTH, HEIGHT, centers, low_pass=low_pass)
     assert expected["alpha"].max() > 0.95 and (expected["alpha"] < 1e-6).float().mean() > 0.1  # opaque spots and gaps
     assert (expected["median"] > 0).float().mean() > 0.2 and expected["distortion"].max() > 1e-3
     assert (1 - expected["alpha"] < 2e-4).any()  # some pixels finished before their last surfel
@@ -229,3 +232,58 @@ def test_rays_almost_parallel_to_a_surfel_give_finite_gradients():
     (alpha * torch.tensor([1.0, 2.0])[None, :, None]).sum().backward()
     assert torch.isfinite(coefficients.grad).all() and torch.isfinite(opacity.grad).all()
     assert coefficients.grad[0, 1].abs().sum() > 0
+
+
+def _sphere_of_surfels(radius: float, n: int) -> Splats:
+    """``n`` opaque surfels tangent to a sphere of ``radius`` at the origin (a Fibonacci spread), as wide as their
+    spacing."""
+    from lift3d.gaussians.surfels import rotations_facing
+
+    i = torch.arange(n, dtype=torch.float64) + 0.5
+    z = 1 - 2 * i / n
+    azimuth = math.pi * (1 + 5**0.5) * i
+    ring = torch.sqrt(1 - z * z)
+    normals = torch.stack([ring * torch.cos(azimuth), ring * torch.sin(azimuth), z], -1).float()
+    spacing = radius * math.sqrt(4 * math.pi / n)
+    return Splats(radius * normals, rotations_facing(normals, torch.Generator().manual_seed(0)),
+                  torch.full((n, 3), 0.6 * spacing), torch.full((n,), 0.99), torch.zeros(n, 1, 3))
+
+
+def test_a_sharper_low_pass_filter_keeps_a_silhouette_of_small_surfels_on_the_surface():
+    """Surfels tangent to a sphere, many of them under a pixel edge-on at its rim: 2DGS's filter (2) spreads the
+    silhouette past the sphere's, a sharper one (20) much less; where both cover, the depths are alike."""
+    radius, size = 0.6, 64
+    cameras = Cameras(look_at(torch.tensor([[0.0, -2.5, 0.4]]), torch.zeros(1, 3), torch.tensor([0.0, 0.0, 1.0])),
+                      intrinsics_from_fovy(torch.tensor([math.radians(40.0)]), size, size), size, size)
+    surfels = _sphere_of_surfels(radius, 6000)
+    # the true silhouette: pixel centers whose ray passes within the radius of the center
+    ys, xs = torch.meshgrid(torch.arange(size) + 0.5, torch.arange(size) + 0.5, indexing="ij")
+    K = cameras.intrinsics[0]
+    rays = torch.stack([(xs - K[0, 2]) / K[0, 0], (ys - K[1, 2]) / K[1, 1], torch.ones_like(xs)], -1)
+    rays = rays / rays.norm(dim=-1, keepdim=True)
+    center = cameras.w2c_opencv()[0, :3, 3]  # the sphere's center in camera coordinates
+    along = rays @ center
+    truth = (center.norm() ** 2 - along**2) < radius**2
+    masks, depths = {}, {}
+    for low_pass in (2.0, 20.0):
+        out = rasterize_surfels(surfels, cameras, torch.zeros(3), sh_degree=0, backend="torch", tile_size=8,
+                                low_pass=low_pass)
+        masks[low_pass], depths[low_pass] = out["alpha"][0, ..., 0] > 0.5, out["median_depth"][0, ..., 0]
+    extra = {k: int((m & ~truth).sum()) for k, m in masks.items()}
+    missing = {k: int((~m & truth).sum()) for k, m in masks.items()}
+    rim = 2 * math.pi * math.sqrt(int(truth.sum()) / math.pi)  # the silhouette's length in pixels
+    assert extra[2.0] > 0.8 * rim and extra[20.0] < 0.5 * extra[2.0], (extra, rim)
+    assert missing[20.0] < 0.05 * rim, missing
+    both = masks[2.0] & masks[20.0] & truth
+    assert (depths[2.0][both] - depths[20.0][both]).abs().median() < 0.01
+
+
+def test_gsplat_is_refused_a_low_pass_filter_it_does_not_have():
+    cameras, scene = _cameras(1), _scene(5)
+    surfels = Splats(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"][:, None])
+    with pytest.raises(ValueError, match="fixes its low-pass filter at 2"):
+        rasterize_surfels(surfels, cameras, backend="gsplat", low_pass=8.0)
+    # auto renders it with PyTorch, wherever it runs
+    assert rasterize_surfels(surfels, cameras, sh_degree=0, low_pass=8.0)["alpha"].max() > 0
+    with pytest.raises(ConfigError, match="system.renderer.low_pass=2, or system.renderer.backend=torch"):
+        find("surfel-rasterizer")({"backend": "gsplat", "low_pass": 20.0})
