@@ -19,7 +19,7 @@ def reference_render(means: Tensor, quats: Tensor, scales: Tensor, opacities: Te
     ``distortion``, ``normal`` (world). ``centers2d`` [C, N, 2]: the low-pass filter's centers (given: the projection's
     box centers, checked on their own). ``shift`` [C, N, 2]: moves each surfel's plane sideways by that many pixels at
     its depth, leaving its filter center, depth and normal (for the densification gradient). ``low_pass``: the filter's
-sigma_2d = low_pass |pixel - center|^2."""
+    sigma_2d = low_pass |pixel - center|^2."""
     rot = quaternion_to_matrix(quats)
     out: dict[str, list[Tensor]] = {k: [] for k in ("rgb", "alpha", "depth_sum", "median", "distortion", "normal")}
     ys, xs = torch.meshgrid(torch.arange(height, dtype=means.dtype) + 0.5, torch.arange(width, dtype=means.dtype) + 0.5,

@@ -104,7 +104,7 @@ def _run_model(run_dir: Path, checkpoint: Path, device: torch.device, allow_impo
     # the run's config may list plugin code (imports:); a run folder may be someone else's: run it only when allowed
     parsed = run_dir / "configs" / "parsed.yaml"
     cfg = load_config(parsed, overrides=[f"resume={checkpoint}"], allow_imports=allow_imports or None)
-    system = load_system(cfg, checkpoint).to(device).eval()
+    system = load_system(cfg, checkpoint, device).eval()
     views = None
     try:
         views = training_views_of(find(cfg.data_type)(cfg.data))

@@ -58,7 +58,7 @@ def test_tinted_training_photos_reconstruct_as_well_as_unaltered_ones(tmp_path):
              (tinted, "tinted-on", "true"),  # left-half protocol (lift3d.render.appearance)
              (tinted, "tinted-off", "false")]
     with ProcessPoolExecutor(len(cases), mp_context=multiprocessing.get_context("spawn")) as pool:
-        baseline, on, off = pool.map(_val_psnr, *zip(*[(tmp_path, *case) for case in cases]))
+        baseline, on, off = [run.result() for run in [pool.submit(_val_psnr, tmp_path, *case) for case in cases]]
     figures = f"unaltered {baseline:.2f} dB, tinted with appearance {on:.2f} dB, without {off:.2f} dB"
     assert on > baseline - 1.5, figures
     assert on > off + 3.0, figures
