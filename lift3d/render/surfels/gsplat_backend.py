@@ -37,15 +37,15 @@ def rasterize_surfels_gsplat(
         t.float().contiguous() for t in (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds))
     per_view = colors.ndim == 3 and sh_degree is None  # [C, N, D] colors
     views: list[dict[str, Tensor]] = []
+    # filled by the backward pass, each view into its own slice (a buffer concatenated now would stay zeros)
+    densify_grad = torch.zeros(viewmats.shape[0], means.shape[0], 2, device=means.device, dtype=means.dtype)
     for c in range(viewmats.shape[0]):
         render, alpha, normal, _, distortion, median, meta = rasterization_2dgs(
             means, quats, scales, opacities, colors[c] if per_view else colors, viewmats[c : c + 1], Ks[c : c + 1],
             width, height, near_plane=near_plane, far_plane=far_plane, radius_clip=radius_clip, sh_degree=sh_degree,
             packed=False, tile_size=tile_size, backgrounds=backgrounds[c : c + 1], render_mode="RGB+D", distloss=True)
-        densify_grad = torch.zeros_like(meta["means2d"])
-        gradient_into(densify_grad, meta["gradient_2dgs"])
+        gradient_into(densify_grad[c : c + 1], meta["gradient_2dgs"])
         views.append({"render": render[..., :-1], "alpha": alpha, "depth_sum": render[..., -1:], "normal": normal,
                       "median": median, "distortion": distortion, "means2d": meta["means2d"].detach(),
-                      "densify_grad": densify_grad, "radii": _radius_pairs(meta["radii"], means).to(torch.int32),
-                      "depths": meta["depths"]})
-    return {key: torch.cat([v[key] for v in views]) for key in views[0]}
+                      "radii": _radius_pairs(meta["radii"], means).to(torch.int32), "depths": meta["depths"]})
+    return {**{key: torch.cat([v[key] for v in views]) for key in views[0]}, "densify_grad": densify_grad}

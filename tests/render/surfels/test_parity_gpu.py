@@ -5,11 +5,16 @@ Run on the device machine: ``pytest -m gpu tests/render/surfels/test_parity_gpu.
 comparison prints a JSON line of the largest differences, for the record).
 
 Tolerances, and why: both paths run in float32 with the same rules, but evaluate the ray-splat intersection in different
-arithmetic (gsplat: the cross product of two planes per pixel; torch: a quadratic over tile-local pixel coordinates),
-so an alpha can round to either side of the 1/255 skip threshold or of the 0.999 clamp: such a pixel moves by about
-1/255 and is rare. The median depth jumps to another surfel where the transmittance in front of one is within rounding
-of 0.5. gsplat's densification gradient (``gradient_2dgs``) is read while the tiles of a surfel still add to it (a race
-in its kernel), so it is compared in aggregate only.
+arithmetic (gsplat: the cross product of two planes per pixel; torch: a quadratic over tile-local pixel coordinates)
+and may round a surfel's screen radius the other way (by one pixel). So a few pixels differ by more than float32
+rounding, and by how much is not bounded by one alpha step; what is bounded is how many there are (under 0.2 %).
+Two causes were seen at the largest differences (where a float64 torch render sides with the float32 torch one): a
+pixel stops one surfel earlier or later where its transmittance crosses 1e-4 (rgb moves by up to 0.006 while alpha
+does not), and a surfel under a pixel wide, whose radius rounds to the other side of a tile's edge, is left out of the
+neighbouring tile's pixels where its low-pass filter still reaches them (alpha 0.135 against 0.161 along a tile's last
+column). The median depth jumps to another surfel where the transmittance in front of one is within rounding of 0.5.
+gsplat's densification gradient (``gradient_2dgs``) is read while the tiles of a surfel still add to it (a race in its
+kernel), so it is compared in aggregate only.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from lift3d.render.surfels.renderer import rasterize_surfels
 from tests.conftest import require_gpu_and_gsplat
 
 pytestmark = pytest.mark.gpu
-PIXEL_TOLERANCE = 1.0 / 255.0 + 1e-4  # one alpha on either side of the skip threshold
 FLIPPED_SHARE = 2e-3  # pixels allowed past float32 rounding (1e-4)
 
 
@@ -91,7 +95,7 @@ def test_torch_and_gsplat_rasterization_2dgs_agree(n, size):
 
     for key in ("rgb", "alpha", "normal"):
         report[key] = _difference(images_t[key], images_g[key])
-        check(report[key]["flipped"] < FLIPPED_SHARE and report[key]["max"] < PIXEL_TOLERANCE, key)
+        check(report[key]["flipped"] < FLIPPED_SHARE, key)
     depth_scale = float(images_g["depth_sum"].abs().max())
     for key in ("depth_sum", "distortion"):
         report[key] = _difference(images_t[key], images_g[key], scale=float(images_g[key].abs().max()))
