@@ -6,14 +6,15 @@ views of ``--size`` pixels with lift3d's mesh rasterizer (spot with its texture,
 baked light shades both), writes them as ``transforms_train/val.json`` + RGBA PNGs, runs ``lift3d reconstruct
 --method M`` on them (the CPU recipes on a machine without CUDA) and meshes the run at ``--resolution`` voxels (3DGS:
 density and marching cubes, NeRF: density and marching cubes, surfels: TSDF fusion of the median depth of the training
-views). Prints one JSON line per (mesh, method): Chamfer distance (the mean of the two one-sided mean distances between
-``--points`` area-uniform samples of each surface), accuracy and completeness, all as % of the true mesh's bounding-box
-diagonal; normal consistency (mean |cos| between each sample's normal and its nearest neighbor's on the other surface,
-both ways); faces; training and meshing seconds.
+views). Prints one JSON line per (mesh, method): Chamfer distance (the mean of the two one-sided mean distances from
+``--points`` area-uniform samples of each surface to the other surface), accuracy (ours to the truth) and completeness
+(the truth to ours), all as % of the true mesh's bounding-box diagonal; normal consistency (mean |cos| between each
+sample's normal and that of the nearest face of the other surface, both ways); faces; training and meshing seconds.
 
     python -m benchmarks surface_meshes --views 40 --size 128                  # CPU, the CPU recipes
     python -m benchmarks surface_meshes --views 100 --size 400 --resolution 512  # GPU, the full recipes
     python -m benchmarks surface_meshes --methods surfels --meshes spot trainer.max_steps=300   # overrides pass on
+    python -m benchmarks surface_meshes trainer.max_steps=7000 surfels:system.normal_start=3000  # METHOD: one method's
 """
 
 from __future__ import annotations
@@ -90,11 +91,14 @@ def shaded_albedo(mesh, name: str):
 
 
 def write_capture(name: str, data: Path, folder: Path, views: int, size: int) -> Path:
-    """Render the mesh into ``folder`` in the Blender layout (transforms_train/val.json, straight-alpha RGBA PNGs)."""
+    """Render the mesh into ``folder`` in the Blender layout (transforms_train/val.json, straight-alpha RGBA PNGs); a
+    folder that holds a finished capture of as many views is kept (the renders are deterministic)."""
     from PIL import Image
 
     from lift3d.registry import find
 
+    if _finished_capture(folder, views):
+        return folder
     mesh = load_truth(name, data)
     renderer = find("mesh-rasterizer")({"normal_type": "vertex" if name == "spot" else "face"})
     color = shaded_albedo(mesh, name)
@@ -114,6 +118,16 @@ def write_capture(name: str, data: Path, folder: Path, views: int, size: int) ->
     return folder
 
 
+def _finished_capture(folder: Path, views: int) -> bool:
+    """Whether ``folder`` holds both splits' transforms (written last) with ``views`` training frames."""
+    try:
+        train = json.loads((folder / "transforms_train.json").read_text())["frames"]
+        json.loads((folder / "transforms_val.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return False
+    return len(train) == views
+
+
 def train(method: str, scene: Path, output_root: Path, overrides: list[str]) -> tuple[Path, float]:
     """``lift3d reconstruct`` of ``scene`` with ``method`` in a fresh process: (its run folder, wall seconds)."""
     command = [sys.executable, "-m", "lift3d", "reconstruct", str(scene), "--method", method, f"output_root={output_root}",
@@ -125,8 +139,13 @@ def train(method: str, scene: Path, output_root: Path, overrides: list[str]) -> 
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    runs = [p for p in output_root.glob(f"*/{scene.name}") if (p / "ckpts" / "last.ckpt").is_file()]
-    return max(runs, key=lambda p: p.stat().st_mtime), seconds
+    return finished_run(output_root, scene), seconds
+
+
+def finished_run(output_root: Path, scene: Path) -> Path | None:
+    """The newest run of ``scene`` under ``output_root`` with a last checkpoint, if any."""
+    runs = [p for p in output_root.glob(f"*/{scene.name}*") if (p / "ckpts" / "last.ckpt").is_file()]
+    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
 def mesh_of_run(run_dir: Path, resolution: int, export_overrides: list[str]):
@@ -142,8 +161,8 @@ def mesh_of_run(run_dir: Path, resolution: int, export_overrides: list[str]):
         return system.export_sources().mesh()
 
 
-def surface_samples(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(points [n, 3], unit face normals [n, 3]) drawn uniformly by area from a triangle mesh."""
+def surface_samples(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int = 0, with_faces: bool = False):
+    """(points [n, 3], unit face normals [n, 3]) drawn uniformly by area from a triangle mesh (and their faces [n])."""
     rng = np.random.default_rng(seed)
     tri = vertices[faces].astype(np.float64)
     cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
@@ -154,24 +173,90 @@ def surface_samples(vertices: np.ndarray, faces: np.ndarray, n: int, seed: int =
     u, v = np.where(flip, 1 - u, u), np.where(flip, 1 - v, v)
     t = tri[pick]
     points = t[:, 0] + u[:, None] * (t[:, 1] - t[:, 0]) + v[:, None] * (t[:, 2] - t[:, 0])
-    return points, cross[pick] / np.maximum(area[pick, None], 1e-20)
+    normals = cross[pick] / np.maximum(area[pick, None], 1e-20)
+    return (points, normals, pick) if with_faces else (points, normals)
+
+
+def closest_points_on_triangles(p: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """[M, 3] closest point to each ``p`` on the triangle (``a``, ``b``, ``c``), all [M, 3] (Ericson's regions: a
+    vertex, an edge or the inside; a degenerate triangle gives one of its vertices or edges)."""
+    ab, ac, ap, bp, cp = b - a, c - a, p - a, p - b, p - c
+    dot = lambda x, y: (x * y).sum(-1)  # noqa: E731
+    d1, d2, d3, d4, d5, d6 = dot(ab, ap), dot(ac, ap), dot(ab, bp), dot(ac, bp), dot(ab, cp), dot(ac, cp)
+    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+    safe = lambda x: np.where(x == 0, 1.0, x)  # noqa: E731  (a zero denominator's region is never the one taken)
+    total = safe(va + vb + vc)
+    point = a + ab * (vb / total)[:, None] + ac * (vc / total)[:, None]  # inside
+    regions = [  # later ones win: the vertex regions are checked first in Ericson's order, so they come last here
+        ((va <= 0) & (d4 - d3 >= 0) & (d5 - d6 >= 0), lambda: b + (c - b) * ((d4 - d3) / safe((d4 - d3) + (d5 - d6)))[:, None]),
+        ((vb <= 0) & (d2 >= 0) & (d6 <= 0), lambda: a + ac * (d2 / safe(d2 - d6))[:, None]),
+        ((d6 >= 0) & (d5 <= d6), lambda: c),
+        ((vc <= 0) & (d1 >= 0) & (d3 <= 0), lambda: a + ab * (d1 / safe(d1 - d3))[:, None]),
+        ((d3 >= 0) & (d4 <= d3), lambda: b),
+        ((d1 <= 0) & (d2 <= 0), lambda: a),
+    ]
+    for where, at in regions:
+        point = np.where(where[:, None], at(), point)
+    return point
+
+
+def distances_to_surface(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, candidates: int = 8,
+                         chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """(distance [n], unit normal of the nearest face [n]) from each point to a triangle mesh's surface: the exact
+    point-triangle distance to the faces of the ``candidates`` nearest of a dense area-uniform sampling of the mesh and
+    the ``candidates`` nearest face centers (the nearest face is among them unless it is far smaller than its
+    neighbours; then the distance is still within the sampling's spacing of the true one)."""
+    from scipy.spatial import cKDTree
+
+    tri = vertices[faces].astype(np.float64)
+    cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    normals = cross / np.maximum(np.linalg.norm(cross, axis=1, keepdims=True), 1e-20)
+    dense, _, dense_faces = surface_samples(vertices, faces, max(8 * len(faces), 1_000_000), seed=3, with_faces=True)
+    by_sample, by_center = cKDTree(dense), cKDTree(tri.mean(1))
+    distance, nearest = np.empty(len(points)), np.empty(len(points), dtype=np.int64)
+    for start in range(0, len(points), chunk):
+        p = points[start:start + chunk]
+        faces_near = np.concatenate([dense_faces[by_sample.query(p, candidates)[1]],
+                                     by_center.query(p, min(candidates, len(faces)))[1].reshape(len(p), -1)], axis=1)
+        q = np.repeat(p, faces_near.shape[1], axis=0)
+        t = tri[faces_near.ravel()]
+        d = np.linalg.norm(closest_points_on_triangles(q, t[:, 0], t[:, 1], t[:, 2]) - q, axis=1).reshape(len(p), -1)
+        best = d.argmin(1)
+        distance[start:start + chunk] = d[np.arange(len(p)), best]
+        nearest[start:start + chunk] = faces_near[np.arange(len(p)), best]
+    return distance, normals[nearest]
 
 
 def compare(vertices: np.ndarray, faces: np.ndarray, truth_vertices: np.ndarray, truth_faces: np.ndarray,
             n: int) -> dict[str, float]:
-    """Chamfer distance, accuracy, completeness (% of the true bounding-box diagonal) and normal consistency."""
-    from scipy.spatial import cKDTree
-
+    """Chamfer distance, accuracy, completeness (% of the true bounding-box diagonal) and normal consistency: ``n``
+    area-uniform samples of each surface measured to the other surface itself (so a mesh against itself scores 0,
+    where sample-to-sample distances would leave a floor of half the samples' spacing)."""
     diagonal = float(np.linalg.norm(truth_vertices.max(0) - truth_vertices.min(0)))
     ours, our_normals = surface_samples(vertices, faces, n, seed=1)
     true, true_normals = surface_samples(truth_vertices, truth_faces, n, seed=2)
-    to_true, nearest_true = cKDTree(true).query(ours)
-    to_ours, nearest_ours = cKDTree(ours).query(true)
-    consistency = 0.5 * (np.abs((our_normals * true_normals[nearest_true]).sum(-1)).mean()
-                         + np.abs((true_normals * our_normals[nearest_ours]).sum(-1)).mean())
+    to_true, true_normals_near = distances_to_surface(ours, truth_vertices, truth_faces)
+    to_ours, our_normals_near = distances_to_surface(true, vertices, faces)
+    consistency = 0.5 * (np.abs((our_normals * true_normals_near).sum(-1)).mean()
+                         + np.abs((true_normals * our_normals_near).sum(-1)).mean())
     accuracy, completeness = 100 * to_true.mean() / diagonal, 100 * to_ours.mean() / diagonal
     return {"chamfer_pct": round(0.5 * (accuracy + completeness), 4), "accuracy_pct": round(accuracy, 4),
             "completeness_pct": round(completeness, 4), "normal_consistency": round(float(consistency), 4)}
+
+
+def method_overrides(overrides: list[str], method: str) -> list[str]:
+    """The overrides for ``method``'s run: the plain ones, and those written ``METHOD:KEY=VALUE`` for it (prefix dropped)."""
+    chosen = []
+    for override in overrides:
+        head, colon, rest = override.partition(":")
+        if colon and "=" not in head:
+            if head not in METHODS:
+                raise SystemExit(f"surface_meshes: {override!r} names no method; the methods are {', '.join(METHODS)}")
+            if head == method:
+                chosen.append(rest)
+        else:
+            chosen.append(override)
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,8 +270,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=default_data(), help="the folder holding spot/ and suzanne/")
     parser.add_argument("--work", type=Path, default=REPO / "outputs" / "surface_meshes", help="captures and runs")
     parser.add_argument("--export", nargs="*", default=[], help="system.export overrides for the meshing")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure the newest finished run in --work of each mesh and method instead of training")
     parser.add_argument("--save-glb", action="store_true", help="also write each mesh as <work>/<mesh>-<method>.glb")
-    parser.add_argument("overrides", nargs="*", help="config overrides for every training run (KEY=VALUE)")
+    parser.add_argument("overrides", nargs="*",
+                        help="config overrides for every training run (KEY=VALUE), or for one method's (METHOD:KEY=VALUE)")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for name in args.meshes:
@@ -195,9 +283,13 @@ def main(argv: list[str] | None = None) -> None:
         scene = write_capture(name, args.data, args.work / f"{name}-{args.views}x{args.size}" / name, args.views, args.size)
         print(f"surface_meshes: {name}: capture written to {scene}", file=sys.stderr, flush=True)
         for method in args.methods:
-            run_dir, train_s = train(method, scene, args.work / f"runs-{args.views}x{args.size}-{method}", args.overrides)
-            print(f"surface_meshes: {name}, {method}: trained in {train_s:.0f} s ({run_dir}); meshing", file=sys.stderr,
-                  flush=True)
+            overrides = method_overrides(args.overrides, method)
+            runs = args.work / f"runs-{args.views}x{args.size}-{method}"
+            run_dir, train_s = (finished_run(runs, scene), None) if args.reuse else (None, None)
+            if run_dir is None:
+                run_dir, train_s = train(method, scene, runs, overrides)
+            how = "reused" if train_s is None else f"trained in {train_s:.0f} s"
+            print(f"surface_meshes: {name}, {method}: {how} ({run_dir}); meshing", file=sys.stderr, flush=True)
             start = time.perf_counter()
             mesh = mesh_of_run(run_dir, args.resolution, args.export)
             mesh_s = time.perf_counter() - start
@@ -208,8 +300,8 @@ def main(argv: list[str] | None = None) -> None:
             record = {"name": "surface_meshes", "mesh": name, "method": method, "views": args.views, "size": args.size,
                       "resolution": args.resolution, "device": device, "faces": len(mesh.faces),
                       **compare(mesh.vertices, mesh.faces, truth_vertices, truth_faces, args.points),
-                      "train_s": round(train_s, 1), "mesh_s": round(mesh_s, 1), "host": platform.node(),
-                      "overrides": args.overrides}
+                      "train_s": None if train_s is None else round(train_s, 1), "mesh_s": round(mesh_s, 1),
+                      "host": platform.node(), "overrides": overrides}
             print(json.dumps(record), flush=True)
 
 
