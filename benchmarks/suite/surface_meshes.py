@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from lift3d.cameras import Cameras, intrinsics_matrix, look_at
+from lift3d.meshes.mesh import face_normals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,8 +210,7 @@ def distances_to_surface(points: np.ndarray, vertices: np.ndarray, faces: np.nda
     from scipy.spatial import cKDTree
 
     tri = vertices[faces].astype(np.float64)
-    cross = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-    normals = cross / np.maximum(np.linalg.norm(cross, axis=1, keepdims=True), 1e-20)
+    normals = face_normals(torch.as_tensor(vertices, dtype=torch.float64), torch.as_tensor(faces, dtype=torch.long)).numpy()
     dense, _, dense_faces = surface_samples(vertices, faces, max(8 * len(faces), 1_000_000), seed=3, with_faces=True)
     by_sample, by_center = cKDTree(dense), cKDTree(tri.mean(1))
     distance, nearest = np.empty(len(points)), np.empty(len(points), dtype=np.int64)
