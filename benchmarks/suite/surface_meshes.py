@@ -8,8 +8,9 @@ baked light shades both), writes them as ``transforms_train/val.json`` + RGBA PN
 density and marching cubes, NeRF: density and marching cubes, surfels: TSDF fusion of the median depth of the training
 views). Prints one JSON line per (mesh, method): Chamfer distance (the mean of the two one-sided mean distances from
 ``--points`` area-uniform samples of each surface to the other surface), accuracy (ours to the truth) and completeness
-(the truth to ours), all as % of the true mesh's bounding-box diagonal; normal consistency (mean |cos| between each
-sample's normal and that of the nearest face of the other surface, both ways); faces; training and meshing seconds.
+(the truth the training views see to ours; ``--whole-truth``: all of it), all as % of the true mesh's bounding-box
+diagonal; normal consistency (mean |cos| between each sample's normal and that of the nearest face of the other
+surface, both ways); faces; training and meshing seconds.
 
     python -m benchmarks surface_meshes --views 40 --size 128                  # CPU, the CPU recipes
     python -m benchmarks surface_meshes --views 100 --size 400 --resolution 512  # GPU, the full recipes
@@ -27,6 +28,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,7 @@ MESHES = ("spot", "suzanne")
 METHODS = ("gaussians", "nerf", "surfels")
 FOVY_DEG = 40.0
 DISTANCE = 2.2  # camera distance from the mesh's center (the mesh fits the unit box)
+OBSERVED_TOLERANCE = 0.005  # a true point within this share of the diagonal behind the rendered surface is seen
 LIGHT = torch.nn.functional.normalize(torch.tensor([0.4, -0.5, 0.75]), dim=0)  # towards the baked light
 
 
@@ -227,21 +230,80 @@ def distances_to_surface(points: np.ndarray, vertices: np.ndarray, faces: np.nda
     return distance, normals[nearest]
 
 
-def compare(vertices: np.ndarray, faces: np.ndarray, truth_vertices: np.ndarray, truth_faces: np.ndarray,
-            n: int) -> dict[str, float]:
-    """Chamfer distance, accuracy, completeness (% of the true bounding-box diagonal) and normal consistency: ``n``
-    area-uniform samples of each surface measured to the other surface itself (so a mesh against itself scores 0,
-    where sample-to-sample distances would leave a floor of half the samples' spacing)."""
-    diagonal = float(np.linalg.norm(truth_vertices.max(0) - truth_vertices.min(0)))
-    ours, our_normals = surface_samples(vertices, faces, n, seed=1)
-    true, true_normals = surface_samples(truth_vertices, truth_faces, n, seed=2)
-    to_true, true_normals_near = distances_to_surface(ours, truth_vertices, truth_faces)
-    to_ours, our_normals_near = distances_to_surface(true, vertices, faces)
+def observed(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, cameras: Cameras, tolerance: float,
+             min_size: int = 512) -> np.ndarray:
+    """[n] whether each point on the mesh's surface is seen by at least one of ``cameras``: it projects into the image
+    and lies no deeper than the mesh's own depth (rendered at ``min_size`` pixels or more, the deepest of the 4 pixels
+    around it) plus ``tolerance``. What no photo shows (suzanne's eyes behind her face) no photo method can recover;
+    DTU's observation masks leave it out of completeness the same way."""
+    from lift3d.meshes.mesh import Mesh
+    from lift3d.registry import find
+
+    scale = max(1.0, min_size / max(cameras.width, cameras.height))
+    cameras = cameras.resized(round(cameras.width * scale), round(cameras.height * scale))
+    renderer = find("mesh-rasterizer")({"antialias": False})
+    mesh = Mesh(torch.as_tensor(vertices, dtype=torch.float32), torch.as_tensor(faces, dtype=torch.long))
+    homogeneous = torch.cat([torch.as_tensor(points, dtype=torch.float64), torch.ones(len(points), 1, dtype=torch.float64)], 1)
+    seen = torch.zeros(len(points), dtype=torch.bool)
+    for i in range(len(cameras)):
+        camera = cameras[i]
+        with torch.no_grad():
+            out = renderer(mesh, camera, background=torch.zeros(3))
+        depth = torch.where(out["mask"][0, ..., 0], out["depth"][0, ..., 0].double(), torch.tensor(math.inf, dtype=torch.float64))
+        local = homogeneous @ camera.w2c_opencv()[0].double().T  # OpenCV axes: +z forward, +y down the image
+        z = local[:, 2]
+        k = camera.intrinsics[0].double()
+        u = k[0, 0] * local[:, 0] / z.clamp_min(1e-9) + k[0, 2]  # pixel i spans [i, i + 1)
+        v = k[1, 1] * local[:, 1] / z.clamp_min(1e-9) + k[1, 2]
+        left, top = torch.floor(u - 0.5).long(), torch.floor(v - 0.5).long()  # the 4 pixel centers around the point
+        inside = (z > 0) & (left >= 0) & (top >= 0) & (left + 1 < camera.width) & (top + 1 < camera.height)
+        left, top = left.clamp(0, camera.width - 2), top.clamp(0, camera.height - 2)
+        deepest = torch.stack([depth[top + dy, left + dx] for dy in (0, 1) for dx in (0, 1)]).amax(0)
+        seen |= inside & (z <= deepest + tolerance)
+    return seen.numpy()
+
+
+@dataclass
+class Truth:
+    """The true mesh as the measures use it: area-uniform samples with their face normals, which of them the training
+    views see (all, without cameras) and the bounding-box diagonal the distances are given in."""
+
+    vertices: np.ndarray
+    faces: np.ndarray
+    samples: np.ndarray
+    normals: np.ndarray
+    seen: np.ndarray
+    diagonal: float
+    cameras_given: bool
+
+    @classmethod
+    def of(cls, vertices: np.ndarray, faces: np.ndarray, n: int, cameras: Cameras | None = None) -> Truth:
+        diagonal = float(np.linalg.norm(vertices.max(0) - vertices.min(0)))
+        samples, normals = surface_samples(vertices, faces, n, seed=2)
+        seen = (np.ones(n, dtype=bool) if cameras is None
+                else observed(samples, vertices, faces, cameras, OBSERVED_TOLERANCE * diagonal))
+        return cls(vertices, faces, samples, normals, seen, diagonal, cameras is not None)
+
+
+def compare(vertices: np.ndarray, faces: np.ndarray, truth: Truth) -> dict[str, float]:
+    """Chamfer distance, accuracy, completeness (% of the true bounding-box diagonal) and normal consistency: as many
+    area-uniform samples of our surface as the truth has, each surface's samples measured to the other surface itself
+    (so a mesh against itself scores 0, where sample-to-sample distances would leave a floor of half the samples'
+    spacing). Completeness and the truth's half of normal consistency count the true surface the training views see
+    (``observed_pct`` of its area, given cameras; ``completeness_all_pct`` is over all of it)."""
+    ours, our_normals = surface_samples(vertices, faces, len(truth.samples), seed=1)
+    to_true, true_normals_near = distances_to_surface(ours, truth.vertices, truth.faces)
+    to_ours, our_normals_near = distances_to_surface(truth.samples, vertices, faces)
+    seen = truth.seen
     consistency = 0.5 * (np.abs((our_normals * true_normals_near).sum(-1)).mean()
-                         + np.abs((true_normals * our_normals_near).sum(-1)).mean())
-    accuracy, completeness = 100 * to_true.mean() / diagonal, 100 * to_ours.mean() / diagonal
-    return {"chamfer_pct": round(0.5 * (accuracy + completeness), 4), "accuracy_pct": round(accuracy, 4),
-            "completeness_pct": round(completeness, 4), "normal_consistency": round(float(consistency), 4)}
+                         + np.abs((truth.normals * our_normals_near).sum(-1))[seen].mean())
+    accuracy, completeness = 100 * to_true.mean() / truth.diagonal, 100 * to_ours[seen].mean() / truth.diagonal
+    record = {"chamfer_pct": round(0.5 * (accuracy + completeness), 4), "accuracy_pct": round(accuracy, 4),
+              "completeness_pct": round(completeness, 4), "normal_consistency": round(float(consistency), 4)}
+    if truth.cameras_given:
+        record.update(observed_pct=round(100 * float(seen.mean()), 2),
+                      completeness_all_pct=round(100 * to_ours.mean() / truth.diagonal, 4))
+    return record
 
 
 def method_overrides(overrides: list[str], method: str) -> list[str]:
@@ -272,16 +334,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--export", nargs="*", default=[], help="system.export overrides for the meshing")
     parser.add_argument("--reuse", action="store_true",
                         help="measure the newest finished run in --work of each mesh and method instead of training")
+    parser.add_argument("--whole-truth", action="store_true",
+                        help="completeness over all of the true surface, also what no training view sees")
     parser.add_argument("--save-glb", action="store_true", help="also write each mesh as <work>/<mesh>-<method>.glb")
     parser.add_argument("overrides", nargs="*",
                         help="config overrides for every training run (KEY=VALUE), or for one method's (METHOD:KEY=VALUE)")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for name in args.meshes:
-        truth = load_truth(name, args.data)
-        truth_vertices, truth_faces = truth.vertices.double().numpy(), truth.faces.numpy()
+        true_mesh = load_truth(name, args.data)
         scene = write_capture(name, args.data, args.work / f"{name}-{args.views}x{args.size}" / name, args.views, args.size)
         print(f"surface_meshes: {name}: capture written to {scene}", file=sys.stderr, flush=True)
+        truth = Truth.of(true_mesh.vertices.double().numpy(), true_mesh.faces.numpy(), args.points,
+                         None if args.whole_truth else sphere_views(args.views, args.size))
         for method in args.methods:
             overrides = method_overrides(args.overrides, method)
             runs = args.work / f"runs-{args.views}x{args.size}-{method}"
@@ -299,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
                 write_glb(mesh, args.work / f"{name}-{method}.glb")
             record = {"name": "surface_meshes", "mesh": name, "method": method, "views": args.views, "size": args.size,
                       "resolution": args.resolution, "device": device, "faces": len(mesh.faces),
-                      **compare(mesh.vertices, mesh.faces, truth_vertices, truth_faces, args.points),
+                      **compare(mesh.vertices, mesh.faces, truth),
                       "train_s": None if train_s is None else round(train_s, 1), "mesh_s": round(mesh_s, 1),
                       "host": platform.node(), "overrides": overrides}
             print(json.dumps(record), flush=True)
