@@ -204,30 +204,39 @@ def closest_points_on_triangles(p: np.ndarray, a: np.ndarray, b: np.ndarray, c: 
     return point
 
 
-def distances_to_surface(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, candidates: int = 8,
-                         chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-    """(distance [n], unit normal of the nearest face [n]) from each point to a triangle mesh's surface: the exact
-    point-triangle distance to the faces of the ``candidates`` nearest of a dense area-uniform sampling of the mesh and
-    the ``candidates`` nearest face centers (the nearest face is among them unless it is far smaller than its
-    neighbours; then the distance is still within the sampling's spacing of the true one)."""
-    from scipy.spatial import cKDTree
+class SurfaceIndex:
+    """A triangle mesh made ready for point-to-surface queries: its triangles and unit face normals, and KD-trees over a
+    dense area-uniform sampling (each sample's face kept) and over the face centers. Built once per mesh: the truth's
+    serves every method measured against it."""
 
-    tri = vertices[faces].astype(np.float64)
-    normals = face_normals(torch.as_tensor(vertices, dtype=torch.float64), torch.as_tensor(faces, dtype=torch.long)).numpy()
-    dense, _, dense_faces = surface_samples(vertices, faces, max(8 * len(faces), 1_000_000), seed=3, with_faces=True)
-    by_sample, by_center = cKDTree(dense), cKDTree(tri.mean(1))
-    distance, nearest = np.empty(len(points)), np.empty(len(points), dtype=np.int64)
-    for start in range(0, len(points), chunk):
-        p = points[start:start + chunk]
-        faces_near = np.concatenate([dense_faces[by_sample.query(p, candidates)[1]],
-                                     by_center.query(p, min(candidates, len(faces)))[1].reshape(len(p), -1)], axis=1)
-        q = np.repeat(p, faces_near.shape[1], axis=0)
-        t = tri[faces_near.ravel()]
-        d = np.linalg.norm(closest_points_on_triangles(q, t[:, 0], t[:, 1], t[:, 2]) - q, axis=1).reshape(len(p), -1)
-        best = d.argmin(1)
-        distance[start:start + chunk] = d[np.arange(len(p)), best]
-        nearest[start:start + chunk] = faces_near[np.arange(len(p)), best]
-    return distance, normals[nearest]
+    def __init__(self, vertices: np.ndarray, faces: np.ndarray):
+        from scipy.spatial import cKDTree
+
+        self.triangles = vertices[faces].astype(np.float64)
+        self.normals = face_normals(torch.as_tensor(vertices, dtype=torch.float64),
+                                    torch.as_tensor(faces, dtype=torch.long)).numpy()
+        dense, _, self.dense_faces = surface_samples(vertices, faces, max(8 * len(faces), 1_000_000), seed=3,
+                                                     with_faces=True)
+        self.by_sample, self.by_center = cKDTree(dense), cKDTree(self.triangles.mean(1))
+
+    def distances(self, points: np.ndarray, candidates: int = 8, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+        """(distance [n], unit normal of the nearest face [n]) from each point to the surface: the exact point-triangle
+        distance to the faces of the ``candidates`` nearest dense samples and the ``candidates`` nearest face centers
+        (the nearest face is among them unless it is far smaller than its neighbours; then the distance is still
+        within the sampling's spacing of the true one)."""
+        tri, faces = self.triangles, len(self.triangles)
+        distance, nearest = np.empty(len(points)), np.empty(len(points), dtype=np.int64)
+        for start in range(0, len(points), chunk):
+            p = points[start:start + chunk]
+            faces_near = np.concatenate([self.dense_faces[self.by_sample.query(p, candidates)[1]],
+                                         self.by_center.query(p, min(candidates, faces))[1].reshape(len(p), -1)], axis=1)
+            q = np.repeat(p, faces_near.shape[1], axis=0)
+            t = tri[faces_near.ravel()]
+            d = np.linalg.norm(closest_points_on_triangles(q, t[:, 0], t[:, 1], t[:, 2]) - q, axis=1).reshape(len(p), -1)
+            best = d.argmin(1)
+            distance[start:start + chunk] = d[np.arange(len(p)), best]
+            nearest[start:start + chunk] = faces_near[np.arange(len(p)), best]
+        return distance, self.normals[nearest]
 
 
 def observed(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, cameras: Cameras, tolerance: float,
@@ -236,6 +245,7 @@ def observed(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, camera
     and lies no deeper than the mesh's own depth (rendered at ``min_size`` pixels or more, the deepest of the 4 pixels
     around it) plus ``tolerance``. What no photo shows (suzanne's eyes behind her face) no photo method can recover;
     DTU's observation masks leave it out of completeness the same way."""
+    from lift3d.gaussians.init import project_points
     from lift3d.meshes.mesh import Mesh
     from lift3d.registry import find
 
@@ -243,18 +253,15 @@ def observed(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, camera
     cameras = cameras.resized(round(cameras.width * scale), round(cameras.height * scale))
     renderer = find("mesh-rasterizer")({"antialias": False})
     mesh = Mesh(torch.as_tensor(vertices, dtype=torch.float32), torch.as_tensor(faces, dtype=torch.long))
-    homogeneous = torch.cat([torch.as_tensor(points, dtype=torch.float64), torch.ones(len(points), 1, dtype=torch.float64)], 1)
+    points = torch.as_tensor(points, dtype=torch.float64)
     seen = torch.zeros(len(points), dtype=torch.bool)
     for i in range(len(cameras)):
         camera = cameras[i]
         with torch.no_grad():
             out = renderer(mesh, camera, background=torch.zeros(3))
         depth = torch.where(out["mask"][0, ..., 0], out["depth"][0, ..., 0].double(), torch.tensor(math.inf, dtype=torch.float64))
-        local = homogeneous @ camera.w2c_opencv()[0].double().T  # OpenCV axes: +z forward, +y down the image
-        z = local[:, 2]
-        k = camera.intrinsics[0].double()
-        u = k[0, 0] * local[:, 0] / z.clamp_min(1e-9) + k[0, 2]  # pixel i spans [i, i + 1)
-        v = k[1, 1] * local[:, 1] / z.clamp_min(1e-9) + k[1, 2]
+        uv, z = project_points(points, camera.to(torch.float64))  # pixel i spans [i, i + 1)
+        u, v, z = uv[0, :, 0], uv[0, :, 1], z[0]
         left, top = torch.floor(u - 0.5).long(), torch.floor(v - 0.5).long()  # the 4 pixel centers around the point
         inside = (z > 0) & (left >= 0) & (top >= 0) & (left + 1 < camera.width) & (top + 1 < camera.height)
         left, top = left.clamp(0, camera.width - 2), top.clamp(0, camera.height - 2)
@@ -265,24 +272,22 @@ def observed(points: np.ndarray, vertices: np.ndarray, faces: np.ndarray, camera
 
 @dataclass
 class Truth:
-    """The true mesh as the measures use it: area-uniform samples with their face normals, which of them the training
-    views see (all, without cameras) and the bounding-box diagonal the distances are given in."""
+    """The true mesh as the measures use it: its query index, area-uniform samples with their face normals, which of
+    them the training views see (None: no cameras given, all count) and the bounding-box diagonal the distances are
+    given in."""
 
-    vertices: np.ndarray
-    faces: np.ndarray
+    index: SurfaceIndex
     samples: np.ndarray
     normals: np.ndarray
-    seen: np.ndarray
+    seen: np.ndarray | None
     diagonal: float
-    cameras_given: bool
 
     @classmethod
     def of(cls, vertices: np.ndarray, faces: np.ndarray, n: int, cameras: Cameras | None = None) -> Truth:
         diagonal = float(np.linalg.norm(vertices.max(0) - vertices.min(0)))
         samples, normals = surface_samples(vertices, faces, n, seed=2)
-        seen = (np.ones(n, dtype=bool) if cameras is None
-                else observed(samples, vertices, faces, cameras, OBSERVED_TOLERANCE * diagonal))
-        return cls(vertices, faces, samples, normals, seen, diagonal, cameras is not None)
+        seen = None if cameras is None else observed(samples, vertices, faces, cameras, OBSERVED_TOLERANCE * diagonal)
+        return cls(SurfaceIndex(vertices, faces), samples, normals, seen, diagonal)
 
 
 def compare(vertices: np.ndarray, faces: np.ndarray, truth: Truth) -> dict[str, float]:
@@ -292,15 +297,15 @@ def compare(vertices: np.ndarray, faces: np.ndarray, truth: Truth) -> dict[str, 
     spacing). Completeness and the truth's half of normal consistency count the true surface the training views see
     (``observed_pct`` of its area, given cameras; ``completeness_all_pct`` is over all of it)."""
     ours, our_normals = surface_samples(vertices, faces, len(truth.samples), seed=1)
-    to_true, true_normals_near = distances_to_surface(ours, truth.vertices, truth.faces)
-    to_ours, our_normals_near = distances_to_surface(truth.samples, vertices, faces)
-    seen = truth.seen
+    to_true, true_normals_near = truth.index.distances(ours)
+    to_ours, our_normals_near = SurfaceIndex(vertices, faces).distances(truth.samples)
+    seen = np.ones(len(truth.samples), dtype=bool) if truth.seen is None else truth.seen
     consistency = 0.5 * (np.abs((our_normals * true_normals_near).sum(-1)).mean()
                          + np.abs((truth.normals * our_normals_near).sum(-1))[seen].mean())
     accuracy, completeness = 100 * to_true.mean() / truth.diagonal, 100 * to_ours[seen].mean() / truth.diagonal
     record = {"chamfer_pct": round(0.5 * (accuracy + completeness), 4), "accuracy_pct": round(accuracy, 4),
               "completeness_pct": round(completeness, 4), "normal_consistency": round(float(consistency), 4)}
-    if truth.cameras_given:
+    if truth.seen is not None:
         record.update(observed_pct=round(100 * float(seen.mean()), 2),
                       completeness_all_pct=round(100 * to_ours.mean() / truth.diagonal, 4))
     return record
